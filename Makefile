@@ -1,0 +1,35 @@
+# swarmscope — the two commands are `make run` and `make test` (see README.md).
+# Every target installs what it needs first (tools/setup.sh is idempotent and fast when done).
+
+PY := .venv/bin/python
+SETUP_STAMP := .venv/.setup-done
+
+.PHONY: setup run test lint typecheck pytest proto bench clean
+
+setup:
+	tools/setup.sh
+
+# The main job on one machine: exec storm, 2 simulated nodes, bpftrace as tracer under test.
+run: setup
+	.venv/bin/swarmscope run scenarios/exec_storm.yaml --set tracer=bpftrace --out results/
+
+test: setup lint typecheck pytest
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+typecheck:
+	.venv/bin/mypy
+
+pytest:
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+proto:
+	$(PY) tools/genproto.py
+
+bench: setup
+	$(PY) bench/exec_storm.py
+
+clean:
+	rm -rf .venv results build dist

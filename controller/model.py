@@ -1,0 +1,150 @@
+"""The controller's generic notions: run, point, window, reading, reconciled result.
+
+Nothing here is exec-specific: a *metric* names what is counted ("exec", "requests",
+"neighbors"), and every window reconciles three numbers per node for it:
+
+- **generated** — counted exactly by the load generator (the worker);
+- **kernel** — counted exactly in the kernel by a probe;
+- **reported** — what the system or tracer under test said (None when there is none).
+
+    r = NodeCount(node="n1", generated=4000, kernel=4000, reported=3900)
+    r.loss_ratio   # 0.025 = 1 - reported / kernel
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    scenario: str
+    metric: str  # the counted thing: "exec", "requests", ...
+    config: dict[str, Any]
+    started_ns: int
+    run_dir: str = ""
+    trace_id: str = ""
+
+
+@dataclass
+class PointInfo:
+    """One point of a sweep: its index and the swept parameters (e.g. {"nodes": 5})."""
+
+    index: int
+    params: dict[str, Any]
+    iterations: int
+
+
+@dataclass
+class WindowInfo:
+    run_id: str
+    window_id: str
+    point: int
+    iteration: int
+    nodes: list[str]
+    opened_ns: int = 0
+    closed_ns: int = 0
+    traceparent: str = ""
+
+
+@dataclass
+class ProbeReading:
+    """One node's reading from one probe for one window (see proto Reading)."""
+
+    probe_id: str
+    node: str
+    counters: dict[str, int]
+    gauges: dict[str, float] = field(default_factory=dict)
+    start_ns: int = 0
+    end_ns: int = 0
+    error: str = ""
+
+
+@dataclass
+class NodeCount:
+    node: str
+    generated: int | None
+    kernel: int | None
+    reported: int | None = None
+    reported_lost: int | None = None  # what the tracer itself said it lost
+    missing: list[str] = field(default_factory=list)  # "worker", "probe", "tracer"
+    rate: float | None = None  # generated per second, as the worker measured it
+
+    @property
+    def loss_ratio(self) -> float | None:
+        return loss_ratio(self.reported, self.kernel)
+
+    @property
+    def harness_ok(self) -> bool | None:
+        """generated == kernel; None when either is missing."""
+        if self.generated is None or self.kernel is None:
+            return None
+        return self.generated == self.kernel
+
+
+def loss_ratio(reported: int | None, kernel: int | None) -> float | None:
+    if reported is None or kernel is None or kernel == 0:
+        return None
+    return 1.0 - reported / kernel
+
+
+def _sum(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+@dataclass
+class IterationResult:
+    run_id: str
+    point: int
+    params: dict[str, Any]
+    iteration: int
+    window_id: str
+    started_ns: int
+    ended_ns: int
+    per_node: list[NodeCount]
+    tracer_lost: int | None = None  # "lost N events" the tracer printed in this window
+    flags: list[str] = field(default_factory=list)  # "harness-mismatch", "generator-saturated", ...
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def generated(self) -> int | None:
+        return _sum([n.generated for n in self.per_node])
+
+    @property
+    def kernel(self) -> int | None:
+        return _sum([n.kernel for n in self.per_node])
+
+    @property
+    def reported(self) -> int | None:
+        return _sum([n.reported for n in self.per_node])
+
+    @property
+    def loss_ratio(self) -> float | None:
+        return loss_ratio(self.reported, self.kernel)
+
+    def to_json(self) -> dict[str, Any]:
+        """The iteration as report.json documents it."""
+        return {
+            "iteration": self.iteration,
+            "window_id": self.window_id,
+            "started_ns": self.started_ns,
+            "ended_ns": self.ended_ns,
+            "generated": self.generated,
+            "kernel": self.kernel,
+            "reported": self.reported,
+            "loss_ratio": self.loss_ratio,
+            "tracer_lost": self.tracer_lost,
+            "flags": list(self.flags),
+            "per_node": [
+                {
+                    **{k: v for k, v in asdict(n).items()},
+                    "loss_ratio": n.loss_ratio,
+                    "harness_ok": n.harness_ok,
+                }
+                for n in self.per_node
+            ],
+            "extra": dict(self.extra),
+        }

@@ -1,0 +1,1 @@
+"""swarmscope probes."""

@@ -1,0 +1,128 @@
+"""Load BPF programs from bpf/ with BCC, after checking the machine can.
+
+    from swarmscope.probes.bcc_env import load_program
+    b = load_program("exec_count", cflags=["-DSS_FILTER_CGROUP=1"])
+
+Programs are loaded by path from the installed package (``swarmscope/bpf/<name>.bpf.c``) and
+configured only with cflags: a probe never compiles C it was sent. ``check()`` turns the usual
+set-up gaps (not root, no BCC, no kernel headers, no tracefs) into one :class:`SetupError`
+saying what to run, instead of a traceback from deep inside BCC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pathlib
+import subprocess
+from typing import Any
+
+from swarmscope.errors import ProbeError, SetupError
+
+BPF_DIR = pathlib.Path(__file__).resolve().parent.parent / "bpf"
+HEADER_TREES = [pathlib.Path("/var/lib/swarmscope/kernel-headers/current")]
+FIX = "run `make setup` (or tools/setup.sh) as root"
+
+
+def bpf_source(name: str) -> pathlib.Path:
+    path = BPF_DIR / f"{name}.bpf.c"
+    if not path.is_file():
+        raise ProbeError(f"no BPF program {name!r}: {path} does not exist (programs ship in bpf/)")
+    return path
+
+
+def _kernel_source() -> str | None:
+    env = os.environ.get("BCC_KERNEL_SOURCE")
+    if env and pathlib.Path(env, "include").is_dir():
+        return env
+    build = pathlib.Path("/lib/modules", os.uname().release, "build")
+    if (build / "include").is_dir():
+        return None  # BCC finds it itself
+    for tree in HEADER_TREES:
+        if (tree / "include").is_dir():
+            return str(tree.resolve())
+    return ""
+
+
+def ensure_mounts() -> None:
+    """Mount tracefs, debugfs and bpffs where missing (they are, on a fresh VM)."""
+    for fstype, target in (
+        ("tracefs", "/sys/kernel/tracing"),
+        ("debugfs", "/sys/kernel/debug"),
+        ("bpf", "/sys/fs/bpf"),
+    ):
+        if os.path.ismount(target):
+            continue
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                ["mount", "-t", fstype, fstype, target],
+                check=False,
+                capture_output=True,
+                timeout=10,
+            )
+
+
+def check() -> None:
+    """Raise SetupError naming every missing piece; return quietly when BCC can load programs."""
+    missing: list[str] = []
+    if os.geteuid() != 0:
+        missing.append("root (or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE): run as root")
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        missing.append("BCC's Python module (Debian package python3-bpfcc, not PyPI's 'bcc')")
+    src = _kernel_source()
+    if src == "":
+        missing.append(
+            "kernel headers for BCC (linux-headers-amd64 merged into "
+            "/var/lib/swarmscope/kernel-headers/current, or BCC_KERNEL_SOURCE)"
+        )
+    if os.geteuid() == 0:
+        ensure_mounts()
+        if not os.path.isdir("/sys/kernel/tracing/events"):
+            missing.append("tracefs at /sys/kernel/tracing")
+    if missing:
+        raise SetupError("cannot load BPF programs; missing: " + "; ".join(missing) + f". Fix: {FIX}.")
+
+
+def load_program(name: str, cflags: list[str] | None = None, **kw: Any) -> Any:
+    """Compile and load ``bpf/<name>.bpf.c``; TRACEPOINT_PROBEs attach automatically."""
+    check()
+    src = _kernel_source()
+    if src:
+        os.environ["BCC_KERNEL_SOURCE"] = src
+    import bcc
+
+    path = bpf_source(name)
+    flags = [f"-I{BPF_DIR}", "-Wno-macro-redefined", *(cflags or [])]
+    try:
+        return bcc.BPF(src_file=str(path).encode(), cflags=flags, **kw)
+    except Exception as e:  # BCC raises bare Exception on compile/load/attach failure
+        raise ProbeError(f"loading {path.name} failed: {e}") from e
+
+
+def percpu_sum(table: Any) -> dict[int, int]:
+    """Sum a BPF_PERCPU_HASH/ARRAY of u64 into {key: total}; keys as plain ints."""
+    out: dict[int, int] = {}
+    for k, v in table.items():
+        key = k.value if hasattr(k, "value") else int(k)
+        out[key] = int(sum(v))
+    return out
+
+
+def cgroup_id(path: str | os.PathLike[str]) -> int:
+    """The v2 cgroup id of a cgroup directory: its inode number (what bpf_get_current_cgroup_id returns)."""
+    return os.stat(path).st_ino
+
+
+def enable_stats() -> Any:
+    """Turn on BPF run statistics (BPF_ENABLE_STATS) for as long as the returned fd stays open."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    BPF_ENABLE_STATS = 32  # enum bpf_cmd
+    attr = (ctypes.c_uint32 * 2)(0, 0)  # type = BPF_STATS_RUN_TIME (0)
+    fd = libc.syscall(321, BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise ProbeError(f"BPF_ENABLE_STATS failed: {os.strerror(err)}")
+    return fd

@@ -1,0 +1,68 @@
+"""The ``swarmscope`` command: one sub-command per job, each registered by its own module.
+
+    swarmscope run scenarios/exec_storm.yaml --set nodes=2,5 --set iterations=30
+    swarmscope report results/<run-id>
+    swarmscope probe --once --seconds 5
+
+A sub-command module exposes ``register(subparsers)``, which adds its parser and sets
+``func(args) -> int``. Heavy imports (BCC, Locust, matplotlib) happen inside ``func`` so
+``swarmscope --help`` stays fast. Our own errors print as one clear message, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from swarmscope import __version__
+from swarmscope.errors import SwarmscopeError
+
+# name -> module with register(subparsers). Order is the order in --help.
+COMMAND_MODULES = [
+    "swarmscope.controller.cli",
+    "swarmscope.probes.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="swarmscope", description="Distributed load-and-measure with eBPF ground truth."
+    )
+    ap.add_argument("--version", action="version", version=f"swarmscope {__version__}")
+    ap.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in COMMAND_MODULES:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue  # a role not built yet
+            raise
+        m.register(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        ap.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SwarmscopeError as e:
+        print(f"swarmscope: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("swarmscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""Configuration: one schema per scenario, one written-down precedence, every error at once.
+
+Precedence, lowest to highest::
+
+    field defaults  <  scenario file (YAML)  <  SWARMSCOPE_* environment  <  CLI (--set KEY=VALUE)
+
+Each :class:`Field` declares its key, type, default, help and environment variable in one
+place (the env var is ``SWARMSCOPE_`` + the key upper-cased with dots as ``_``, unless given).
+Nested YAML maps are flattened to dotted keys (``tracer: {kind: command}`` is ``tracer.kind``).
+
+    schema = Schema([Field("iterations", int, 10, "windows per point", min=1)])
+    cfg = schema.load(file="scenarios/exec_storm.yaml", sets=["iterations=30"])
+    cfg["iterations"]  # 30
+
+Validation collects every problem (file, key, reason) and raises one :class:`ConfigError`
+listing them all, like k6's ``Validate() []error``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from swarmscope.errors import ConfigError, Problem
+
+ENV_PREFIX = "SWARMSCOPE_"
+
+# Field types: a Python type, or ("list", item_type) for lists.
+ListOf = tuple[str, type]
+
+
+def list_of(item: type) -> ListOf:
+    return ("list", item)
+
+
+@dataclass(frozen=True)
+class Field:
+    key: str
+    type: type | ListOf
+    default: Any
+    help: str
+    env: str | None = None
+    choices: tuple[Any, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    check: Callable[[Any], str | None] | None = None  # returns a reason when invalid
+    nullable: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return self.env or ENV_PREFIX + self.key.upper().replace(".", "_").replace("-", "_")
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce_scalar(typ: type, value: Any, from_text: bool) -> Any:
+    if value is None:
+        raise ValueError("is empty")
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if from_text and str(value).strip().lower() in _TRUE | _FALSE:
+            return str(value).strip().lower() in _TRUE
+        raise ValueError(f"must be true or false, not {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ValueError(f"must be an integer, not {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if from_text or isinstance(value, str):
+            try:
+                return int(str(value).strip())
+            except ValueError:
+                pass
+        raise ValueError(f"must be an integer, not {value!r}")
+    if typ is float:
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, not {value!r}")
+        if isinstance(value, int | float):
+            return float(value)
+        if from_text or isinstance(value, str):
+            try:
+                return float(str(value).strip())
+            except ValueError:
+                pass
+        raise ValueError(f"must be a number, not {value!r}")
+    if typ is str:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"must be a string, not {value!r}")
+    if typ is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ValueError(f"must be a mapping, not {value!r}")
+    raise TypeError(f"unsupported field type {typ}")
+
+
+def coerce(f: Field, value: Any, from_text: bool = False) -> Any:
+    """Convert ``value`` to the field's type; raise ValueError with a reason."""
+    if value is None or (from_text and f.nullable and str(value).strip().lower() in {"null", "none", ""}):
+        if f.nullable:
+            return None
+        raise ValueError("must not be empty")
+    if isinstance(f.type, tuple):
+        item = f.type[1]
+        if from_text and isinstance(value, str):
+            parts = [p for p in (s.strip() for s in value.split(",")) if p]
+        elif isinstance(value, list | tuple):
+            parts = list(value)
+        else:
+            parts = [value]
+        out = []
+        for i, p in enumerate(parts):
+            try:
+                out.append(_coerce_scalar(item, p, from_text))
+            except ValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+        return out
+    return _coerce_scalar(f.type, value, from_text)
+
+
+def _validate(f: Field, value: Any) -> list[str]:
+    if value is None:
+        return []
+    reasons: list[str] = []
+    items = value if isinstance(f.type, tuple) else [value]
+    if isinstance(f.type, tuple) and not items:
+        reasons.append("must not be an empty list")
+    for v in items:
+        if f.choices is not None and v not in f.choices:
+            reasons.append(f"{v!r} is not one of {', '.join(map(repr, f.choices))}")
+        if f.min is not None and isinstance(v, int | float) and v < f.min:
+            reasons.append(f"{v!r} is below the minimum {f.min:g}")
+        if f.max is not None and isinstance(v, int | float) and v > f.max:
+            reasons.append(f"{v!r} is above the maximum {f.max:g}")
+    if f.check is not None and not reasons:
+        r = f.check(value)
+        if r:
+            reasons.append(r)
+    return reasons
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "", known: Iterable[str] = ()) -> dict[str, Any]:
+    """Flatten nested maps to dotted keys, except where a key is itself a known field."""
+    known_set = set(known)
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key not in known_set:
+            out.update(flatten(v, key + ".", known_set))
+        else:
+            out[key] = v
+    return out
+
+
+@dataclass
+class Config(Mapping[str, Any]):
+    """Resolved values plus where each came from (for ``swarmscope run --explain``)."""
+
+    data: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class Schema:
+    """A set of fields; :meth:`load` applies the precedence and validates everything."""
+
+    def __init__(
+        self,
+        fields: Iterable[Field],
+        cross_checks: Iterable[Callable[[dict[str, Any]], list[tuple[str, str]]]] = (),
+    ):
+        self.fields: dict[str, Field] = {}
+        for f in fields:
+            if f.key in self.fields:
+                raise ValueError(f"duplicate field {f.key}")
+            self.fields[f.key] = f
+        self.cross_checks = list(cross_checks)
+
+    def extend(self, fields: Iterable[Field]) -> Schema:
+        return Schema([*self.fields.values(), *fields], self.cross_checks)
+
+    def load(
+        self,
+        file: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        sets: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> Config:
+        problems: list[Problem] = []
+        values = {k: f.default for k, f in self.fields.items()}
+        sources = dict.fromkeys(self.fields, "default")
+
+        layers: list[tuple[str, dict[str, Any], bool]] = []
+        if file is not None:
+            path = os.fspath(file)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    raw = yaml.safe_load(fh)
+            except OSError as e:
+                raise ConfigError([Problem(path, "-", f"cannot read: {e.strerror}")]) from e
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}" if mark else path
+                raise ConfigError([Problem(where, "-", f"not valid YAML: {e}")]) from e
+            if raw is None:
+                raw = {}
+            if not isinstance(raw, dict):
+                raise ConfigError([Problem(path, "-", "must be a YAML mapping of keys to values")])
+            layers.append((path, flatten(raw, known=self.fields), False))
+        if data:
+            layers.append(("arguments", flatten(data, known=self.fields), False))
+        env = os.environ if env is None else env
+        env_layer = {k: env[f.env_var] for k, f in self.fields.items() if f.env_var in env}
+        if env_layer:
+            layers.append(("env", env_layer, True))
+        set_layer: dict[str, Any] = {}
+        for s in sets:
+            if "=" not in s:
+                problems.append(Problem("--set", s, "must be KEY=VALUE"))
+                continue
+            k, v = s.split("=", 1)
+            set_layer[k.strip()] = v
+        if set_layer:
+            layers.append(("--set", set_layer, True))
+
+        for source, layer, from_text in layers:
+            for key, raw_value in layer.items():
+                f = self.fields.get(key)
+                src = f"env {f.env_var}" if (source == "env" and f) else source
+                if f is None:
+                    hint = _closest(key, self.fields)
+                    problems.append(
+                        Problem(src, key, "unknown key" + (f" (did you mean {hint!r}?)" if hint else ""))
+                    )
+                    continue
+                try:
+                    values[key] = coerce(f, raw_value, from_text)
+                    sources[key] = src
+                except ValueError as e:
+                    problems.append(Problem(src, key, str(e)))
+
+        for key, f in self.fields.items():
+            for reason in _validate(f, values[key]):
+                problems.append(Problem(sources[key], key, reason))
+        if not problems:
+            for check in self.cross_checks:
+                for key, reason in check(values):
+                    problems.append(Problem(sources.get(key, "config"), key, reason))
+        if problems:
+            raise ConfigError(problems)
+        return Config(values, sources)
+
+    def describe(self) -> str:
+        """A table of every option: key, env var, default, help (for ``--help`` and the README)."""
+        rows = [
+            f"  {f.key:<24} {f.env_var:<36} default {f.default!r}\n      {f.help}"
+            for f in self.fields.values()
+        ]
+        return "\n".join(rows)
+
+
+def _closest(key: str, known: Mapping[str, Any]) -> str | None:
+    import difflib
+
+    m = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return m[0] if m else None

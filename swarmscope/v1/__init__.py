@@ -1,0 +1,1 @@
+"""Generated gRPC modules of proto/swarmscope/v1 (tools/genproto.py)."""

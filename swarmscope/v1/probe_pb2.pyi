@@ -1,0 +1,178 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class NodeInfo(_message.Message):
+    __slots__ = ("name", "cgroup_id", "cgroup_path")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cgroup_id: int
+    cgroup_path: str
+    def __init__(self, name: _Optional[str] = ..., cgroup_id: _Optional[int] = ..., cgroup_path: _Optional[str] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("probe_id", "hostname", "node_name", "kernel_release", "programs", "nonce", "version")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    PROGRAMS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    probe_id: str
+    hostname: str
+    node_name: str
+    kernel_release: str
+    programs: _containers.RepeatedScalarFieldContainer[str]
+    nonce: bytes
+    version: str
+    def __init__(self, probe_id: _Optional[str] = ..., hostname: _Optional[str] = ..., node_name: _Optional[str] = ..., kernel_release: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nonce: _Optional[bytes] = ..., version: _Optional[str] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("session_id", "proof", "heartbeat_interval_s")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    proof: bytes
+    heartbeat_interval_s: float
+    def __init__(self, session_id: _Optional[str] = ..., proof: _Optional[bytes] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+
+class OpenWindow(_message.Message):
+    __slots__ = ("run_id", "window_id", "traceparent", "programs", "nodes", "options")
+    class OptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    PROGRAMS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    window_id: str
+    traceparent: str
+    programs: _containers.RepeatedScalarFieldContainer[str]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    options: _containers.ScalarMap[str, str]
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., traceparent: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CloseWindow(_message.Message):
+    __slots__ = ("run_id", "window_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    window_id: str
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ...) -> None: ...
+
+class Shutdown(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("seq", "open", "close", "shutdown")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    open: OpenWindow
+    close: CloseWindow
+    shutdown: Shutdown
+    def __init__(self, seq: _Optional[int] = ..., open: _Optional[_Union[OpenWindow, _Mapping]] = ..., close: _Optional[_Union[CloseWindow, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("unix_ns", "cpu_percent", "rss_bytes")
+    UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    unix_ns: int
+    cpu_percent: float
+    rss_bytes: int
+    def __init__(self, unix_ns: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ...) -> None: ...
+
+class WindowAck(_message.Message):
+    __slots__ = ("run_id", "window_id", "ok", "error", "unix_ns")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    window_id: str
+    ok: bool
+    error: str
+    unix_ns: int
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., ok: bool = ..., error: _Optional[str] = ..., unix_ns: _Optional[int] = ...) -> None: ...
+
+class Reading(_message.Message):
+    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class GaugesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    GAUGES_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    END_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    window_id: str
+    probe_id: str
+    node: str
+    counters: _containers.ScalarMap[str, int]
+    gauges: _containers.ScalarMap[str, float]
+    start_unix_ns: int
+    end_unix_ns: int
+    error: str
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class WindowDone(_message.Message):
+    __slots__ = ("run_id", "window_id", "readings")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    READINGS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    window_id: str
+    readings: int
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ...) -> None: ...
+
+class ProbeMessage(_message.Message):
+    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    READING_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    heartbeat: Heartbeat
+    ack: WindowAck
+    reading: Reading
+    done: WindowDone
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,49 @@
+"""Configuration precedence and validation (defaults < file < env < --set; all errors at once)."""
+
+import pathlib
+
+import pytest
+
+from swarmscope.config import Field, Schema, list_of
+from swarmscope.errors import ConfigError
+
+SCHEMA = Schema(
+    [
+        Field("iterations", int, 10, "windows per point", min=1),
+        Field("nodes", list_of(int), [2], "node counts", min=1, max=64),
+        Field("burst_s", float, 1.0, "burst length", min=0.01, max=60),
+        Field("tracer.kind", str, "none", "tracer", choices=("none", "command")),
+    ]
+)
+
+
+def test_precedence(tmp_path: pathlib.Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("iterations: 5\nnodes: [3, 4]\nburst_s: 2\n")
+    cfg = SCHEMA.load(file=f, env={"SWARMSCOPE_NODES": "7", "SWARMSCOPE_BURST_S": "3"}, sets=["nodes=2,5"])
+    assert cfg["iterations"] == 5 and cfg.sources["iterations"] == str(f)
+    assert cfg["burst_s"] == 3.0 and cfg.sources["burst_s"] == "env SWARMSCOPE_BURST_S"
+    assert cfg["nodes"] == [2, 5] and cfg.sources["nodes"] == "--set"
+    assert cfg["tracer.kind"] == "none" and cfg.sources["tracer.kind"] == "default"
+
+
+def test_every_problem_is_listed(tmp_path: pathlib.Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("iterations: 0\nnodes: [2, x]\ntracer: {kind: dtrace}\nburts_s: 1\n")
+    with pytest.raises(ConfigError) as ei:
+        SCHEMA.load(file=f, env={}, sets=["burst_s=fast"])
+    keys = {(p.key, p.source) for p in ei.value.problems}
+    assert ("iterations", str(f)) in keys
+    assert ("nodes", str(f)) in keys
+    assert ("tracer.kind", str(f)) in keys
+    assert ("burts_s", str(f)) in keys
+    assert ("burst_s", "--set") in keys
+    assert len(ei.value.problems) == 5
+    assert "did you mean 'burst_s'" in str(ei.value)
+
+
+def test_not_a_mapping(tmp_path: pathlib.Path) -> None:
+    f = tmp_path / "list.yaml"
+    f.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a YAML mapping"):
+        SCHEMA.load(file=f, env={})

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# setup.sh — make this machine ready to run and test swarmscope. Idempotent; safe to re-run.
+#
+#   tools/setup.sh            # system packages, kernel header tree, mounts, .venv
+#   tools/setup.sh --no-apt   # skip apt (e.g. inside an image that already has them)
+#
+# Caveats: needs root for apt, mounts and the header tree (CI and these machines are root).
+# What is verified to work here is written down in ../shared/PLATFORM.md; this script follows it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT=1
+for a in "$@"; do [ "$a" = "--no-apt" ] && APT=0; done
+
+# Debian packages: BCC (python3-bpfcc, not PyPI's unrelated "bcc"), headers for BCC, the
+# reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
+# helpers, nginx and sysstat for the ingress scenario and pidstat comparisons.
+PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf-dev
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps)
+if [ "$APT" = 1 ]; then
+  missing=()
+  for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# One merged kernel-header tree for BCC (the -common dir overlaid by the -amd64 dir), cached by
+# header version. The running kernel is newer than any Debian headers: BCC code must use helpers
+# and tracepoint args only (PLATFORM.md), never read kernel structs.
+HDR_ROOT=/var/lib/swarmscope/kernel-headers
+amd=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1 || true)
+if [ -n "$amd" ]; then
+  ver=$(basename "$amd" | sed 's/^linux-headers-//; s/-amd64$//')
+  common="/usr/src/linux-headers-${ver}-common"
+  tree="$HDR_ROOT/$ver"
+  if [ ! -f "$tree/.complete" ] && [ -d "$common" ]; then
+    rm -rf "$tree"; mkdir -p "$tree"
+    cp -rs "$common/." "$tree/"
+    cp -rsf "$amd/." "$tree/"
+    touch "$tree/.complete"
+  fi
+  ln -sfn "$tree" "$HDR_ROOT/current"
+fi
+
+# Mounts BPF tooling expects (missing on these VMs until someone mounts them).
+mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
+mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+
+# The venv: pinned direct deps (pyproject) + pinned transitive ones (constraints.txt).
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=".venv/.swarmscope-deps-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/pip install -q -c constraints.txt -e '.[dev]'
+  rm -f .venv/.swarmscope-deps-*; touch "$stamp"
+fi
+# Debian's bcc into the venv: a .pth pointing at a directory that holds only a symlink to it
+# (pointing at all of dist-packages would leak Debian's other packages into the venv).
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ -d /usr/lib/python3/dist-packages/bcc ]; then
+  mkdir -p .venv/debian-bcc
+  ln -sfn /usr/lib/python3/dist-packages/bcc .venv/debian-bcc/bcc
+  echo "$(pwd)/.venv/debian-bcc" > "$site/debian_bcc.pth"
+fi
+echo "setup: ready (.venv; kernel headers at $HDR_ROOT/current)"
