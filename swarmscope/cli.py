@@ -22,6 +22,7 @@ from swarmscope.errors import SwarmscopeError
 # name -> module with register(subparsers). Order is the order in --help.
 COMMAND_MODULES = [
     "swarmscope.controller.cli",
+    "swarmscope.controller.locust_cli",
     "swarmscope.probes.cli",
 ]
 
@@ -44,7 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# Sub-commands that run Locust/gevent: patch before grpc, ssl or threads are imported.
+GEVENT_COMMANDS = {"run", "controller", "worker"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if GEVENT_COMMANDS & set(words[:3]):
+        from gevent import monkey
+
+        monkey.patch_all()
     ap = build_parser()
     args = ap.parse_args(argv)
     logging.basicConfig(

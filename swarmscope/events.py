@@ -51,6 +51,11 @@ class RunEvents:
             "point_started",
             "run: RunInfo, point: PointInfo — a sweep point (e.g. a node count) begins.",
         )
+        self.window_opening = EventHook(
+            "window_opening",
+            "run: RunInfo, window: WindowInfo — before probes are told; a listener may set "
+            "window.traceparent (the OTel listener does), which the probes then continue.",
+        )
         self.window_opened = EventHook(
             "window_opened",
             "run: RunInfo, window: WindowInfo — probes took their opening snapshot.",
@@ -72,7 +77,11 @@ class RunEvents:
         )
         self.run_finished = EventHook(
             "run_finished",
-            "run: RunInfo, report: dict, run_dir: str — after the report is written.",
+            'run: RunInfo, status: str — "ok", "failed" or "interrupted"; fired before the report.',
+        )
+        self.report_written = EventHook(
+            "report_written",
+            "run: RunInfo, report: dict, run_dir: str — report.json and friends are on disk.",
         )
 
     def hooks(self) -> list[EventHook]:

@@ -1,0 +1,101 @@
+"""``swarmscope controller`` and ``swarmscope worker``: the Locust master and worker, with swarmscope.
+
+    swarmscope controller --scenario scenarios/exec_storm.yaml --grpc-port 7001 --metrics-port 9646
+    swarmscope worker --controller swarmscope-controller --locust-port 5557
+
+They run Locust itself (``locust -f <the scenario's locustfile> --master`` / ``--worker``) with
+the swarmscope options filled in, so the web UI, the headless flags and everything else Locust
+accepts still work: anything after ``--`` is passed to Locust unchanged. This is what the Helm
+chart runs; on one machine ``swarmscope run`` or plain ``locust -f`` are simpler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+from typing import Any
+
+SCENARIO_DIR = pathlib.Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def locustfile_for(kind: str) -> str:
+    path = SCENARIO_DIR / f"{kind}.py"
+    if not path.is_file():
+        from swarmscope.errors import SetupError
+
+        raise SetupError(f"no locustfile for scenario kind {kind!r} ({path})")
+    return str(path)
+
+
+def register(sub: Any) -> None:
+    c = sub.add_parser("controller", help="Locust master + probe fleet + metrics (cluster mode)")
+    c.add_argument("--scenario", required=True, help="scenario YAML")
+    c.add_argument("--locust-port", type=int, default=5557)
+    c.add_argument("--grpc-port", type=int, default=7001)
+    c.add_argument("--metrics-port", type=int, default=9646)
+    c.add_argument("--web-port", type=int, default=8089)
+    c.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
+    c.set_defaults(func=_controller)
+    w = sub.add_parser("worker", help="Locust worker with swarmscope's nodes (cluster mode)")
+    w.add_argument("--controller", required=True, help="controller host (the Locust master)")
+    w.add_argument("--locust-port", type=int, default=5557)
+    w.add_argument("--scenario", default=None, help="scenario YAML (for worker-side options)")
+    w.add_argument("--kind", default="exec_storm", help="scenario kind when no --scenario is given")
+    w.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
+    w.set_defaults(func=_worker)
+
+
+def _extra(args: argparse.Namespace) -> list[str]:
+    extra = list(args.locust_args)
+    return extra[1:] if extra and extra[0] == "--" else extra
+
+
+def _kind_of(path: str | None, default: str) -> str:
+    from swarmscope.controller.scenario import load_scenario
+
+    if not path:
+        return default
+    kind, _ = load_scenario(path, [])
+    return kind.name
+
+
+def _locust(argv: list[str], kind: str) -> int:
+    os.environ["SWARMSCOPE_SCENARIO_KIND"] = kind
+    import sys
+
+    from locust.main import main as locust_main
+
+    sys.argv = ["locust", *argv]
+    try:
+        locust_main()
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+def _controller(args: argparse.Namespace) -> int:
+    kind = _kind_of(args.scenario, "exec_storm")
+    argv = [
+        "-f", locustfile_for(kind), "--master", "--master-bind-port", str(args.locust_port),
+        "--web-port", str(args.web_port), "--ss-scenario-file", args.scenario,
+        "--ss-grpc-bind", f"0.0.0.0:{args.grpc_port}", "--ss-probe", "external",
+        "--ss-metrics-port", str(args.metrics_port), *_extra(args),
+    ]  # fmt: skip
+    return _locust(argv, kind)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    kind = _kind_of(args.scenario, args.kind)
+    argv = [
+        "-f",
+        locustfile_for(kind),
+        "--worker",
+        "--master-host",
+        args.controller,
+        "--master-port",
+        str(args.locust_port),
+    ]
+    if args.scenario:
+        argv += ["--ss-scenario-file", args.scenario]
+    return _locust([*argv, *_extra(args)], kind)

@@ -1,0 +1,89 @@
+"""Reconciliation: three numbers per node per window, and the flags that keep a run honest.
+
+    result = reconcile(window, metric="exec", generated={"n1": {...}}, readings=[...],
+                       tracer=tracer_result, missing_probes=[])
+
+generated ≠ kernel means the harness is wrong, and the result says so loudly
+(``harness-mismatch``); a node whose worker, probe or tracer said nothing is kept with the
+missing source named — never dropped, never zero-filled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swarmscope.controller.model import IterationResult, NodeCount, ProbeReading, WindowInfo
+
+
+def reconcile(
+    window: WindowInfo,
+    point: int,
+    params: dict[str, Any],
+    metric: str,
+    generated: dict[str, dict[str, Any]],
+    readings: list[ProbeReading],
+    tracer: Any | None = None,
+    missing_probes: list[str] | None = None,
+) -> IterationResult:
+    by_node: dict[str, list[ProbeReading]] = {}
+    for r in readings:
+        by_node.setdefault(r.node, []).append(r)
+    per_node: list[NodeCount] = []
+    flags: list[str] = []
+    for node in window.nodes:
+        missing: list[str] = []
+        gen = generated.get(node)
+        g = int(gen["generated"]) if gen is not None else None
+        if gen is None:
+            missing.append("worker")
+        rs = [r for r in by_node.get(node, []) if metric in r.counters]
+        k = sum(int(r.counters[metric]) for r in rs) if rs else None
+        if not rs:
+            missing.append("probe")
+        errs = [r.error for r in by_node.get(node, []) if r.error]
+        rep: int | None = None
+        if tracer is not None:
+            if tracer.error:
+                missing.append("tracer")
+            else:
+                rep = int(tracer.per_node.get(node, 0))
+        nc = NodeCount(
+            node=node,
+            generated=g,
+            kernel=k,
+            reported=rep,
+            missing=missing,
+            rate=float(gen["rate"]) if gen is not None and gen.get("rate") is not None else None,
+        )
+        per_node.append(nc)
+        if nc.harness_ok is False:
+            flags.append(f"harness-mismatch:{node}")
+        if missing:
+            flags.append(f"missing:{node}:{','.join(missing)}")
+        for e in errs:
+            flags.append(f"probe-error:{node}:{e}")
+        if gen is not None and gen.get("errors"):
+            flags.append(f"worker-error:{node}:{gen['errors'][0]}")
+    extra: dict[str, Any] = {}
+    if missing_probes:
+        extra["missing_probes"] = list(missing_probes)
+    if tracer is not None:
+        extra["tracer"] = {
+            "lines": tracer.lines,
+            "unattributed": tracer.unattributed,
+            "warnings": list(tracer.warnings)[:20],
+            "error": tracer.error,
+        }
+    return IterationResult(
+        run_id=window.run_id,
+        point=point,
+        params=dict(params),
+        iteration=window.iteration,
+        window_id=window.window_id,
+        started_ns=window.opened_ns,
+        ended_ns=window.closed_ns,
+        per_node=per_node,
+        tracer_lost=(tracer.lost if tracer is not None else None),
+        flags=flags,
+        extra=extra,
+    )

@@ -1,0 +1,12 @@
+"""Exec storm locustfile: ``locust -f scenarios/exec_storm.py --headless -u 4 -r 4 -t 10s`` (as root).
+
+Every user bursts exec() of a tiny static binary on its node (a simulated node = a cgroup v2
+child on one machine; the real node in a cluster). At test stop swarmscope prints, per node,
+what the workers generated, what the kernel counted and what the tracer under test reported
+(``--ss-tracer bpftrace``). Options: ``locust -f scenarios/exec_storm.py --help`` (``--ss-*``).
+"""
+
+from swarmscope.controller import plugin  # noqa: F401  (registers swarmscope's Locust hooks)
+from swarmscope.workers.exec_user import ExecStormUser
+
+__all__ = ["ExecStormUser"]

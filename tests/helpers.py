@@ -1,0 +1,39 @@
+"""Shared test helpers: run the CLI as a subprocess, read reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(sys.executable).parent
+
+
+def run_cli(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "swarmscope"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def only_run_dir(out: pathlib.Path) -> pathlib.Path:
+    dirs = [d for d in out.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, f"expected one run dir in {out}, found {dirs}"
+    return dirs[0]
+
+
+def load_report(run_dir: pathlib.Path) -> dict:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0

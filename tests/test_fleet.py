@@ -1,0 +1,105 @@
+"""The probe fleet over real gRPC: authentication both ways, windows, missing probes."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from swarmscope import auth
+from swarmscope.controller.fleet import Fleet
+from swarmscope.errors import FleetError
+from swarmscope.v1 import probe_pb2 as pb
+from swarmscope.v1 import probe_pb2_grpc as pb_grpc
+from tests.fakeprobe import FakeProbe
+
+
+@pytest.fixture
+def fleet():
+    f = Fleet(token="secret-token", liveness_s=2.0)
+    f.start()
+    yield f
+    f.stop()
+
+
+def nodes(*names: str) -> list[pb.NodeInfo]:
+    return [pb.NodeInfo(name=n, cgroup_id=i + 100) for i, n in enumerate(names)]
+
+
+def test_window_roundtrip(fleet: Fleet) -> None:
+    a = FakeProbe(fleet.address, "secret-token", "host-a", {"exec": 11}).start()
+    b = FakeProbe(fleet.address, "secret-token", "host-b", {"exec": 5}).start()
+    fleet.wait_for_probes(2, timeout_s=10)
+    problems = fleet.open_window(
+        "r1", "w1", {"host-a": nodes("n1", "n2"), "host-b": nodes("n3")}, programs=["x"]
+    )
+    assert problems == {}
+    readings, missing = fleet.close_window("r1", "w1", timeout_s=10)
+    assert missing == []
+    got = {r.node: r.counters["exec"] for r in readings}
+    assert got == {"n1": 11, "n2": 11, "n3": 5}
+    a.stop()
+    b.stop()
+
+
+def test_wrong_token_is_rejected(fleet: Fleet) -> None:
+    p = FakeProbe(fleet.address, "not-the-token", "host-x")
+    with pytest.raises(grpc.RpcError) as ei:
+        p.register()
+    assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_controller_proof_checks_token(fleet: Fleet) -> None:
+    ch = grpc.insecure_channel(fleet.address)
+    stub = pb_grpc.ProbeControlStub(ch)
+    nonce = auth.new_nonce()
+    reply = stub.Register(
+        pb.RegisterRequest(probe_id="p", hostname="h", nonce=nonce),
+        metadata=[(auth.TOKEN_HEADER, "secret-token")],
+    )
+    assert auth.verify("secret-token", nonce, reply.proof)
+    assert not auth.verify("other-token", nonce, reply.proof)
+    ch.close()
+
+
+def test_silent_probe_is_reported_missing_and_others_kept(fleet: Fleet) -> None:
+    a = FakeProbe(fleet.address, "secret-token", "host-a").start()
+    b = FakeProbe(fleet.address, "secret-token", "host-b").start()
+    fleet.wait_for_probes(2, timeout_s=10)
+    fleet.open_window("r1", "w2", {"host-a": nodes("n1"), "host-b": nodes("n2")})
+    b.silent = True
+    t0 = time.monotonic()
+    readings, missing = fleet.close_window("r1", "w2", timeout_s=1.5)
+    assert time.monotonic() - t0 < 5
+    assert [r.node for r in readings] == ["n1"]
+    assert missing == ["fake-host-b@host-b"]
+    a.stop()
+    b.stop()
+
+
+def test_dead_probe_detected_without_waiting_full_timeout(fleet: Fleet) -> None:
+    a = FakeProbe(fleet.address, "secret-token", "host-a").start()
+    b = FakeProbe(fleet.address, "secret-token", "host-b").start()
+    fleet.wait_for_probes(2, timeout_s=10)
+    fleet.open_window("r1", "w3", {"host-a": nodes("n1"), "host-b": nodes("n2")})
+    b.silent = True
+    b.stop()  # the stream ends: the fleet marks it disconnected
+    readings, missing = fleet.close_window("r1", "w3", timeout_s=20)
+    assert [r.node for r in readings] == ["n1"] and len(missing) == 1
+    a.stop()
+
+
+def test_open_window_without_probe_for_host_reports_it(fleet: Fleet) -> None:
+    a = FakeProbe(fleet.address, "secret-token", "host-a").start()
+    fleet.wait_for_probes(1, timeout_s=10)
+    problems = fleet.open_window("r1", "w4", {"nowhere": nodes("n1"), "host-a": nodes("n2")})
+    assert problems == {"nowhere": "no live probe"}
+    readings, missing = fleet.close_window("r1", "w4", timeout_s=5)
+    assert [r.node for r in readings] == ["n2"] and missing == []
+    a.stop()
+
+
+def test_wait_for_probes_times_out_with_hint(fleet: Fleet) -> None:
+    with pytest.raises(FleetError, match="swarmscope probe --controller"):
+        fleet.wait_for_probes(1, timeout_s=0.3)

@@ -1,0 +1,139 @@
+"""The exec storm end to end on this machine: real probe process, real BPF, real bursts.
+
+`swarmscope run` and plain `locust -f` (single process, and --master/--worker) must give
+generated == kernel exactly for every node and iteration, a report, a trace and a store.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sqlite3
+import subprocess
+
+import pytest
+
+from tests.helpers import BIN, ROOT, is_root, load_report, only_run_dir, run_cli
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.bpf,
+    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
+]
+
+
+def assert_exact(report: dict) -> int:
+    total = 0
+    for point in report["points"]:
+        for it in point["iterations"]:
+            for n in it["per_node"]:
+                assert n["generated"] is not None and n["kernel"] is not None, n
+                assert n["generated"] == n["kernel"], f"harness mismatch {n}"
+                assert n["generated"] > 0, n
+                total += n["generated"]
+    return total
+
+
+def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = run_cli(
+        "run", "scenarios/exec_storm.yaml", "--set", "nodes=1,2", "--set", "iterations=3",
+        "--set", "burst_s=0.3", "--set", "pause_s=0", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    rep = load_report(run_dir)
+    assert rep["scenario"] == "exec_storm" and rep["metric"] == "exec"
+    assert [pt["nodes"] for pt in rep["points"]] == [1, 2]
+    assert [len(pt["iterations"]) for pt in rep["points"]] == [3, 3]
+    assert [len(pt["iterations"][0]["per_node"]) for pt in rep["points"]] == [1, 2]
+    assert assert_exact(rep) > 100
+    for pt in rep["points"]:
+        for it in pt["iterations"]:
+            assert it["reported"] is None and it["loss_ratio"] is None
+        assert pt["summary"]["kernel"]["p50"] > 0
+    assert re.fullmatch(r"[0-9a-f]{32}", rep["trace_id"]) and rep["trace_id"] != "0" * 32
+    # the trace: run -> point -> iteration -> window/load spans, counts as attributes
+    trace = json.loads((run_dir / "trace.json").read_text())
+    spans = {s["span_id"]: s for s in trace["spans"]}
+    assert trace["trace_id"] == rep["trace_id"]
+    windows = [s for s in spans.values() if s["name"].startswith("window ")]
+    assert len(windows) == 3 * 1 + 3 * 2
+    for w in windows:
+        it = spans[w["parent_span_id"]]
+        assert it["name"].startswith("iteration ")
+        assert spans[it["parent_span_id"]]["name"].startswith("point ")
+        assert w["attributes"]["swarmscope.generated"] == w["attributes"]["swarmscope.kernel"]
+    # the store has the run
+    db = sqlite3.connect(out / "swarmscope.sqlite")
+    assert db.execute("select count(*) from runs").fetchone()[0] == 1
+    assert (run_dir / "report.html").stat().st_size > 1000
+    assert list(run_dir.glob("*.png"))
+
+
+def test_swarmscope_run_with_bpftrace(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = run_cli(
+        "run", "scenarios/exec_storm.yaml", "--set", "nodes=2", "--set", "iterations=2",
+        "--set", "burst_s=0.5", "--set", "tracer=bpftrace", "--set", "pause_s=0", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert_exact(rep)
+    for it in rep["points"][0]["iterations"]:
+        assert it["reported"] is not None
+        assert it["reported"] <= it["kernel"]
+        # unstalled, bpftrace keeps up at this rate; if it ever drops, it must say so
+        assert it["reported"] == it["kernel"] or (it["tracer_lost"] or 0) > 0, it
+
+
+def test_bad_scenario_lists_every_problem(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scenario: exec_storm\nnodes: [0, x]\niterations: -1\nburst_s: forever\ncolour: red\n")
+    p = run_cli("run", str(bad), "--set", "concurrency=1000")
+    assert p.returncode == 2
+    for key in ("nodes", "iterations", "burst_s", "colour", "concurrency"):
+        assert f": {key}: " in p.stderr, (key, p.stderr)
+    assert "Traceback" not in p.stderr
+
+
+def _locust(*args: str, timeout: float = 120) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_locust_headless(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = _locust("--headless", "-u", "4", "-r", "4", "-t", "4s", "--ss-out", str(out), "--ss-burst-s", "0.5")
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 0, stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert len(rep["points"]) == 1 and len(rep["points"][0]["iterations"]) == 1
+    assert len(rep["points"][0]["iterations"][0]["per_node"]) == 2
+    assert_exact(rep)
+    assert "EXEC" in stdout + stderr  # Locust's own stats table has the bursts
+
+
+def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    master = _locust(
+        "--master", "--headless", "-u", "2", "-r", "2", "-t", "4s", "--expect-workers", "1",
+        "--master-bind-host", "127.0.0.1", "--master-bind-port", "15557",
+        "--ss-out", str(out), "--ss-burst-s", "0.5",
+    )  # fmt: skip
+    worker = _locust("--worker", "--master-host", "127.0.0.1", "--master-port", "15557", "--ss-nodes", "2")
+    try:
+        _, mstderr = master.communicate(timeout=150)
+    finally:
+        worker.kill()
+        worker.communicate(timeout=30)
+    assert master.returncode == 0, mstderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert len(rep["points"][0]["iterations"][0]["per_node"]) == 2
+    assert_exact(rep)

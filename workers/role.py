@@ -1,0 +1,194 @@
+"""The worker role: the nodes this Locust process drives, and what it generated on each.
+
+    role = WorkerRole.create(options)          # made once per process by swarmscope.roles
+    role.nodes                                 # [SimNode("n1", ...), ...] or [the real node]
+    result = role.burst(window_id, ["n1"], duration_s=1.0, concurrency=2)
+
+Locally a node is a cgroup v2 child (a *simulated node*); in a cluster it is the real node the
+worker runs on (``NODE_NAME``). Generated counts are exact: every burst's helper reports how many
+execs really succeeded, and bursts still in flight when a test stops are stopped and waited for
+before the totals are sent, so nothing generated is dropped from the count.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmscope.errors import LoadGenError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeTally:
+    generated: int = 0
+    failed: int = 0
+    elapsed_s: float = 0.0
+    bursts: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, result: Any) -> None:
+        self.generated += int(result.execs)
+        self.failed += int(result.failed)
+        self.elapsed_s = max(self.elapsed_s, float(result.elapsed_s))
+        self.bursts += 1
+
+    def to_msg(self) -> dict[str, Any]:
+        rate = self.generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return {
+            "generated": self.generated,
+            "failed": self.failed,
+            "elapsed_s": self.elapsed_s,
+            "rate": rate,
+            "bursts": self.bursts,
+            "errors": self.errors[:5],
+        }
+
+
+def node_host() -> str:
+    """The machine a node lives on: NODE_NAME in a cluster, else the hostname."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+class WorkerRole:
+    """Owns this process's nodes, running bursts and the per-window tallies."""
+
+    def __init__(self, nodes: list[Any], tools: Any, group: str | None, pids_max: int, max_execs: int):
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        self.tools = tools
+        self.group = group  # sim-node cgroup group, None for the real node
+        self.pids_max = pids_max
+        self.max_execs = max_execs
+        self.host = node_host()
+        self._lock = threading.Lock()
+        self._tallies: dict[str, dict[str, NodeTally]] = {}
+        self._inflight: dict[int, tuple[str, str, Any]] = {}  # id(handle) -> (window, node, handle)
+        self._next_user = 0
+        self.current_window = ""  # free-running tests: the window users' bursts count into
+
+    @classmethod
+    def create(
+        cls, sim_nodes: int, group: str, pids_max: int = 256, max_execs: int = 2_000_000, prefix: str = ""
+    ) -> WorkerRole:
+        """Simulated nodes <prefix>n1..nN when ``sim_nodes`` > 0, else the real node (cluster mode)."""
+        from swarmscope.workers import native, nodes
+
+        tools = native.ensure_built()
+        if sim_nodes > 0:
+            names = [f"{prefix}n{i + 1}" for i in range(sim_nodes)]
+            made = nodes.create_sim_nodes(group, names, pids_max=pids_max)
+            return cls(made, tools, group, pids_max, max_execs)
+        return cls([nodes.host_node()], tools, None, pids_max, max_execs)
+
+    def close(self) -> None:
+        self.stop_inflight()
+        if self.group is not None:
+            from swarmscope.workers import nodes
+
+            nodes.destroy_sim_nodes(self.group)
+
+    # -- node description sent to the controller -------------------------------------------
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": n.name,
+                "host": self.host,
+                "cgroup_id": int(n.cgroup_id),
+                "cgroup_path": str(n.cgroup_path or ""),
+                "comm": self.comm(n.name),
+            }
+            for n in self.nodes
+        ]
+
+    @staticmethod
+    def comm(node: str) -> str:
+        """argv0 of the execs of ``node`` so tracers that print only comm can attribute them."""
+        return f"ss-{node}"[:15]
+
+    def next_node(self) -> Any:
+        """Round-robin node for a newly spawned user."""
+        with self._lock:
+            n = self.nodes[self._next_user % len(self.nodes)]
+            self._next_user += 1
+            return n
+
+    # -- bursts ---------------------------------------------------------------------------
+    def start(self, window_id: str, node: Any, duration_s: float, concurrency: int) -> Any:
+        from swarmscope.workers import exec_storm
+
+        handle = exec_storm.start_burst(
+            self.tools,
+            node,
+            duration_s=duration_s,
+            concurrency=concurrency,
+            max_execs=self.max_execs,
+            argv0=self.comm(node.name),
+        )
+        with self._lock:
+            self._inflight[id(handle)] = (window_id, node.name, handle)
+        return handle
+
+    def finish(self, handle: Any) -> Any:
+        """Wait for a burst and add it to its window's tally (exactly once per handle)."""
+        try:
+            result = handle.wait()
+        except LoadGenError as e:
+            with self._lock:
+                entry = self._inflight.pop(id(handle), None)
+                if entry:
+                    self._tally(entry[0], entry[1]).errors.append(str(e))
+            raise
+        with self._lock:
+            entry = self._inflight.pop(id(handle), None)
+            if entry is not None:
+                self._tally(entry[0], entry[1]).add(result)
+        return result
+
+    def burst(
+        self, window_id: str, node_names: list[str], duration_s: float, concurrency: int
+    ) -> dict[str, Any]:
+        """Burst on every listed node this process owns, concurrently; return the window's tally."""
+        import gevent
+
+        mine = [self.by_name[n] for n in node_names if n in self.by_name]
+        handles = []
+        for node in mine:
+            try:
+                handles.append(self.start(window_id, node, duration_s, concurrency))
+            except LoadGenError as e:
+                with self._lock:
+                    self._tally(window_id, node.name).errors.append(str(e))
+        jobs = [gevent.spawn(self.finish, h) for h in handles]
+        gevent.joinall(jobs, raise_error=False)
+        for j in jobs:
+            if j.exception is not None and not isinstance(j.exception, LoadGenError):
+                log.error("burst failed: %s", j.exception)
+        return self.take(window_id, [n.name for n in mine])
+
+    def stop_inflight(self, window_id: str | None = None) -> None:
+        """Stop bursts still running (test stop) and count what they generated."""
+        with self._lock:
+            entries = [e for e in self._inflight.values() if window_id is None or e[0] == window_id]
+        for _, _, h in entries:
+            h.stop()
+        for _, _, h in entries:
+            try:
+                self.finish(h)
+            except LoadGenError as e:
+                log.error("stopping a burst failed: %s", e)
+
+    def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
+        """Remove and return ``{node: tally}`` for a window (nodes with no burst report zero)."""
+        with self._lock:
+            tallies = self._tallies.pop(window_id, {})
+        names = node_names if node_names is not None else [n.name for n in self.nodes]
+        return {n: tallies.get(n, NodeTally()).to_msg() for n in names}
+
+    def _tally(self, window_id: str, node: str) -> NodeTally:
+        return self._tallies.setdefault(window_id, {}).setdefault(node, NodeTally())
