@@ -72,7 +72,9 @@ class RunEvents:
         )
         self.run_finished = EventHook(
             "run_finished",
-            "run: RunInfo, report: dict, run_dir: str — after the report is written.",
+            'run: RunInfo, status: str ("ok" | "failed" | "interrupted") — the run ended; the '
+            "store records the status, then the report listener (if attached after it) writes "
+            "the report.",
         )
 
     def hooks(self) -> list[EventHook]:
