@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 # One colour per number, the same in every plot and in the HTML.
 COLORS = {"generated": "#4c72b0", "kernel": "#2a9d55", "reported": "#dd5a2b"}
@@ -54,9 +55,11 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
     x = list(range(1, len(its) + 1))
     fig = Figure(figsize=(8, 4))
     ax = fig.add_subplot()
-    styles = {"generated": ("--", "o"), "kernel": ("-", "s"), "reported": (":", "^")}
+    # generated and kernel usually coincide: a big hollow marker under a small filled one
+    # keeps both visible.
+    styles = {"generated": ("--", "o", 8), "kernel": ("-", "s", 4), "reported": (":", "^", 5)}
     drawn = 0
-    for name, (ls, marker) in styles.items():
+    for name, (ls, marker, size) in styles.items():
         ys = [it.get(name) for it in its]
         if all(y is None for y in ys):
             continue
@@ -66,7 +69,8 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
             [float("nan") if y is None else y for y in ys],
             linestyle=ls,
             marker=marker,
-            markersize=4,
+            markersize=size,
+            markerfacecolor="none" if name == "generated" else COLORS[name],
             color=COLORS[name],
             label=name,
         )
@@ -74,6 +78,7 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
     if not drawn:
         return None
     ax.set_xlabel("iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"{metric} per window")
     ax.set_title(f"{point_label(point)}: generated / kernel / reported")
     ax.set_ylim(bottom=0)
@@ -118,7 +123,7 @@ def per_node_plot(point: dict[str, Any], metric: str) -> Plot | None:
     if not series:
         return None
     width = 0.8 / len(series)
-    fig = Figure(figsize=(max(6.0, 0.6 * len(names) * len(series) + 2), 4))
+    fig = Figure(figsize=(min(14.0, max(7.0, 0.4 * len(names) * len(series) + 2)), 4))
     ax = fig.add_subplot()
     for i, key in enumerate(series):
         ax.bar(
@@ -131,10 +136,11 @@ def per_node_plot(point: dict[str, Any], metric: str) -> Plot | None:
     ax.set_xticks(range(len(names)))
     many = len(names) > 6
     ax.set_xticklabels(names, rotation=45 if many else 0, ha="right" if many else "center")
-    ax.set_ylabel(f"{metric}, all iterations")
+    ax.set_ylabel(f"{metric}, sum over iterations")
     ax.set_title(f"{point_label(point)}: per node")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.15)  # room for the legend above the bars
+    ax.legend(loc="upper right", ncol=len(series))
     fig.tight_layout()
     return Plot(f"point{point['index']}_per_node.png", f"{point_label(point)} per node", figure_png(fig))
 

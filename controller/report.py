@@ -230,13 +230,17 @@ def _img(plot: Plot) -> str:
     return f'<figure><img alt="{_e(plot.title)}" src="data:image/png;base64,{data}"></figure>'
 
 
+def _plain(v: Any) -> str:
+    return "/".join(str(x) for x in v) if isinstance(v, list) else str(v)
+
+
 def _flags_html(flags: list[dict[str, Any]], limit: int = 20) -> str:
     if not flags:
         return ""
     items = []
     for f in flags:
         where = f.get("where") or []
-        detail = "; ".join(", ".join(f"{k}={v}" for k, v in w.items()) for w in where[:limit])
+        detail = "; ".join(", ".join(f"{k}={_plain(v)}" for k, v in w.items()) for w in where[:limit])
         if len(where) > limit:
             detail += f"; … {len(where) - limit} more"
         items.append(
@@ -275,11 +279,21 @@ def _summary_table(report: dict[str, Any]) -> str:
     return f'<table class="summary">{head}{"".join(body)}</table>'
 
 
+class Red(str):
+    """A table cell shown in red (a flag)."""
+
+
 def _table(headers: list[str], rows: list[list[Any]], cls: str = "") -> str:
-    head = "".join(f'<th class="{"l" if i == 0 else ""}">{_e(h)}</th>' for i, h in enumerate(headers))
+    """A table whose first column is left-aligned (a name) and the rest right (numbers)."""
+
+    def cell(tag: str, i: int, v: Any) -> str:
+        classes = " ".join(c for c in ("l" if i == 0 else "", "flag" if isinstance(v, Red) else "") if c)
+        return f'<{tag} class="{classes}">{_e(v)}</{tag}>' if classes else f"<{tag}>{_e(v)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(headers))
 
     def row(r: list[Any]) -> str:
-        return "".join(f'<td class="{"l" if i == 0 else ""}">{_e(c)}</td>' for i, c in enumerate(r))
+        return "".join(cell("td", i, c) for i, c in enumerate(r))
 
     body = "".join(f"<tr>{row(r)}</tr>" for r in rows)
     return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
@@ -347,8 +361,8 @@ def render_html(
                 _n(n["kernel"]),
                 _n(n["reported"]),
                 _pct(n["loss_ratio"]),
-                n["mismatched_iterations"] or "",
-                n["missing_iterations"] or "",
+                Red(n["mismatched_iterations"]) if n["mismatched_iterations"] else "",
+                Red(n["missing_iterations"]) if n["missing_iterations"] else "",
             ]
             for n in p["per_node"]
         ]
@@ -365,7 +379,7 @@ def render_html(
                 _n(it["reported"]),
                 _pct(it["loss_ratio"]),
                 _n(it["tracer_lost"]),
-                ", ".join(it["flags"]),
+                Red(", ".join(it["flags"])),
             ]
             for i, it in enumerate(p["iterations"])
         ]
