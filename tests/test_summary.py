@@ -72,9 +72,9 @@ def test_point_summary_and_flags() -> None:
         "max": 260,
     }
     assert s["summary"]["kernel"]["mean"] == 181.5
-    # loss per iteration: 1 - 130/100 = -0.3 (b's reported counts without its kernel: the
-    # iteration-level numbers are exactly IterationResult.loss_ratio), 1 - 210/263
-    assert s["summary"]["loss_ratio"]["min"] == pytest.approx(-0.3)
+    # loss per iteration over nodes with both numbers: 1 - 90/100 (b has no kernel), 1 - 210/263
+    assert results[0].loss_ratio == pytest.approx(0.1)
+    assert s["summary"]["loss_ratio"]["min"] == pytest.approx(0.1)
     assert s["summary"]["loss_ratio"]["max"] == pytest.approx(1 - 210 / 263)
     # totals' loss only over node-iterations that have both numbers: (90+150+60)/(100+203+60)
     assert s["totals"]["loss_ratio"] == pytest.approx(1 - 300 / 363)
