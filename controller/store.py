@@ -248,7 +248,7 @@ class ResultStore:
         self.save_run(run)
 
     def _on_point_started(self, *, run: RunInfo, point: PointInfo, **_: Any) -> None:
-        self.save_point(run.run_id, point)
+        self.save_point(run.run_id, point, started_ns=time.time_ns())
 
     def _on_window_closed(
         self,
