@@ -9,7 +9,8 @@ Plots (only those the data supports are made):
   iterations (x = iteration 1..N): the exec-storm figure, for any metric;
 - ``loss_vs_nodes.png`` — loss % (mean, with min..max bars) against the node count, across
   points that have a node count and a reported number;
-- ``point<i>_per_node.png`` — per point with more than one node, each node's totals as bars.
+- ``point<i>_per_node.png`` — per point with more than one node, each node's totals (bars up
+  to 16 nodes, marker lines beyond).
 
 Caveat: figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so plotting is
 safe in a long-lived controller and never opens a window; importing matplotlib costs ~0.5 s,
@@ -27,6 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 # One colour per number, the same in every plot and in the HTML.
 COLORS = {"generated": "#4c72b0", "kernel": "#2a9d55", "reported": "#dd5a2b"}
+BAR_NODES = 16  # up to this many nodes the per-node plot is grouped bars, beyond it lines
 
 
 @dataclass
@@ -122,20 +124,34 @@ def per_node_plot(point: dict[str, Any], metric: str) -> Plot | None:
     series = [k for k in ("generated", "kernel", "reported") if any(n.get(k) is not None for n in nodes)]
     if not series:
         return None
-    width = 0.8 / len(series)
-    fig = Figure(figsize=(min(14.0, max(7.0, 0.4 * len(names) * len(series) + 2)), 4))
-    ax = fig.add_subplot()
-    for i, key in enumerate(series):
-        ax.bar(
-            [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))],
-            [n.get(key) or 0 for n in nodes],
-            width=width,
-            color=COLORS[key],
-            label=key,
-        )
-    ax.set_xticks(range(len(names)))
-    many = len(names) > 6
-    ax.set_xticklabels(names, rotation=45 if many else 0, ha="right" if many else "center")
+    xs = list(range(len(names)))
+    if len(names) <= BAR_NODES:
+        width = 0.8 / len(series)
+        fig = Figure(figsize=(min(14.0, max(7.0, 0.4 * len(names) * len(series) + 2)), 4))
+        ax = fig.add_subplot()
+        for i, key in enumerate(series):
+            ax.bar(
+                [j + (i - (len(series) - 1) / 2) * width for j in xs],
+                [n.get(key) or 0 for n in nodes],
+                width=width,
+                color=COLORS[key],
+                label=key,
+            )
+        ax.set_xticks(xs)
+        many = len(names) > 6
+        ax.set_xticklabels(names, rotation=45 if many else 0, ha="right" if many else "center")
+    else:
+        # Too many nodes for readable bars: one marker line per number, every k-th name shown.
+        fig = Figure(figsize=(12, 4))
+        ax = fig.add_subplot()
+        for key in series:
+            ys = [float("nan") if n.get(key) is None else n[key] for n in nodes]
+            ax.plot(xs, ys, marker=".", linestyle="-", linewidth=0.8, color=COLORS[key], label=key)
+        step = max(1, len(names) // 32)
+        ax.set_xticks(xs[::step])
+        ax.set_xticklabels(names[::step], rotation=90, fontsize=7)
+        ax.set_xlim(-0.5, len(names) - 0.5)
+        ax.set_ylim(bottom=0)
     ax.set_ylabel(f"{metric}, sum over iterations")
     ax.set_title(f"{point_label(point)}: per node")
     ax.grid(True, axis="y", alpha=0.3)

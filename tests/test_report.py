@@ -189,3 +189,13 @@ def test_report_writer_listener(tmp_path: Path) -> None:
     r = json.loads((Path(run_dir) / "report.json").read_text())
     assert r["status"] == "ok" and r["finished"]  # the store saw run_finished first
     assert printed and printed[0].startswith(f"swarmscope run {RUN_ID}")
+
+
+def test_per_node_plot_many_nodes() -> None:
+    from swarmscope.controller.plots import per_node_plot
+
+    nodes = [{"node": f"node-{i}", "generated": 100, "kernel": 100, "reported": None} for i in range(40)]
+    plot = per_node_plot({"index": 3, "params": {"nodes": 40}, "per_node": nodes}, "exec")
+    assert plot is not None and plot.filename == "point3_per_node.png"
+    assert plot.png[:8] == b"\x89PNG\r\n\x1a\n" and len(plot.png) > 10_000
+    assert per_node_plot({"index": 0, "params": {}, "per_node": nodes[:1]}, "exec") is None
