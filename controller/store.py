@@ -22,6 +22,7 @@ events; other processes may read the file (``swarmscope report``) while a run wr
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -159,9 +160,26 @@ def run_dir_for(out_dir: str | os.PathLike[str], run_id: str) -> str:
     return os.path.join(os.fspath(out_dir), run_id)
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: Any, strict: bool = False) -> str:
     # sort_keys: the stored text is stable, so two stores of the same run compare equal.
-    return json.dumps(value, sort_keys=True, allow_nan=False)
+    # Not strict (config, params, extra): a Path or enum becomes its str() rather than losing
+    # the whole event; sections are strict so their author hears about it.
+    if strict:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False, default=str)
+    except ValueError:  # NaN/inf (a 0/0 rate): stored as null, report.json stays valid JSON
+        return json.dumps(_finite(value), sort_keys=True, allow_nan=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 @dataclass
@@ -400,7 +418,7 @@ class ResultStore:
         if name in RESERVED_SECTION_NAMES or not name:
             raise ResultsError(f"section name {name!r} is reserved by report.json; pick another")
         try:
-            text = _dumps(data)
+            text = _dumps(data, strict=True)
         except (TypeError, ValueError) as e:
             raise ResultsError(f"section {name!r} is not JSON-serialisable: {e}") from e
         with self._tx() as db:

@@ -54,6 +54,19 @@ def test_round_trip_through_events(tmp_path: Path) -> None:
         assert wins[0][0].traceparent.startswith("00-4bf92f35")
 
 
+def test_odd_config_values_do_not_lose_the_run(tmp_path: Path) -> None:
+    run = make_run()
+    run.config["out"] = tmp_path  # a Path, as a CLI layer might leave it
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        store.save_run(run)
+        assert store.load_run(run.run_id).run.config["out"] == str(tmp_path)
+        _, windows = next(sweep(run))
+        result = windows[0][3]
+        result.extra = {"ratio": float("nan"), "ok": [1.5, float("inf")]}
+        store.save_iteration(result)
+        assert store.load_run(run.run_id).results[0].extra == {"ratio": None, "ok": [1.5, None]}
+
+
 def test_no_tracer_reported_is_null(tmp_path: Path) -> None:
     run = make_run(tracer=False)
     events = RunEvents()
