@@ -123,7 +123,10 @@ class IterationResult:
 
     @property
     def loss_ratio(self) -> float | None:
-        return loss_ratio(self.reported, self.kernel)
+        """Over the nodes that have both numbers: a node whose tracer (or probe) reading is
+        missing is flagged "missing", not counted as events lost."""
+        both = [n for n in self.per_node if n.reported is not None and n.kernel is not None]
+        return loss_ratio(_sum([n.reported for n in both]), _sum([n.kernel for n in both]))
 
     def to_json(self) -> dict[str, Any]:
         """The iteration as report.json documents it."""

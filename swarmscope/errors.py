@@ -63,3 +63,7 @@ class LoadGenError(SwarmscopeError):
 
 class TracerError(SwarmscopeError):
     """The tracer under test could not be started or read."""
+
+
+class ResultsError(SwarmscopeError):
+    """The results store could not be opened, read or written, or has no such run."""
