@@ -95,7 +95,9 @@ class BurstHandle:
         except subprocess.TimeoutExpired as e:
             self.proc.kill()
             self.proc.communicate()
-            raise LoadGenError(f"exec storm on node {self.node.name} did not finish within {limit:g} s") from e
+            raise LoadGenError(
+                f"exec storm on node {self.node.name} did not finish within {limit:g} s"
+            ) from e
         lines = [ln for ln in out.splitlines() if ln.strip()]
         try:
             d = json.loads(lines[-1])

@@ -81,7 +81,9 @@ def _writable_root() -> pathlib.Path:
             continue
         if os.access(root, os.W_OK | os.X_OK):
             return root
-    raise LoadGenError(f"no writable cache directory for native helpers (tried {', '.join(map(str, CACHE_ROOTS))})")
+    raise LoadGenError(
+        f"no writable cache directory for native helpers (tried {', '.join(map(str, CACHE_ROOTS))})"
+    )
 
 
 def build_cached(kind: str, targets: list[Target]) -> pathlib.Path:

@@ -66,7 +66,9 @@ def cgroup2_mount() -> pathlib.Path:
     """Where cgroup v2 is mounted (prefer the shortest path: the host's, not a nested one)."""
     paths = sorted((p for fs, p, _ in _mounts() if fs == "cgroup2"), key=len)
     if not paths:
-        raise LoadGenError("cgroup v2 is not mounted (needed to simulate nodes): mount -t cgroup2 none /sys/fs/cgroup")
+        raise LoadGenError(
+            "cgroup v2 is not mounted (needed to simulate nodes): mount -t cgroup2 none /sys/fs/cgroup"
+        )
     return pathlib.Path(paths[0])
 
 
@@ -78,7 +80,9 @@ def pids_v1_mount() -> pathlib.Path | None:
 
 def _check_name(kind: str, name: str) -> None:
     if not _NAME_RE.match(name):
-        raise LoadGenError(f"invalid {kind} name {name!r}: use 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'")
+        raise LoadGenError(
+            f"invalid {kind} name {name!r}: use 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'"
+        )
 
 
 def _proc_start(pid: int) -> str | None:
