@@ -179,12 +179,13 @@ def test_sim_nodes_pids_limit_and_cleanup(group: str) -> None:
 
 
 def test_pids_limit_is_enforced_by_the_kernel(tools: NativeTools, group: str) -> None:
-    (n,) = create_sim_nodes(group, ["tight"], pids_max=5)
-    with pytest.raises(LoadGenError, match=r"pids.max=5"):
-        check_bounds(n, 1.0, 3, 1000)
-    # Bypass our own check: the kernel must refuse the extra tasks (posix_spawn gets EAGAIN).
+    (n,) = create_sim_nodes(group, ["tight"], pids_max=7)
+    with pytest.raises(LoadGenError, match=r"pids.max=7"):
+        check_bounds(n, 1.0, 4, 1000)  # needs 1 + 4 threads + 4 children = 9 tasks
+    # Bypass our own check: main + 4 threads leave room for 2 children, so the kernel must
+    # refuse some forks (vfork or pthread_create gets EAGAIN; execstorm backs off and goes on).
     assert n.cgroup_path is not None and n.pids_path is not None
-    cmd = [tools.execstorm, "--binary", tools.tiny, "--concurrency", "8", "--duration-s", "0.3"]
+    cmd = [tools.execstorm, "--binary", tools.tiny, "--concurrency", "4", "--duration-s", "0.3"]
     r = subprocess.run(
         [*cmd, "--cgroup", str(n.cgroup_path), "--pids-cgroup", str(n.pids_path)],
         capture_output=True,
@@ -195,7 +196,8 @@ def test_pids_limit_is_enforced_by_the_kernel(tools: NativeTools, group: str) ->
     res = json.loads(r.stdout)
     events = (n.pids_path / "pids.events").read_text()
     assert int(events.split()[1]) > 0, events  # "max N": times the limit refused a fork
-    assert res["execs"] > 0
+    # The refusals hit either a spawner thread or a child (failed > 0); the storm goes on.
+    assert res["execs"] > 0, res
 
 
 def test_cleanup_stale_only_removes_dead_owners(group: str) -> None:
@@ -316,3 +318,21 @@ def test_burst_does_not_block_the_gevent_hub() -> None:
     assert d["execs"] > 0
     # 1 s of 10 ms sleeps: ~100 ticks when the hub runs freely; a blocked hub gives ~1.
     assert d["ticks"] >= 30, d
+
+
+@pytest.mark.bpf
+def test_bench_runs_and_reconciles() -> None:
+    """The bench itself (short): both paths exec, the probe's cost is measured, counts agree."""
+    bench = pathlib.Path(__file__).resolve().parent.parent / "bench" / "exec_storm.py"
+    r = subprocess.run(
+        [sys.executable, bench, "--rounds", "1", "--duration-s", "0.3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    d = json.loads(r.stdout)
+    assert d["worker_median"] > 100 and d["spawnloop_median"] > 100, d
+    p = d["probe"]
+    assert p["generated"] == p["kernel"] > 0, p
+    assert p["events"] >= p["kernel"] and 0 < p["ns_per_event"] < 100_000, p

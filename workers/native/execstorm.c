@@ -9,11 +9,13 @@
  * this process moves itself into first, so every child is counted under that cgroup id),
  * --pids-cgroup DIR (v1 pids controller dir, same move).
  *
- * How: C threads, each a posix_spawn + waitpid loop. glibc's posix_spawn is clone(CLONE_VM |
- * CLONE_VFORK): no page-table copy, only the calling thread waits for the exec, so C threads
- * keep C execs in flight. "execs" counts children that exited 0: the exec really happened
- * (when execve fails, glibc's child exits 127 and posix_spawn returns the error). Everything
- * else is "failed". SIGTERM/SIGINT stop the storm early; in-flight children are still reaped
+ * How: C threads, each a vfork + execve + waitpid loop. vfork shares the address space (no
+ * page-table copy) and suspends only the calling thread until the exec, so C threads keep C
+ * execs in flight. (glibc's posix_spawn does the same clone but adds a stack mmap and ~64
+ * sigaction calls per spawn: measured 10-40 % slower here.) The vfork child runs only async-
+ * signal-safe syscalls (sigprocmask, execve, _exit) and, like glibc's posix_spawn, reports a
+ * failed execve's errno through the shared memory. "execs" counts children that exited 0: the
+ * exec really happened (a failed execve exits 127). Everything else is "failed". SIGTERM/SIGINT stop the storm early; in-flight children are still reaped
  * and counted, and the JSON line is still printed (exactly one line, on stdout).
  *
  * Caveats: comm is the basename of the *path* exec'ed, not argv[0]; for --argv0 we exec
@@ -28,7 +30,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ extern char **environ;
 
 static const char *exec_path;
 static char *child_argv[2];
-static posix_spawnattr_t spawn_attr;
+static sigset_t child_mask; /* empty: children must not inherit our blocked stop signals */
 static long long max_execs = LLONG_MAX;
 static struct timespec deadline;
 
@@ -90,8 +91,18 @@ static void *spawner(void *arg)
     while (!atomic_load_explicit(&stop_flag, memory_order_relaxed) && !past(&deadline)) {
         if (atomic_fetch_add(&claimed, 1) >= max_execs)
             break;
-        pid_t pid;
-        int rc = posix_spawn(&pid, exec_path, NULL, &spawn_attr, child_argv, environ);
+        volatile int exec_err = 0; /* written by the vfork child, which shares our memory */
+        pid_t pid = vfork();
+        if (pid == 0) {
+            sigprocmask(SIG_SETMASK, &child_mask, NULL);
+            execve(exec_path, child_argv, environ);
+            exec_err = errno;
+            _exit(127);
+        }
+        int rc = pid < 0 ? errno : exec_err;
+        if (pid > 0 && rc != 0) /* execve failed: reap the child that exited 127 */
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
         if (rc != 0) {
             atomic_fetch_add(&n_failed, 1);
             if (rc == EAGAIN) { /* pids limit or RLIMIT_NPROC: back off a little, keep going */
@@ -205,16 +216,14 @@ int main(int argc, char **argv)
     if (cgroup)
         join_cgroup(cgroup);
 
-    /* Stop signals go to the main thread only (sigtimedwait); children get an empty mask. */
-    sigset_t stopset, empty;
+    /* Stop signals go to the main thread only (sigtimedwait, no handlers: nothing can run in
+     * a vfork child but its own code); children get an empty mask. */
+    sigset_t stopset;
     sigemptyset(&stopset);
     sigaddset(&stopset, SIGTERM);
     sigaddset(&stopset, SIGINT);
-    sigemptyset(&empty);
+    sigemptyset(&child_mask);
     pthread_sigmask(SIG_BLOCK, &stopset, NULL);
-    posix_spawnattr_init(&spawn_attr);
-    posix_spawnattr_setsigmask(&spawn_attr, &empty);
-    posix_spawnattr_setflags(&spawn_attr, POSIX_SPAWN_SETSIGMASK);
 
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -241,6 +250,8 @@ int main(int argc, char **argv)
     }
     if (started == 0)
         die("pthread_create", EAGAIN);
+    if (started < concurrency) /* e.g. the pids limit: fewer in flight, counts still exact */
+        fprintf(stderr, "execstorm: only %ld of %ld spawner threads started\n", started, concurrency);
 
     /* Wait for: a stop signal, the deadline, or every spawner done (max-execs, fatal error). */
     while (atomic_load(&running) > 0) {
