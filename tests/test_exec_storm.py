@@ -283,6 +283,19 @@ def test_early_stop_is_exact(tools: NativeTools, exec_bpf: Any, group: str) -> N
 
 
 @pytest.mark.bpf
+def test_stop_right_after_start_is_exact(tools: NativeTools, exec_bpf: Any, group: str) -> None:
+    """A stop racing the start (SIGTERM maybe before execstorm blocked it) still gives exact counts."""
+    (n,) = create_sim_nodes(group, ["racy"], pids_max=64)
+    for delay in (0.0, 0.0, 0.001, 0.003, 0.01):
+        before = kernel_counts(exec_bpf)
+        h = start_burst(tools, n, 30.0, 2, 1_000_000)
+        time.sleep(delay)
+        h.stop()
+        r = h.wait(timeout_s=10)
+        assert delta(before, kernel_counts(exec_bpf), n.cgroup_id) == r.execs, (delay, r)
+
+
+@pytest.mark.bpf
 def test_max_execs_cap_is_exact_in_the_kernel(tools: NativeTools, exec_bpf: Any, group: str) -> None:
     (n,) = create_sim_nodes(group, ["capped"], pids_max=64)
     before = kernel_counts(exec_bpf)
@@ -304,7 +317,7 @@ def ticker():
     while True:
         gevent.sleep(0.01); ticks += 1
 g = gevent.spawn(ticker)
-r = run_burst(ensure_built(), host_node(), 1.0, 2, 1_000_000)
+r = run_burst(ensure_built(), host_node(), 1.0, 1, 1_000_000)
 g.kill()
 print(json.dumps({"ticks": ticks, "execs": r.execs}))
 """
@@ -316,8 +329,9 @@ def test_burst_does_not_block_the_gevent_hub() -> None:
     )
     d = json.loads(r.stdout.splitlines()[-1])
     assert d["execs"] > 0
-    # 1 s of 10 ms sleeps: ~100 ticks when the hub runs freely; a blocked hub gives ~1.
-    assert d["ticks"] >= 30, d
+    # 1 s of 10 ms sleeps: ~100 ticks when the hub runs freely (fewer on a loaded machine);
+    # a hub blocked by the burst gives 0-1.
+    assert d["ticks"] >= 10, d
 
 
 @pytest.mark.bpf

@@ -77,9 +77,11 @@ class BurstHandle:
         self.proc = proc
         self.duration_s = duration_s
         self._result: BurstResult | None = None
+        self._stopped = False
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self._stopped = True
             self.proc.send_signal(signal.SIGTERM)
 
     def running(self) -> bool:
@@ -99,6 +101,11 @@ class BurstHandle:
                 f"exec storm on node {self.node.name} did not finish within {limit:g} s"
             ) from e
         lines = [ln for ln in out.splitlines() if ln.strip()]
+        if not lines and self._stopped and self.proc.returncode == -signal.SIGTERM:
+            # Stopped while still starting (before execstorm blocked SIGTERM, i.e. before it
+            # could spawn anything): exactly nothing was generated.
+            self._result = BurstResult(node=self.node.name, execs=0, failed=0, elapsed_s=0.0, rate=0.0)
+            return self._result
         try:
             d = json.loads(lines[-1])
             execs, failed, elapsed_ns = int(d["execs"]), int(d["failed"]), int(d["elapsed_ns"])

@@ -141,6 +141,16 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    /* Stop signals go to the main thread only (sigtimedwait, no handlers: nothing can run in
+     * a vfork child but its own code); children get an empty mask. Blocked first thing, so a
+     * stop that comes before any spawn still ends with a JSON line (of zeros), not a kill. */
+    sigset_t stopset;
+    sigemptyset(&stopset);
+    sigaddset(&stopset, SIGTERM);
+    sigaddset(&stopset, SIGINT);
+    sigemptyset(&child_mask);
+    pthread_sigmask(SIG_BLOCK, &stopset, NULL);
+
     const char *binary = NULL, *argv0 = NULL, *cgroup = NULL, *pids_cgroup = NULL;
     double duration_s = 1.0;
     long concurrency = 1;
@@ -216,14 +226,6 @@ int main(int argc, char **argv)
     if (cgroup)
         join_cgroup(cgroup);
 
-    /* Stop signals go to the main thread only (sigtimedwait, no handlers: nothing can run in
-     * a vfork child but its own code); children get an empty mask. */
-    sigset_t stopset;
-    sigemptyset(&stopset);
-    sigaddset(&stopset, SIGTERM);
-    sigaddset(&stopset, SIGINT);
-    sigemptyset(&child_mask);
-    pthread_sigmask(SIG_BLOCK, &stopset, NULL);
 
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
