@@ -12,11 +12,12 @@
  * How: C threads, each a vfork + execve + waitpid loop. vfork shares the address space (no
  * page-table copy) and suspends only the calling thread until the exec, so C threads keep C
  * execs in flight. (glibc's posix_spawn does the same clone but adds a stack mmap and ~64
- * sigaction calls per spawn: measured 10-40 % slower here.) The vfork child runs only async-
- * signal-safe syscalls (sigprocmask, execve, _exit) and, like glibc's posix_spawn, reports a
- * failed execve's errno through the shared memory. "execs" counts children that exited 0: the
- * exec really happened (a failed execve exits 127). Everything else is "failed". SIGTERM/SIGINT stop the storm early; in-flight children are still reaped
- * and counted, and the JSON line is still printed (exactly one line, on stdout).
+ * sigaction calls per spawn: 10-50 % slower in alternating runs here.) The vfork child runs
+ * only async-signal-safe syscalls (sigprocmask, execve, _exit) and, like glibc's posix_spawn,
+ * reports a failed execve's errno through the shared memory. "execs" counts children that
+ * exited 0: the exec really happened (a failed execve exits 127). Everything else is
+ * "failed". SIGTERM/SIGINT stop the storm early; in-flight children are still reaped and
+ * counted, and the JSON line is still printed (exactly one line, on stdout).
  *
  * Caveats: comm is the basename of the *path* exec'ed, not argv[0]; for --argv0 we exec
  * through a symlink named NAME in a private temp dir (removed at exit), so tracers that
@@ -197,6 +198,13 @@ int main(int argc, char **argv)
     if (!*argv0 || strchr(argv0, '/'))
         usage();
 
+    /* Cgroups first: the exec of execstorm itself happened outside the node, its children
+     * must all happen inside. (Before the symlink, so a failure here leaves nothing behind.) */
+    if (pids_cgroup)
+        join_cgroup(pids_cgroup);
+    if (cgroup)
+        join_cgroup(cgroup);
+
     /* comm comes from the exec'ed path: exec through a symlink named argv0 when it differs. */
     char tmpdir[PATH_MAX] = "", link[PATH_MAX] = "";
     exec_path = binary;
@@ -218,13 +226,6 @@ int main(int argc, char **argv)
     }
     child_argv[0] = (char *)argv0;
     child_argv[1] = NULL;
-
-    /* Cgroups first: the exec of execstorm itself happened outside the node, its children
-     * must all happen inside. */
-    if (pids_cgroup)
-        join_cgroup(pids_cgroup);
-    if (cgroup)
-        join_cgroup(cgroup);
 
 
     struct timespec t0;
