@@ -246,6 +246,12 @@ def test_bounds_rejected(tools: NativeTools, duration: float, conc: int, max_exe
         start_burst(tools, node, duration, conc, max_execs)
 
 
+def test_missing_cgroup_is_a_load_gen_error(tools: NativeTools) -> None:
+    ghost = SimNode("ghost", nodes.cgroup2_mount() / "swarmscope" / "no-such-group" / "x", 1, None)
+    with pytest.raises(LoadGenError, match=r"ghost.*cgroup.procs"):
+        run_burst(tools, ghost, 0.2, 1, 10)
+
+
 # --- generated == kernel -----------------------------------------------------------------------------
 
 
