@@ -21,7 +21,6 @@ node's cgroup unless a child is killed after its exec (nothing here does that).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -167,7 +166,9 @@ def start_burst(
             # Its own session: a Ctrl-C meant for the worker does not cut the storm's counts short
             # behind our back (we stop it with SIGTERM and still read them).
             start_new_session=True,
-            env={**os.environ, "LC_ALL": "C"},
+            # A minimal environment: every exec copies it onto the new stack, and a pod's
+            # environment can hold hundreds of service variables.
+            env={"LC_ALL": "C"},
         )
     except OSError as e:
         raise LoadGenError(f"cannot start {tools.execstorm}: {e}") from e
