@@ -212,6 +212,27 @@ def test_cleanup_stale_only_removes_dead_owners(group: str) -> None:
     assert live[0].cgroup_path is not None and live[0].cgroup_path.is_dir()
 
 
+def test_pure_v2_host_uses_v2_pids_controller(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fake cgroupfs (plain files; this host is hybrid): no v1 pids -> enable +pids down the path."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu io memory pids\n")
+    monkeypatch.setattr(nodes, "cgroup2_mount", lambda: root)
+    monkeypatch.setattr(nodes, "pids_v1_mount", lambda: None)
+    monkeypatch.setattr(nodes, "OWNER_DIR", tmp_path / "owners")
+    (n,) = create_sim_nodes("g", ["n1"], pids_max=42)
+    for d in (root, root / "swarmscope", root / "swarmscope" / "g"):
+        assert (d / "cgroup.subtree_control").read_text() == "+pids"
+    assert n.pids_path == n.cgroup_path == root / "swarmscope" / "g" / "n1"
+    assert (n.cgroup_path / "pids.max").read_text() == "42\n" and n.pids_max == 42
+    # Without the controller there is no limit to apply, and the node says so.
+    (root / "cgroup.controllers").write_text("cpu io memory\n")
+    (m,) = create_sim_nodes("g2", ["n1"], pids_max=42)
+    assert m.pids_path is None and m.pids_max is None
+
+
 def test_bad_names_rejected() -> None:
     for bad in ("", "../x", "a/b", ".hidden", "x" * 65):
         with pytest.raises(LoadGenError):
