@@ -200,19 +200,11 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         proc.worker.stop_inflight(window_id)
         runner.send_message(MSG_GENERATED, {"window_id": window_id, "per_node": proc.worker.take(window_id)})
     if proc.controller is not None and free.window is not None and free.point is not None:
-        result = proc.controller.close_window(free.window, free.point)
+        proc.controller.close_window(free.window, free.point)
         free.window = None
-        from swarmscope.controller.report import render_console
+        from swarmscope.controller.report import build_report, render_console
 
-        print(
-            render_console(
-                {
-                    "points": [{"params": free.point.params, "iterations": [result.to_json()]}],
-                    "metric": proc.run.metric,
-                }
-            ),
-            file=sys.stderr,
-        )
+        print(render_console(build_report(proc.store, proc.run.run_id)), file=sys.stderr)
 
 
 @events.quitting.add_listener

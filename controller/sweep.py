@@ -101,6 +101,7 @@ def run_sweep(kind: Any, cfg: Any, run_id: str | None = None) -> dict[str, Any] 
     distributed = cfg["mode"] == "distributed"
     max_nodes = max(cfg["nodes"])
     workers: list[subprocess.Popen[bytes]] = []
+    runner: Any
     if distributed:
         host, port = cfg["master_bind"].rsplit(":", 1)
         runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
