@@ -154,4 +154,6 @@ def format_table(result: dict[str, Any]) -> str:
         )
         for row in [header, *rows]
     ]
-    return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(ln.rstrip() for ln in lines)
+    return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(
+        ln.rstrip() for ln in lines
+    )

@@ -34,7 +34,7 @@ class ExecCount:
         if self._bpf is None:
             raise ProbeError("exec_count: snapshot before load()")
         try:
-            sums = bcc_env.percpu_sum(self._bpf["exec_count"])
+            sums = bcc_env.percpu_sum(self._bpf[b"exec_count"])
         except Exception as e:  # BCC map reads raise bare Exception / OSError
             raise ProbeError(f"exec_count: reading the map failed: {e}") from e
         return {cg: {"exec": n} for cg, n in sums.items()}
