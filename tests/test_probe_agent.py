@@ -6,8 +6,12 @@ comments: token in metadata, HMAC proof of the nonce, session_id in the first me
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -345,3 +349,54 @@ def test_reconnects_when_controller_restarts() -> None:
     finally:
         run.agent.stop()
         server.stop(0)
+
+
+def _probe_cmd(addr: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", addr, *extra]
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+@pytest.mark.parametrize("end", ["shutdown", "sigterm"])
+def test_cli_agent_process_counts_and_exits_cleanly(controller, tmp_path, end) -> None:
+    ctl, addr = controller
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    proc = subprocess.Popen(
+        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ctl.wait_for("heartbeat", timeout=30)
+        assert ctl.registers[0].node_name == "cli-node"
+        with temp_cgroup("cli") as cg:
+            node = pb.NodeInfo(name="cli-node", cgroup_id=cgroup_id(cg))
+            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node]))
+            assert ctl.wait_for("ack").ack.ok
+            exec_in_cgroup(cg, 6)
+            ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
+            (r,), _ = ctl.window_result()
+        assert dict(r.counters) == {"exec": 6} and r.error == ""
+        if end == "shutdown":
+            ctl.send(shutdown=pb.Shutdown(reason="test over"))
+        else:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
+    _ctl, addr = controller
+    env = {**os.environ, "SWARMSCOPE_TOKEN": "wrong"}
+    res = subprocess.run(_probe_cmd(addr), env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert res.stderr.startswith("swarmscope: Register at") and "UNAUTHENTICATED" in res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
