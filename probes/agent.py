@@ -12,6 +12,8 @@ heartbeat with the agent's own CPU % and RSS goes up every ``heartbeat_interval_
 Caveats: plain threads (a probe is its own process, never gevent-patched). When the
 controller goes away the agent re-registers with bounded, exponentially backed-off retries and
 then raises FleetError; a wrong token (UNAUTHENTICATED / PERMISSION_DENIED) is not retried.
+A node given by ``cgroup_path`` with ``cgroup_id`` 0 is resolved here (ids are node-local
+inode numbers); one that does not resolve gets a Reading with ``error`` and no counters.
 Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta. A
 program that cannot be read yields Readings with ``error`` set, never silent zeros. A dead
 TCP peer that sends no RST is only noticed when a write fails (no keepalive pings are used, so
@@ -33,7 +35,8 @@ import grpc
 import psutil
 
 from swarmscope import __version__, auth
-from swarmscope.errors import FleetError
+from swarmscope.errors import FleetError, SwarmscopeError
+from swarmscope.probes.cgroups import resolve_cgroup_id
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
@@ -56,7 +59,8 @@ class _Window:
     nodes: list[pb.NodeInfo]
     start_ns: int
     before: dict[str, Snapshot] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # by program
+    node_errors: dict[str, str] = field(default_factory=dict)  # by node name (unresolvable cgroup)
 
 
 class _SessionLost(Exception):
@@ -284,8 +288,18 @@ class ProbeAgent:
 
     def _open(self, cmd: pb.OpenWindow) -> pb.WindowAck:
         start = time.time_ns()
-        nodes = list(cmd.nodes) or [pb.NodeInfo(name=self.node_name, cgroup_id=0)]
-        w = _Window(cmd.run_id, cmd.window_id, nodes, start)
+        w = _Window(cmd.run_id, cmd.window_id, [], start)
+        for n in list(cmd.nodes) or [pb.NodeInfo(name=self.node_name, cgroup_id=0)]:
+            if n.cgroup_id == 0 and n.cgroup_path:
+                # Only a path: cgroup ids are node-local inode numbers, so a remote controller
+                # may name a cgroup by path and leave the id to the probe.
+                try:
+                    n = pb.NodeInfo(
+                        name=n.name, cgroup_id=resolve_cgroup_id(n.cgroup_path), cgroup_path=n.cgroup_path
+                    )
+                except SwarmscopeError as e:
+                    w.node_errors[n.name] = f"node {n.name}: {e}"
+            w.nodes.append(n)
         for name in list(cmd.programs) or list(self._programs):
             prog = self._programs.get(name)
             if prog is None:
@@ -317,16 +331,17 @@ class ProbeAgent:
             ]
         counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
         errors = dict(w.errors)
+        # A node whose cgroup could not be resolved gets no counters (never the host's).
+        measurable = [n for n in w.nodes if n.name not in w.node_errors]
         for name, before in w.before.items():
             prog = self._programs[name]
             try:
-                per_node = delta_by_node(before, prog.snapshot(), w.nodes, prog.counters)
+                per_node = delta_by_node(before, prog.snapshot(), measurable, prog.counters)
             except Exception as e:
                 errors[name] = f"{name}: read at close failed: {e}"
                 continue
             for node, cs in per_node.items():
                 counters[node].update(cs)
-        err = "; ".join(errors.values())
         return [
             pb.Reading(
                 run_id=w.run_id,
@@ -336,7 +351,9 @@ class ProbeAgent:
                 counters=counters[n.name],
                 start_unix_ns=w.start_ns,
                 end_unix_ns=end,
-                error=err,
+                error="; ".join(
+                    [*([w.node_errors[n.name]] if n.name in w.node_errors else []), *errors.values()]
+                ),
             )
             for n in w.nodes
         ]

@@ -48,3 +48,13 @@ def cgroup_paths(root: str | None = None, wanted: set[int] | None = None) -> dic
         if wanted is not None and wanted.issubset(out):
             break
     return out
+
+
+def resolve_cgroup_id(path: str, root: str | None = None) -> int:
+    """The id of the cgroup at ``path``: absolute under the v2 mount, or relative to it."""
+    root = (root or cgroup2_mount()).rstrip("/") or "/"
+    full = path if path == root or path.startswith(root + "/") else os.path.join(root, path.lstrip("/"))
+    try:
+        return os.stat(full).st_ino
+    except OSError as e:
+        raise SetupError(f"no cgroup at {full}: {e.strerror}") from e

@@ -194,6 +194,9 @@ def test_window_counts_exact_execs(controller) -> None:
                 pb.NodeInfo(name="n1", cgroup_id=cgroup_id(n1), cgroup_path=str(n1)),
                 pb.NodeInfo(name="n2", cgroup_id=cgroup_id(n2), cgroup_path=str(n2)),
                 pb.NodeInfo(name="host", cgroup_id=0),
+                # By path only (ids are node-local): the probe resolves it under the v2 mount.
+                pb.NodeInfo(name="n1-by-path", cgroup_path="/" + n1.name),
+                pb.NodeInfo(name="ghost", cgroup_path="/swarmscope-test-no-such-cgroup"),
             ]
             ctl.send(open=pb.OpenWindow(run_id="r1", window_id="w1", nodes=nodes))
             ack = ctl.wait_for("ack").ack
@@ -203,11 +206,14 @@ def test_window_counts_exact_execs(controller) -> None:
             ctl.send(close=pb.CloseWindow(run_id="r1", window_id="w1"))
             readings, done = ctl.window_result()
         by_node = {r.node: r for r in readings}
-        assert done.readings == 3 and set(by_node) == {"n1", "n2", "host"}
+        assert done.readings == 5 and set(by_node) == {"n1", "n2", "host", "n1-by-path", "ghost"}
         assert dict(by_node["n1"].counters) == {"exec": 9}
+        assert dict(by_node["n1-by-path"].counters) == {"exec": 9}
+        ghost = by_node.pop("ghost")
+        assert "no cgroup at" in ghost.error and dict(ghost.counters) == {}  # never the host's
         assert dict(by_node["n2"].counters) == {"exec": 4}
         assert by_node["host"].counters["exec"] >= 13 + 2
-        for r in readings:
+        for r in by_node.values():
             assert r.error == "" and r.probe_id == "p1" and r.run_id == "r1"
             assert 0 < r.start_unix_ns < r.end_unix_ns
         hb = ctl.wait_for("heartbeat").heartbeat
