@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import grpc
 import psutil
+from opentelemetry import propagate, trace
 
 from swarmscope import __version__, auth
 from swarmscope.errors import FleetError, SwarmscopeError
@@ -52,12 +53,18 @@ FATAL_CODES = {
 }
 
 
+# Windows opened but never closed (a controller that died mid-window) are dropped, oldest
+# first, beyond this many, so a long-lived probe does not grow without bound.
+MAX_OPEN_WINDOWS = 256
+
+
 @dataclass
 class _Window:
     run_id: str
     window_id: str
     nodes: list[pb.NodeInfo]
     start_ns: int
+    span: trace.Span
     before: dict[str, Snapshot] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # by program
     node_errors: dict[str, str] = field(default_factory=dict)  # by node name (unresolvable cgroup)
@@ -82,6 +89,7 @@ class ProbeAgent:
         max_backoff_s: float = 8.0,
         rpc_timeout_s: float = 5.0,
         program_factory: Callable[[str], Program] = get_program,
+        tracer: trace.Tracer | None = None,
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -97,6 +105,8 @@ class ProbeAgent:
         self.rpc_timeout_s = rpc_timeout_s
         self._token = token
         self._factory = program_factory
+        # The global tracer is a no-op unless the process set up an SDK provider (see cli.py).
+        self._tracer = tracer or trace.get_tracer("swarmscope.probes")
         self._programs: dict[str, Program] = {}
         self._windows: dict[tuple[str, str], _Window] = {}
         self._stop = threading.Event()
@@ -288,7 +298,20 @@ class ProbeAgent:
 
     def _open(self, cmd: pb.OpenWindow) -> pb.WindowAck:
         start = time.time_ns()
-        w = _Window(cmd.run_id, cmd.window_id, [], start)
+        # The window span is a child of the controller's window span (W3C traceparent).
+        parent = propagate.extract({"traceparent": cmd.traceparent}) if cmd.traceparent else None
+        span = self._tracer.start_span(
+            "probe window",
+            context=parent,
+            start_time=start,
+            attributes={
+                "swarmscope.run_id": cmd.run_id,
+                "swarmscope.window_id": cmd.window_id,
+                "swarmscope.probe_id": self.probe_id,
+                "swarmscope.node": self.node_name,
+            },
+        )
+        w = _Window(cmd.run_id, cmd.window_id, [], start, span)
         for n in list(cmd.nodes) or [pb.NodeInfo(name=self.node_name, cgroup_id=0)]:
             if n.cgroup_id == 0 and n.cgroup_path:
                 # Only a path: cgroup ids are node-local inode numbers, so a remote controller
@@ -309,7 +332,14 @@ class ProbeAgent:
                 w.before[name] = prog.snapshot()
             except Exception as e:
                 w.errors[name] = f"{name}: snapshot at open failed: {e}"
+        old = self._windows.pop((cmd.run_id, cmd.window_id), None)
+        if old is not None:  # reopened: the first opening never closed
+            old.span.end()
         self._windows[(cmd.run_id, cmd.window_id)] = w
+        while len(self._windows) > MAX_OPEN_WINDOWS:
+            stale = self._windows.pop(next(iter(self._windows)))
+            stale.span.set_status(trace.Status(trace.StatusCode.ERROR, "never closed"))
+            stale.span.end()
         err = "; ".join(w.errors.values())
         if err:
             log.warning("probe: window %s opened with errors: %s", cmd.window_id, err)
@@ -342,7 +372,7 @@ class ProbeAgent:
                 continue
             for node, cs in per_node.items():
                 counters[node].update(cs)
-        return [
+        readings = [
             pb.Reading(
                 run_id=w.run_id,
                 window_id=w.window_id,
@@ -357,3 +387,12 @@ class ProbeAgent:
             )
             for n in w.nodes
         ]
+        for r in readings:
+            attrs: dict[str, str | int] = {"node": r.node, **{k: int(v) for k, v in r.counters.items()}}
+            if r.error:
+                attrs["error"] = r.error
+            w.span.add_event("reading", attributes=attrs, timestamp=end)
+        if any(r.error for r in readings):
+            w.span.set_status(trace.Status(trace.StatusCode.ERROR, "a reading has an error"))
+        w.span.end(end_time=end)
+        return readings

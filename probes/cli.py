@@ -4,6 +4,7 @@
     swarmscope probe --once --seconds 5            # table of per-cgroup deltas
     swarmscope probe --once --seconds 1 --json     # the same as JSON
 
+Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
 Settings: ``--controller`` else $SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN
 (never the token itself on the command line: /proc shows arguments to every user); ``--node``
 else $NODE_NAME else the hostname. Caveats: needs root and BCC; a missing piece comes out as one
@@ -87,11 +88,50 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     token = auth.load_token(args.token_file)
     bcc_env.check()
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
+    provider = _otlp_provider(node)
     agent = ProbeAgent(controller, token, node, programs, args.heartbeat, retries=args.retries)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
-    agent.run_forever()
+    try:
+        agent.run_forever()
+    finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the last window spans
     return 0
+
+
+def _otlp_provider(node: str) -> Any:
+    """With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, export window spans over OTLP.
+
+    Follows the standard OTEL_* variables (protocol grpc, or http/protobuf). Without an
+    endpoint nothing is set up and the agent's spans are no-ops.
+    """
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        return None
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    proto = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
+    )
+    exporter: Any
+    if proto == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        exporter = GrpcExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        exporter = HttpExporter()
+    resource = Resource.create({"service.name": "swarmscope-probe", "host.name": node})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return provider
 
 
 def once(programs: list[str], seconds: float) -> dict[str, Any]:

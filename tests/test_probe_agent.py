@@ -6,6 +6,7 @@ comments: token in metadata, HMAC proof of the nonce, session_id in the first me
 
 from __future__ import annotations
 
+import http.server
 import os
 import queue
 import signal
@@ -357,6 +358,46 @@ def test_reconnects_when_controller_restarts() -> None:
         server.stop(0)
 
 
+class OtlpSink:
+    """A minimal OTLP/HTTP trace receiver on 127.0.0.1 that keeps the request bodies."""
+
+    def __init__(self) -> None:
+        bodies: list[bytes] = []
+        self.bodies = bodies
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def spans(self) -> list:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        out = []
+        for body in self.bodies:
+            req = ExportTraceServiceRequest.FromString(body)
+            out += [sp for rs in req.resource_spans for ss in rs.scope_spans for sp in ss.spans]
+        return out
+
+
+@pytest.fixture
+def otlp_sink() -> Iterator[OtlpSink]:
+    sink = OtlpSink()
+    yield sink
+    sink.server.shutdown()
+    sink.server.server_close()
+
+
 def _probe_cmd(addr: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", addr, *extra]
 
@@ -364,21 +405,28 @@ def _probe_cmd(addr: str, *extra: str) -> list[str]:
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("end", ["shutdown", "sigterm"])
-def test_cli_agent_process_counts_and_exits_cleanly(controller, tmp_path, end) -> None:
+def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_path, end) -> None:
     ctl, addr = controller
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_sink.url,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+    }
     proc = subprocess.Popen(
         _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node"),
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     try:
         ctl.wait_for("heartbeat", timeout=30)
         assert ctl.registers[0].node_name == "cli-node"
         with temp_cgroup("cli") as cg:
             node = pb.NodeInfo(name="cli-node", cgroup_id=cgroup_id(cg))
-            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node]))
+            tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node], traceparent=tp))
             assert ctl.wait_for("ack").ack.ok
             exec_in_cgroup(cg, 6)
             ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
@@ -390,6 +438,10 @@ def test_cli_agent_process_counts_and_exits_cleanly(controller, tmp_path, end) -
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+        # The window span was flushed over OTLP at exit, in the controller's trace.
+        (span,) = otlp_sink.spans()
+        assert span.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
+        assert span.parent_span_id.hex() == "b7ad6b7169203331" and span.name == "probe window"
     finally:
         proc.kill()
         proc.wait()
@@ -406,3 +458,44 @@ def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
     assert res.returncode == 1
     assert res.stderr.startswith("swarmscope: Register at") and "UNAUTHENTICATED" in res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_window_span_is_child_of_controller_traceparent(controller) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    ctl, addr = controller
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    good, bad = FakeProgram("good"), FakeProgram("bad")
+    run = AgentThread(
+        ProbeAgent(
+            addr,
+            TOKEN,
+            "n",
+            ["good"],
+            probe_id="p-span",
+            tracer=provider.get_tracer("test"),
+            program_factory=fake_factory({"good": good, "bad": bad}),
+        )
+    )
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        ctl.wait_for("heartbeat")
+        node = pb.NodeInfo(name="x", cgroup_id=42)
+        tp = f"00-{trace_id}-{parent_id}-01"
+        ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node], traceparent=tp))
+        assert ctl.wait_for("ack").ack.ok
+        ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
+        ctl.window_result()
+    finally:
+        run.stop()
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "probe window" and span.parent is not None
+    assert (span.context.trace_id, span.parent.span_id) == (int(trace_id, 16), int(parent_id, 16))
+    assert span.attributes is not None and span.attributes["swarmscope.probe_id"] == "p-span"
+    (ev,) = span.events
+    assert ev.attributes is not None and dict(ev.attributes) == {"node": "x", "ticks": 5}
+    assert span.status.is_ok
