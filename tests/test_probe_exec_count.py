@@ -13,9 +13,9 @@ import pytest
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
 from swarmscope import cli
-from swarmscope.errors import ProbeError
+from swarmscope.errors import ProbeError, SetupError
 from swarmscope.probes.bcc_env import cgroup_id
-from swarmscope.probes.cgroups import cgroup2_mount, cgroup_paths
+from swarmscope.probes.cgroups import cgroup2_mount, cgroup_paths, resolve_cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, delta_by_node, get_program
 from swarmscope.probes.programs.exec_count import ExecCount
 
@@ -139,3 +139,23 @@ def test_probe_once_table_and_setup_error(monkeypatch, capsys) -> None:
 def test_probe_rejects_unknown_program(capsys) -> None:
     assert cli.main(["probe", "--once", "--programs", "exec_count,nope"]) == 2
     assert "nope: unknown program" in capsys.readouterr().err
+
+
+def test_cgroup2_mount_from_mounts_file(tmp_path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\ncgroup2 /sys/fs/cgroup/my\\040v2 cgroup2 rw 0 0\n"
+    )
+    assert cgroup2_mount(str(mounts)) == "/sys/fs/cgroup/my v2"
+    mounts.write_text("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n")
+    with pytest.raises(SetupError, match="no cgroup v2 mount"):
+        cgroup2_mount(str(mounts))
+
+
+def test_resolve_cgroup_id(tmp_path) -> None:
+    (tmp_path / "n1").mkdir()
+    ino = (tmp_path / "n1").stat().st_ino
+    assert resolve_cgroup_id("/n1", root=str(tmp_path)) == ino
+    assert resolve_cgroup_id(str(tmp_path / "n1"), root=str(tmp_path)) == ino
+    with pytest.raises(SetupError, match="no cgroup at"):
+        resolve_cgroup_id("/nope", root=str(tmp_path))
