@@ -1,0 +1,398 @@
+"""The probe agent: a node's gRPC client of the controller's ProbeControl service.
+
+    agent = ProbeAgent("127.0.0.1:7070", token, node_name="n1", programs=["exec_count"])
+    agent.run_forever()        # returns on Shutdown or stop(); raises FleetError / SetupError
+
+It loads its programs (from the closed registry only), registers with a random nonce and
+refuses a controller whose proof is not HMAC-SHA256(token, nonce), then keeps one Session
+stream: OpenWindow -> snapshot every program, WindowAck; CloseWindow -> snapshot again, one
+Reading per node of the window (exact counter deltas), then WindowDone; Shutdown -> return. A
+heartbeat with the agent's own CPU % and RSS goes up every ``heartbeat_interval_s``.
+
+Caveats: plain threads (a probe is its own process, never gevent-patched). When the
+controller goes away the agent re-registers with bounded, exponentially backed-off retries and
+then raises FleetError; a wrong token (UNAUTHENTICATED / PERMISSION_DENIED) is not retried.
+A node given by ``cgroup_path`` with ``cgroup_id`` 0 is resolved here (ids are node-local
+inode numbers); one that does not resolve gets a Reading with ``error`` and no counters.
+Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta. A
+program that cannot be read yields Readings with ``error`` set, never silent zeros. A dead
+TCP peer that sends no RST is only noticed when a write fails (no keepalive pings are used, so
+the controller needs no ping policy).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import psutil
+from opentelemetry import propagate, trace
+
+from swarmscope import __version__, auth
+from swarmscope.errors import FleetError, SwarmscopeError
+from swarmscope.probes.cgroups import resolve_cgroup_id
+from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
+from swarmscope.v1 import probe_pb2 as pb
+from swarmscope.v1 import probe_pb2_grpc as pbg
+
+log = logging.getLogger(__name__)
+
+# A controller that rejects our token (or is not a swarmscope controller) will not change its
+# mind on retry: fail at once with a clear message instead of hammering it.
+FATAL_CODES = {
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNIMPLEMENTED,
+}
+
+
+# Windows opened but never closed (a controller that died mid-window) are dropped, oldest
+# first, beyond this many, so a long-lived probe does not grow without bound.
+MAX_OPEN_WINDOWS = 256
+
+
+@dataclass
+class _Window:
+    run_id: str
+    window_id: str
+    nodes: list[pb.NodeInfo]
+    start_ns: int
+    span: trace.Span
+    before: dict[str, Snapshot] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # by program
+    node_errors: dict[str, str] = field(default_factory=dict)  # by node name (unresolvable cgroup)
+
+
+class _SessionLost(Exception):
+    """The session or registration failed in a way a retry may fix."""
+
+
+class ProbeAgent:
+    def __init__(
+        self,
+        controller: str,
+        token: str,
+        node_name: str,
+        programs: list[str],
+        heartbeat_s: float = 1.0,
+        *,
+        probe_id: str | None = None,
+        retries: int = 5,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        rpc_timeout_s: float = 5.0,
+        program_factory: Callable[[str], Program] = get_program,
+        tracer: trace.Tracer | None = None,
+    ):
+        if not programs:
+            raise FleetError("a probe needs at least one program")
+        self.controller = controller
+        self.node_name = node_name
+        self.program_names = list(dict.fromkeys(programs))
+        self.heartbeat_s = heartbeat_s
+        self.hostname = socket.gethostname()
+        self.probe_id = probe_id or f"{self.hostname}-{os.getpid()}"
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.rpc_timeout_s = rpc_timeout_s
+        self._token = token
+        self._factory = program_factory
+        # The global tracer is a no-op unless the process set up an SDK provider (see cli.py).
+        self._tracer = tracer or trace.get_tracer("swarmscope.probes")
+        self._programs: dict[str, Program] = {}
+        self._windows: dict[tuple[str, str], _Window] = {}
+        self._stop = threading.Event()
+        self._call: grpc.Future | None = None
+        self._out: queue.Queue[pb.ProbeMessage | None] | None = None
+        self._lock = threading.RLock()  # re-entrant: stop() may run in a signal handler
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # primes the counter: later calls measure since the last one
+        self.session_id = ""
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Load programs, then register and serve sessions until Shutdown, stop() or give-up."""
+        self._load_programs()
+        try:
+            failures = 0
+            last = ""
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    with grpc.insecure_channel(self.controller) as channel:
+                        stub = pbg.ProbeControlStub(channel)
+                        session_id, interval = self._register(stub)
+                        if self._session(stub, session_id, interval):
+                            return
+                    last = "the controller ended the session"
+                except _SessionLost as e:
+                    last = str(e)
+                if self._stop.is_set():
+                    return
+                # A session that ran for a while was healthy: start counting failures afresh.
+                if time.monotonic() - started > max(5.0, 3 * self.heartbeat_s):
+                    failures = 0
+                failures += 1
+                if failures > self.retries:
+                    raise FleetError(
+                        f"controller {self.controller} unreachable: gave up after {self.retries} "
+                        f"retries (last: {last})"
+                    )
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
+                log.warning("probe: %s; retry %d/%d in %.1fs", last, failures, self.retries, delay)
+                self._stop.wait(delay)
+        finally:
+            self._close_programs()
+
+    def stop(self) -> None:
+        """Make run_forever return soon (safe from another thread or a signal handler)."""
+        self._stop.set()
+        with self._lock:
+            call, out = self._call, self._out
+        if out is not None:
+            out.put(None)
+        if call is not None:
+            call.cancel()
+
+    # -- programs ----------------------------------------------------------------------------
+
+    def _load_programs(self) -> None:
+        for name in self.program_names:
+            prog = self._factory(name)  # only registered names resolve (ProbeError otherwise)
+            try:
+                prog.load()
+            except BaseException:
+                self._close_programs()
+                raise
+            self._programs[name] = prog
+
+    def _close_programs(self) -> None:
+        for name, prog in list(self._programs.items()):
+            try:
+                prog.close()
+            except Exception:
+                log.exception("probe: closing program %s failed", name)
+        self._programs.clear()
+
+    # -- gRPC --------------------------------------------------------------------------------
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        return [(auth.TOKEN_HEADER, self._token)]
+
+    def _rpc_failed(self, what: str, e: grpc.RpcError) -> Exception:
+        code = e.code() if hasattr(e, "code") else None
+        detail = e.details() if hasattr(e, "details") else str(e)
+        msg = f"{what} at {self.controller} failed: {code.name if code else '?'}: {detail}"
+        if code in FATAL_CODES:
+            return FleetError(msg + " (check the token / that this is a swarmscope controller)")
+        return _SessionLost(msg)
+
+    def _register(self, stub: pbg.ProbeControlStub) -> tuple[str, float]:
+        nonce = auth.new_nonce()
+        req = pb.RegisterRequest(
+            probe_id=self.probe_id,
+            hostname=self.hostname,
+            node_name=self.node_name,
+            kernel_release=os.uname().release,
+            programs=list(self._programs),
+            nonce=nonce,
+            version=__version__,
+        )
+        try:
+            reply = stub.Register(req, metadata=self._metadata(), timeout=self.rpc_timeout_s)
+        except grpc.RpcError as e:
+            raise self._rpc_failed("Register", e) from e
+        if not auth.verify(self._token, nonce, reply.proof):
+            raise FleetError(
+                f"controller {self.controller} failed to prove it holds the token "
+                "(wrong HMAC proof): refusing its commands"
+            )
+        if not reply.session_id:
+            raise _SessionLost("Register returned no session_id")
+        interval = reply.heartbeat_interval_s if reply.heartbeat_interval_s > 0 else self.heartbeat_s
+        log.info("probe %s registered, session %s", self.probe_id, reply.session_id)
+        return reply.session_id, interval
+
+    def _heartbeat(self) -> pb.Heartbeat:
+        return pb.Heartbeat(
+            unix_ns=time.time_ns(),
+            cpu_percent=self._proc.cpu_percent(None),
+            rss_bytes=self._proc.memory_info().rss,
+        )
+
+    def _session(self, stub: pbg.ProbeControlStub, session_id: str, interval: float) -> bool:
+        """Serve one Session stream; True when told to shut down (or stopped), False if it ended."""
+        self.session_id = session_id
+        out: queue.Queue[pb.ProbeMessage | None] = queue.Queue()
+        ended = threading.Event()
+
+        def requests() -> Iterator[pb.ProbeMessage]:
+            # The first message carries the session_id (every one does); a heartbeat is useful
+            # content for it.
+            yield pb.ProbeMessage(session_id=session_id, heartbeat=self._heartbeat())
+            while True:
+                m = out.get()
+                if m is None:
+                    return
+                yield m
+
+        def beat() -> None:
+            while not ended.wait(interval):
+                out.put(pb.ProbeMessage(session_id=session_id, heartbeat=self._heartbeat()))
+
+        call = stub.Session(requests(), metadata=self._metadata())
+        with self._lock:
+            self._call, self._out = call, out
+        if self._stop.is_set():  # stop() raced with the session start
+            call.cancel()
+        hb = threading.Thread(target=beat, name="probe-heartbeat", daemon=True)
+        hb.start()
+        shutdown = False
+        try:
+            for cmd in call:
+                kind = cmd.WhichOneof("kind")
+                if kind == "open":
+                    out.put(pb.ProbeMessage(session_id=session_id, ack=self._open(cmd.open)))
+                elif kind == "close":
+                    readings = self._close(cmd.close)
+                    for r in readings:
+                        out.put(pb.ProbeMessage(session_id=session_id, reading=r))
+                    done = pb.WindowDone(
+                        run_id=cmd.close.run_id, window_id=cmd.close.window_id, readings=len(readings)
+                    )
+                    out.put(pb.ProbeMessage(session_id=session_id, done=done))
+                elif kind == "shutdown":
+                    log.info("probe: controller asked to shut down: %s", cmd.shutdown.reason)
+                    shutdown = True
+                    # Half-close so queued messages still go out; give the controller a moment
+                    # to end the stream, then cut it.
+                    out.put(None)
+                    cutter = threading.Timer(2.0, call.cancel)
+                    cutter.daemon = True
+                    cutter.start()
+                else:
+                    log.warning("probe: ignoring unknown command %r (seq %d)", kind, cmd.seq)
+        except grpc.RpcError as e:
+            if shutdown or self._stop.is_set():
+                return True
+            raise self._rpc_failed("Session", e) from e
+        finally:
+            ended.set()
+            out.put(None)
+            with self._lock:
+                self._call, self._out = None, None
+            call.cancel()
+            hb.join(timeout=interval + 1)
+        return shutdown or self._stop.is_set()
+
+    # -- windows -----------------------------------------------------------------------------
+
+    def _open(self, cmd: pb.OpenWindow) -> pb.WindowAck:
+        start = time.time_ns()
+        # The window span is a child of the controller's window span (W3C traceparent).
+        parent = propagate.extract({"traceparent": cmd.traceparent}) if cmd.traceparent else None
+        span = self._tracer.start_span(
+            "probe window",
+            context=parent,
+            start_time=start,
+            attributes={
+                "swarmscope.run_id": cmd.run_id,
+                "swarmscope.window_id": cmd.window_id,
+                "swarmscope.probe_id": self.probe_id,
+                "swarmscope.node": self.node_name,
+            },
+        )
+        w = _Window(cmd.run_id, cmd.window_id, [], start, span)
+        for n in list(cmd.nodes) or [pb.NodeInfo(name=self.node_name, cgroup_id=0)]:
+            if n.cgroup_id == 0 and n.cgroup_path:
+                # Only a path: cgroup ids are node-local inode numbers, so a remote controller
+                # may name a cgroup by path and leave the id to the probe.
+                try:
+                    n = pb.NodeInfo(
+                        name=n.name, cgroup_id=resolve_cgroup_id(n.cgroup_path), cgroup_path=n.cgroup_path
+                    )
+                except SwarmscopeError as e:
+                    w.node_errors[n.name] = f"node {n.name}: {e}"
+            w.nodes.append(n)
+        for name in list(cmd.programs) or list(self._programs):
+            prog = self._programs.get(name)
+            if prog is None:
+                w.errors[name] = f"{name}: not loaded on this probe (loaded: {', '.join(self._programs)})"
+                continue
+            try:
+                w.before[name] = prog.snapshot()
+            except Exception as e:
+                w.errors[name] = f"{name}: snapshot at open failed: {e}"
+        old = self._windows.pop((cmd.run_id, cmd.window_id), None)
+        if old is not None:  # reopened: the first opening never closed
+            old.span.end()
+        self._windows[(cmd.run_id, cmd.window_id)] = w
+        while len(self._windows) > MAX_OPEN_WINDOWS:
+            stale = self._windows.pop(next(iter(self._windows)))
+            stale.span.set_status(trace.Status(trace.StatusCode.ERROR, "never closed"))
+            stale.span.end()
+        err = "; ".join(w.errors.values())
+        if err:
+            log.warning("probe: window %s opened with errors: %s", cmd.window_id, err)
+        return pb.WindowAck(run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=start)
+
+    def _close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:
+        end = time.time_ns()
+        w = self._windows.pop((cmd.run_id, cmd.window_id), None)
+        if w is None:
+            return [
+                pb.Reading(
+                    run_id=cmd.run_id,
+                    window_id=cmd.window_id,
+                    probe_id=self.probe_id,
+                    node=self.node_name,
+                    end_unix_ns=end,
+                    error="window was never opened on this probe",
+                )
+            ]
+        counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
+        errors = dict(w.errors)
+        # A node whose cgroup could not be resolved gets no counters (never the host's).
+        measurable = [n for n in w.nodes if n.name not in w.node_errors]
+        for name, before in w.before.items():
+            prog = self._programs[name]
+            try:
+                per_node = delta_by_node(before, prog.snapshot(), measurable, prog.counters)
+            except Exception as e:
+                errors[name] = f"{name}: read at close failed: {e}"
+                continue
+            for node, cs in per_node.items():
+                counters[node].update(cs)
+        readings = [
+            pb.Reading(
+                run_id=w.run_id,
+                window_id=w.window_id,
+                probe_id=self.probe_id,
+                node=n.name,
+                counters=counters[n.name],
+                start_unix_ns=w.start_ns,
+                end_unix_ns=end,
+                error="; ".join(
+                    [*([w.node_errors[n.name]] if n.name in w.node_errors else []), *errors.values()]
+                ),
+            )
+            for n in w.nodes
+        ]
+        for r in readings:
+            attrs: dict[str, str | int] = {"node": r.node, **{k: int(v) for k, v in r.counters.items()}}
+            if r.error:
+                attrs["error"] = r.error
+            w.span.add_event("reading", attributes=attrs, timestamp=end)
+        if any(r.error for r in readings):
+            w.span.set_status(trace.Status(trace.StatusCode.ERROR, "a reading has an error"))
+        w.span.end(end_time=end)
+        return readings

@@ -1,0 +1,199 @@
+"""``swarmscope probe``: run the node agent, or count for a few seconds and print (``--once``).
+
+    swarmscope probe --controller 10.0.0.5:7070 --token-file /etc/swarmscope/token --node n1
+    swarmscope probe --once --seconds 5            # table of per-cgroup deltas
+    swarmscope probe --once --seconds 1 --json     # the same as JSON
+
+Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
+Settings: ``--controller`` else $SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN
+(never the token itself on the command line: /proc shows arguments to every user); ``--node``
+else $NODE_NAME else the hostname. Caveats: needs root and BCC; a missing piece comes out as one
+SetupError line. ``--once`` resolves cgroup ids to paths by walking the cgroup v2 mount, so a
+cgroup removed during the interval shows its id only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from swarmscope.errors import ConfigError, Problem
+
+ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="run the node probe agent (or --once: count for S seconds and print)",
+        description="The swarmscope node agent: loads programs from bpf/ and serves an "
+        "authenticated controller. With --once it runs standalone and prints per-cgroup deltas.",
+    )
+    p.add_argument("--controller", metavar="HOST:PORT", help=f"controller address (else ${ENV_CONTROLLER})")
+    p.add_argument(
+        "--token-file", metavar="FILE", help="file holding the shared token (else $SWARMSCOPE_TOKEN)"
+    )
+    p.add_argument("--node", metavar="NAME", help="node name (else $NODE_NAME, else the hostname)")
+    p.add_argument("--programs", default="exec_count", help="comma-separated programs (default: exec_count)")
+    p.add_argument(
+        "--heartbeat", type=float, default=1.0, help="heartbeat seconds if the controller sets none"
+    )
+    p.add_argument("--retries", type=int, default=5, help="reconnect attempts before giving up (default 5)")
+    p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")
+    p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
+    p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def _programs(spec: str) -> list[str]:
+    from swarmscope.probes.programs.base import PROGRAMS
+
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    problems = [
+        Problem("--programs", n, f"unknown program (known: {', '.join(sorted(PROGRAMS))})")
+        for n in names
+        if n not in PROGRAMS
+    ]
+    if not names:
+        problems.append(Problem("--programs", "programs", "empty"))
+    if problems:
+        raise ConfigError(problems)
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    programs = _programs(args.programs)
+    if args.once:
+        if args.seconds <= 0:
+            raise ConfigError([Problem("--seconds", "seconds", "must be > 0")])
+        result = once(programs, args.seconds)
+        print(json.dumps(result, indent=2) if args.json else format_table(result))
+        return 0
+    return _agent(args, programs)
+
+
+def _agent(args: argparse.Namespace, programs: list[str]) -> int:
+    from swarmscope import auth
+    from swarmscope.probes import bcc_env
+    from swarmscope.probes.agent import ProbeAgent
+
+    controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
+    if not controller:
+        raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
+    token = auth.load_token(args.token_file)
+    bcc_env.check()
+    node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
+    provider = _otlp_provider(node)
+    agent = ProbeAgent(controller, token, node, programs, args.heartbeat, retries=args.retries)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop())
+    try:
+        agent.run_forever()
+    finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the last window spans
+    return 0
+
+
+def _otlp_provider(node: str) -> Any:
+    """With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, export window spans over OTLP.
+
+    Follows the standard OTEL_* variables (protocol grpc, or http/protobuf). Without an
+    endpoint nothing is set up and the agent's spans are no-ops.
+    """
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        return None
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    proto = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
+    )
+    exporter: Any
+    if proto == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        exporter = GrpcExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        exporter = HttpExporter()
+    resource = Resource.create({"service.name": "swarmscope-probe", "host.name": node})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def once(programs: list[str], seconds: float) -> dict[str, Any]:
+    """Load ``programs``, count for ``seconds``, return per-cgroup deltas (JSON-ready)."""
+    from swarmscope.errors import SetupError
+    from swarmscope.probes import bcc_env
+    from swarmscope.probes.cgroups import cgroup_paths
+    from swarmscope.probes.programs.base import Program, delta_by_cgroup, get_program
+
+    bcc_env.check()
+    loaded: list[Program] = []
+    try:
+        for name in programs:
+            prog = get_program(name)
+            prog.load()
+            loaded.append(prog)
+        before = [p.snapshot() for p in loaded]
+        start = time.time_ns()
+        time.sleep(seconds)
+        after = [p.snapshot() for p in loaded]
+        end = time.time_ns()
+    finally:
+        for p in loaded:
+            p.close()
+    per_cg: dict[int, dict[str, int]] = {}
+    total: dict[str, int] = {c: 0 for p in loaded for c in p.counters}
+    for b, a in zip(before, after, strict=True):
+        for cg, counters in delta_by_cgroup(b, a).items():
+            per_cg.setdefault(cg, {}).update(counters)
+            for c, v in counters.items():
+                total[c] = total.get(c, 0) + v
+    try:
+        paths = cgroup_paths(wanted=set(per_cg))
+    except SetupError:
+        paths = {}
+    rows = sorted(per_cg.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    return {
+        "seconds": seconds,
+        "programs": programs,
+        "start_unix_ns": start,
+        "end_unix_ns": end,
+        "counters": sorted(total),
+        "total": total,
+        "cgroups": [{"cgroup_id": cg, "path": paths.get(cg), "counters": cs} for cg, cs in rows],
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    names: list[str] = result["counters"]
+    header = ["CGROUP_ID", *[n.upper() for n in names], "PATH"]
+    rows = [
+        [str(r["cgroup_id"]), *[str(r["counters"].get(n, 0)) for n in names], r["path"] or "?"]
+        for r in result["cgroups"]
+    ]
+    rows.append(["total", *[str(result["total"].get(n, 0)) for n in names], ""])
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = [
+        "  ".join(
+            x.rjust(w) if i < len(widths) - 1 else x for i, (x, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+    return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(
+        ln.rstrip() for ln in lines
+    )

@@ -1,0 +1,1 @@
+"""Measurement programs a probe can load: a closed registry of what ships in bpf/."""

@@ -1,0 +1,128 @@
+"""The measurement-program interface, the closed registry of programs, and window deltas.
+
+    from swarmscope.probes.programs.base import get_program, delta_by_node
+    prog = get_program("exec_count")      # ProbeError for a name not in PROGRAMS
+    prog.load()
+    before = prog.snapshot()              # {cgroup_id: {"exec": cumulative}}
+    ...
+    after = prog.snapshot()
+    delta_by_node(before, after, nodes, prog.counters)   # {"n1": {"exec": 42}}
+    prog.close()
+
+A program counts in the kernel, keyed by cgroup v2 id, and user space only ever reads
+cumulative totals; a window is the difference of two snapshots. Caveats: the registry is
+deliberately closed (names map to code that ships here; a probe never loads a program named by
+the network that is not in it), and a counter that goes *down* between two snapshots means the
+program was reloaded, which is reported as an error rather than clamped to zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from swarmscope.errors import ProbeError
+
+# cgroup id -> counter name -> cumulative value since the program was loaded.
+Snapshot = dict[int, dict[str, int]]
+
+
+class Program(Protocol):
+    """One measurement program. ``counters`` names every counter its snapshots can hold."""
+
+    name: str
+    counters: tuple[str, ...]
+
+    def load(self) -> None: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+class NodeLike(Protocol):
+    """Anything with a node name and a cgroup id (proto NodeInfo, a dataclass, ...)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cgroup_id(self) -> int: ...
+
+
+def _exec_count() -> Program:
+    # Imported here so importing the registry does not import BCC.
+    from swarmscope.probes.programs.exec_count import ExecCount
+
+    return ExecCount()
+
+
+# The only programs a probe will load. Add an entry when a new bpf/<name>.bpf.c ships.
+PROGRAMS: dict[str, Callable[[], Program]] = {
+    "exec_count": _exec_count,
+}
+
+
+def get_program(name: str) -> Program:
+    """A new, not yet loaded instance of the registered program ``name``."""
+    try:
+        factory = PROGRAMS[name]
+    except KeyError:
+        known = ", ".join(sorted(PROGRAMS))
+        raise ProbeError(f"unknown program {name!r} (known: {known})") from None
+    return factory()
+
+
+def _delta(before: Mapping[str, int], after: Mapping[str, int], where: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for counter in set(before) | set(after):
+        d = after.get(counter, 0) - before.get(counter, 0)
+        if d < 0:
+            raise ProbeError(f"counter {counter!r} of {where} went down by {-d}: program reloaded?")
+        out[counter] = d
+    return out
+
+
+def delta_by_node(
+    before: Snapshot,
+    after: Snapshot,
+    nodes: Iterable[NodeLike],
+    counters: Iterable[str] = (),
+) -> dict[str, dict[str, int]]:
+    """Per-node counter deltas between two snapshots of one program.
+
+    A node with ``cgroup_id != 0`` gets exactly that key's delta: a simulated node's processes
+    live directly in its cgroup, so descendants' keys are not added. ``cgroup_id == 0`` is the
+    whole host: the delta of the sums over all keys. Every name in ``counters`` is present in
+    the result (0 when nothing happened), so "no events" is an explicit zero.
+    """
+    names = tuple(counters)
+    out: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        if node.cgroup_id == 0:
+            d = _delta(_total(before), _total(after), f"node {node.name} (host)")
+        else:
+            key = int(node.cgroup_id)
+            d = _delta(before.get(key, {}), after.get(key, {}), f"node {node.name} (cgroup {key})")
+        for c in names:
+            d.setdefault(c, 0)
+        out[node.name] = d
+    return out
+
+
+def delta_by_cgroup(before: Snapshot, after: Snapshot) -> Snapshot:
+    """Every cgroup's delta between two snapshots, leaving out cgroups where nothing changed."""
+    out: Snapshot = {}
+    for key in set(before) | set(after):
+        d = _delta(before.get(key, {}), after.get(key, {}), f"cgroup {key}")
+        if any(d.values()):
+            out[key] = d
+    return out
+
+
+def _total(snap: Snapshot) -> dict[str, int]:
+    tot: dict[str, int] = {}
+    for counters in snap.values():
+        for c, v in counters.items():
+            tot[c] = tot.get(c, 0) + v
+    return tot

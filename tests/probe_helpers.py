@@ -1,0 +1,53 @@
+"""Test helpers for the probe tests: throw-away cgroup v2 children and exact exec loops.
+
+with temp_cgroup("a") as cg:
+    exec_in_cgroup(cg, 7)      # exactly 7 execs counted under cgroup_id(cg)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+
+from swarmscope.probes.cgroups import cgroup2_mount
+
+# Moves itself into cgroup $1, then runs /bin/true exactly $2 times. Everything else it uses
+# (echo, [, $((...))) is a dash/bash builtin, so the only execs inside the cgroup are the
+# /bin/true ones; the exec of the shell itself happens before the move, in the parent cgroup.
+EXEC_LOOP = (
+    'echo $$ > "$1/cgroup.procs" || exit 99; i=0; '
+    'while [ "$i" -lt "$2" ]; do /bin/true || exit 98; i=$((i+1)); done'
+)
+
+
+@contextlib.contextmanager
+def temp_cgroup(name: str, parent: pathlib.Path | None = None) -> Iterator[pathlib.Path]:
+    base = parent or pathlib.Path(cgroup2_mount())
+    path = base / f"swarmscope-test-{os.getpid()}-{name}-{secrets.token_hex(3)}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        _remove(path)
+
+
+def _remove(path: pathlib.Path) -> None:
+    for child in path.iterdir():
+        if child.is_dir():
+            _remove(child)
+    for _ in range(50):  # a just-exited process can linger in cgroup.procs for a moment
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
+    path.rmdir()
+
+
+def exec_in_cgroup(cg: pathlib.Path, n: int) -> None:
+    subprocess.run(["/bin/sh", "-c", EXEC_LOOP, "sh", str(cg), str(n)], check=True, timeout=60)
