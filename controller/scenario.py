@@ -71,7 +71,7 @@ def _exec_fields() -> list[Field]:
         Field("burst_s", float, 1.0, "length of each burst, seconds", min=0.01, max=60),
         Field("concurrency", int, 2, "exec children in flight per node", min=1, max=64),
         Field("pids_max", int, 256, "pids limit of each simulated node's cgroup", min=8, max=4096),
-        Field("max_execs", int, 2_000_000, "hard cap on execs per node per burst", min=1, max=100_000_000),
+        Field("max_execs", int, 1_000_000, "hard cap on execs per node per burst", min=1, max=1_000_000),
         Field("pause_s", float, 0.2, "pause between iterations, seconds", min=0, max=60),
         *TRACER_FIELDS,
     ]

@@ -143,7 +143,7 @@ class SwarmscopeProcess:
             sim_nodes,
             group=group,
             pids_max=int(cfg.get("pids_max", 256)),
-            max_execs=int(cfg.get("max_execs", 2_000_000)),
+            max_execs=int(cfg.get("max_execs", 1_000_000)),
             prefix=node_prefix,
         )
 

@@ -13,8 +13,7 @@ import sqlite3
 import subprocess
 
 import pytest
-
-from tests.helpers import BIN, ROOT, is_root, load_report, only_run_dir, run_cli
+from helpers import BIN, ROOT, is_root, load_report, only_run_dir, run_cli
 
 pytestmark = [
     pytest.mark.root,

@@ -74,7 +74,7 @@ class WorkerRole:
 
     @classmethod
     def create(
-        cls, sim_nodes: int, group: str, pids_max: int = 256, max_execs: int = 2_000_000, prefix: str = ""
+        cls, sim_nodes: int, group: str, pids_max: int = 256, max_execs: int = 1_000_000, prefix: str = ""
     ) -> WorkerRole:
         """Simulated nodes <prefix>n1..nN when ``sim_nodes`` > 0, else the real node (cluster mode)."""
         from swarmscope.workers import native, nodes
