@@ -53,6 +53,9 @@ class TracerResult:
     warnings: list[str]  # the tracer's own warnings/errors (first ones, deduplicated)
     error: str = ""  # set when the tracer failed mid-window (the counts are then partial)
     other: int = 0  # event lines of processes outside the window's nodes (the rest of the host)
+    # End-of-window sentinels the tracer dropped: they are part of ``lost``, not of any node,
+    # so "reported + lost - sentinels_lost" is what to set against the kernel count.
+    sentinels_lost: int = 0
 
     @property
     def reported(self) -> int:

@@ -34,8 +34,10 @@ import logging
 import os
 import secrets
 import signal
+import struct
 import subprocess
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Mapping
@@ -121,6 +123,8 @@ class CommandTracer:
         self._eof = False
         self._pressure = threading.Event()  # set = pressure lifted (stop lifts it)
         self._window_id = ""
+        self._drain_sent: dict[int, list[int]] = {}
+        self._rfd = -1
 
     def _warn(self, text: str) -> None:
         if text not in self._warnings and len(self._warnings) < MAX_WARNINGS:
@@ -238,6 +242,7 @@ class CommandTracer:
             raise TracerError(f"cannot start tracer {self.name} ({self.argv[0]}): {e}") from e
         finally:
             os.close(w)  # only the tracer writes: EOF on r once it (and its children) exit
+        self._rfd = r
         stream = os.fdopen(r, "rb")
         self._reader = threading.Thread(
             target=self._read_loop, args=(stream, parser), name=f"tracer-{self.name}", daemon=True
@@ -277,15 +282,37 @@ class CommandTracer:
         with self._lock:
             return "\n".join(f"  | {t}" for t in self._tail) or "  (no output)"
 
+    def _pipe_backlog(self) -> int:
+        """Bytes the tracer wrote that the reader has not taken yet (FIONREAD on the pipe)."""
+        try:
+            buf = fcntl.ioctl(self._rfd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int(struct.unpack("i", buf)[0])
+
+    def _wait_caught_up(self, limit: float) -> None:
+        """Wait until the reader has emptied the pipe twice in a row (the tracer's backlog is out).
+
+        Nudging while the tracer's buffers are still full (right after a stall) would only get
+        the sentinels dropped too; this keeps that rare. Bounded by ``limit`` seconds.
+        """
+        end = time.monotonic() + limit
+        empty = 0
+        while empty < 2 and time.monotonic() < end and not self._eof:
+            empty = empty + 1 if self._pipe_backlog() == 0 else 0
+            time.sleep(0.05)
+
     def _drain(self) -> list[int]:
         """Nudge every CPU with a pinned sentinel until each shows up; return CPUs never seen."""
         deadline = time.monotonic() + self.drain_timeout_s
+        self._wait_caught_up(self.drain_timeout_s / 2)
         pending: dict[int, list[int]] = {}
         for cpu in online_cpus():
             try:
                 pending[cpu] = [self._exec_sentinel(cpu)]
             except OSError as e:
                 self._warn(f"swarmscope: cannot pin a sentinel to CPU {cpu}: {e}")
+        self._drain_sent = {cpu: ks for cpu, ks in pending.items()}
         while pending:
             with self._lock:
                 self._seen.wait_for(
@@ -298,11 +325,24 @@ class CommandTracer:
             if not pending or eof or time.monotonic() >= deadline:
                 break
             # A sentinel can itself be dropped while the tracer's buffer is still full: retry
-            # on the CPUs not yet seen.
+            # on the CPUs not yet seen (sentinels_lost() accounts for the dropped ones).
             for cpu, ks in pending.items():
                 if len(ks) < 50:
                     ks.append(self._exec_sentinel(cpu))
         return sorted(pending)
+
+    def _sentinels_lost(self) -> int:
+        """Drain sentinels the tracer must have dropped (so they are inside its "lost" count).
+
+        A CPU's events come out of its buffer in order, so an unseen sentinel exec'ed on a CPU
+        *before* a sentinel that was seen on the same CPU was dropped, not delayed.
+        """
+        lost = 0
+        for ks in self._drain_sent.values():
+            seen = [k for k in ks if k in self._sentinels_seen]
+            if seen:
+                lost += sum(1 for k in ks if k < max(seen) and k not in self._sentinels_seen)
+        return lost
 
     def _terminate(self) -> int | None:
         proc = self._proc
@@ -359,6 +399,7 @@ class CommandTracer:
                 warnings=list(self._warnings),
                 error=error,
                 other=self._other,
+                sentinels_lost=self._sentinels_lost(),
             )
 
 
