@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import importlib
 import logging
 import os
 import secrets
@@ -38,9 +39,8 @@ import struct
 import subprocess
 import tempfile
 import termios
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,6 +59,26 @@ log = logging.getLogger(__name__)
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ exists only from Python 3.10 on some builds
 MAX_WARNINGS = 20
 TAIL_LINES = 30
+
+
+def _original(module: str, name: str) -> Any:
+    """The unpatched stdlib object, also inside a gevent-patched process (every Locust process).
+
+    The reader must be a real OS thread blocking in read(): a greenlet doing so would freeze
+    the gevent hub. The waits in start()/stop() poll with ``time.sleep`` instead, which gevent
+    makes cooperative, so a Locust master stays responsive while a tracer starts or drains.
+    """
+    try:
+        from gevent import monkey
+
+        if monkey.is_module_patched(module):
+            return monkey.get_original(module, name)
+    except ImportError:
+        pass
+    return getattr(importlib.import_module(module), name)
+
+
+_real_sleep = _original("time", "sleep")
 
 
 def online_cpus() -> list[int]:
@@ -102,9 +122,7 @@ class CommandTracer:
         self.pipe_bytes = pipe_bytes
         self.env = dict(env) if env is not None else None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._reader: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._seen = threading.Condition(self._lock)
+        self._lock = _original("_thread", "allocate_lock")()  # shared by the reader thread
         self._reset()
 
     # ------------------------------------------------------------------ state
@@ -121,7 +139,8 @@ class CommandTracer:
         self._next_k = 0
         self._ready = False
         self._eof = False
-        self._pressure = threading.Event()  # set = pressure lifted (stop lifts it)
+        self._pressure_lifted = False  # stop() lifts the stall / rate limit
+        self._reader_done = True
         self._window_id = ""
         self._drain_sent: dict[int, list[int]] = {}
         self._rfd = -1
@@ -175,7 +194,6 @@ class CommandTracer:
                         self._ready = True
                         if self.stall_s > 0:
                             stall_until = time.monotonic() + self.stall_s
-                    self._seen.notify_all()
                 elif res.kind == "lost":
                     self._lost += res.lost
                     self._warn(text[:300])
@@ -191,19 +209,48 @@ class CommandTracer:
                         self._warn(text[:300])
             # Transport pressure: a stalled or slow reader lets the pipe, then the tracer, fill.
             if stall_until is not None:
-                self._pressure.wait(max(0.0, stall_until - time.monotonic()))
+                self._pause_until(stall_until)
                 stall_until = None
                 next_t = time.monotonic()
-            if interval and not self._pressure.is_set():
+            if interval and not self._pressure_lifted:
                 next_t += interval
-                delay = next_t - time.monotonic()
-                if delay > 0:
-                    self._pressure.wait(delay)
+                if next_t > time.monotonic():
+                    self._pause_until(next_t)
                 else:
                     next_t = time.monotonic()
         with self._lock:
             self._eof = True
-            self._seen.notify_all()
+
+    def _pause_until(self, t: float) -> None:
+        """Reader-thread sleep (real, not a greenlet's) that ends early when stop() lifts it."""
+        while not self._pressure_lifted:
+            left = t - time.monotonic()
+            if left <= 0:
+                return
+            _real_sleep(min(left, 0.02))
+
+    def _reader_main(self, stream: IO[bytes], parser: LineParser) -> None:
+        try:
+            self._read_loop(stream, parser)
+        except Exception as e:  # a reader bug must not hang stop(): record it
+            log.exception("tracer %s: reader failed", self.name)
+            with self._lock:
+                self._warn(f"swarmscope: reading the tracer failed: {e!r}")
+                self._eof = True
+        finally:
+            stream.close()
+            self._reader_done = True
+
+    def _wait(self, pred: Callable[[], bool], timeout: float) -> bool:
+        """Poll ``pred`` (under the lock) until true or timeout; cooperative under gevent."""
+        end = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if pred():
+                    return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, window_id: str, nodes: list[NodeKey]) -> None:
@@ -244,10 +291,8 @@ class CommandTracer:
             os.close(w)  # only the tracer writes: EOF on r once it (and its children) exit
         self._rfd = r
         stream = os.fdopen(r, "rb")
-        self._reader = threading.Thread(
-            target=self._read_loop, args=(stream, parser), name=f"tracer-{self.name}", daemon=True
-        )
-        self._reader.start()
+        self._reader_done = False
+        _original("_thread", "start_new_thread")(self._reader_main, (stream, parser))
         try:
             self._wait_ready()
         except BaseException:
@@ -259,11 +304,9 @@ class CommandTracer:
         pause = 0.05
         while True:
             self._exec_sentinel()
-            with self._lock:
-                self._seen.wait_for(lambda: self._ready or self._eof, timeout=pause)
-                if self._ready:
-                    return
-                eof = self._eof
+            if self._wait(lambda: self._ready or self._eof, pause) and self._ready:
+                return
+            eof = self._eof
             assert self._proc is not None
             if eof or self._proc.poll() is not None:
                 code = self._proc.wait(timeout=5)
@@ -300,7 +343,7 @@ class CommandTracer:
         empty = 0
         while empty < 2 and time.monotonic() < end and not self._eof:
             empty = empty + 1 if self._pipe_backlog() == 0 else 0
-            time.sleep(0.05)
+            time.sleep(0.05)  # cooperative under gevent
 
     def _drain(self) -> list[int]:
         """Nudge every CPU with a pinned sentinel until each shows up; return CPUs never seen."""
@@ -314,11 +357,10 @@ class CommandTracer:
                 self._warn(f"swarmscope: cannot pin a sentinel to CPU {cpu}: {e}")
         self._drain_sent = {cpu: ks for cpu, ks in pending.items()}
         while pending:
+            self._wait(
+                lambda: self._eof or any(set(ks) & self._sentinels_seen for ks in pending.values()), 0.5
+            )
             with self._lock:
-                self._seen.wait_for(
-                    lambda: self._eof or any(set(ks) & self._sentinels_seen for ks in pending.values()),
-                    timeout=0.5,
-                )
                 for cpu in [c for c, ks in pending.items() if set(ks) & self._sentinels_seen]:
                     del pending[cpu]
                 eof = self._eof
@@ -348,7 +390,7 @@ class CommandTracer:
         proc = self._proc
         if proc is None:
             return None
-        self._pressure.set()
+        self._pressure_lifted = True
         code = proc.poll()
         if code is None:
             with contextlib.suppress(ProcessLookupError):
@@ -363,12 +405,9 @@ class CommandTracer:
         # Children left in the group (e.g. under unshare) hold the pipe open: end them too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        if self._reader is not None:
-            self._reader.join(timeout=10)
-            if self._reader.is_alive():
-                self._warn("swarmscope: the tracer's output did not reach end-of-file within 10 s")
+        if not self._wait(lambda: self._reader_done, 10):
+            self._warn("swarmscope: the tracer's output did not reach end-of-file within 10 s")
         self._proc = None
-        self._reader = None
         for p in self._sentinel_dir.iterdir():
             p.unlink()
         self._sentinel_dir.rmdir()
@@ -378,7 +417,7 @@ class CommandTracer:
         if self._proc is None:
             raise TracerError(f"tracer {self.name} is not running")
         error = ""
-        self._pressure.set()  # lift the stall / rate limit: read all the tracer delivered
+        self._pressure_lifted = True  # lift the stall / rate limit: read all the tracer delivered
         exited = self._proc.poll()
         if exited is not None:
             error = f"tracer {self.name} exited early (status {exited}); counts are partial"

@@ -63,6 +63,7 @@ class LineParser:
         self.lost = re.compile(lost_regex) if lost_regex else None
         # The sentinel number is greedy digits right after the per-window prefix, so 1 and 12
         # cannot be confused.
+        self.sentinel_prefix = sentinel_prefix
         self.sentinel = re.compile(re.escape(sentinel_prefix) + r"(\d+)")
         self.by_cgroup = {str(n.cgroup_id): n.name for n in nodes if n.cgroup_id is not None}
         self.by_name = {n.name: n.name for n in nodes}
@@ -82,7 +83,7 @@ class LineParser:
         return self.by_cgroup.get(text) or self.by_name.get(text) or self.by_comm.get(text[:TASK_COMM_LEN])
 
     def feed(self, line: str) -> Line:
-        m = self.sentinel.search(line)
+        m = self.sentinel.search(line) if self.sentinel_prefix in line else None  # `in` is cheap
         if m:
             return Line("sentinel", sentinel=int(m.group(1)))
         if self.lost is not None:
