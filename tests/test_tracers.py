@@ -369,3 +369,51 @@ def test_bpftrace_inside_a_gevent_patched_process(node_cgroup, tmp_path) -> None
     # stop() takes >= 0.1 s (it waits for the pipe to be empty twice, 50 ms apart); at a 10 ms
     # tick the ticker must have run during it, i.e. stop() did not block the hub.
     assert r["ticks_in_stop"] >= 3, r
+
+
+def _filtered_bpftrace(cgid: int) -> list[str]:
+    """bpftrace counting only this cgroup and the sentinels (so "lost" is about them only)."""
+    prog = (
+        f'tracepoint:sched:sched_process_exec /cgroup == {cgid} || strncmp(comm, "ss-sync-", 8) == 0/ '
+        '{ printf("%s %llu\\n", comm, cgroup); }'
+    )
+    return ["env", "BPFTRACE_PERF_RB_PAGES=1", "bpftrace", "-B", "line", "-e", prog]
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+@needs_bpftrace
+def test_read_rate_limits_the_reader_and_accounting_holds(node_cgroup) -> None:
+    cg, cgid = node_cgroup
+    k, rate = 1500, 100.0
+    t = CommandTracer(_filtered_bpftrace(cgid), match=presets.BPFTRACE_MATCH, read_rate=rate, pipe_bytes=4096)
+    t.start("w-rate", [NodeKey("n1", cgroup_id=cgid)])
+    t0 = time.monotonic()
+    exec_in_cgroup(cg, k, pathlib.Path("/bin/true"))
+    time.sleep(0.5)
+    elapsed = time.monotonic() - t0
+    read_during = t._lines  # lines the throttled reader took while the storm ran
+    res = t.stop()
+    # The reader held to the rate (slack: lines already read before t0, one buffered batch).
+    assert read_during <= rate * elapsed + 50, (read_during, elapsed)
+    assert res.per_node["n1"] + res.lost - res.sentinels_lost == k, res
+    print(
+        f"rate: k={k} read_during={read_during} in {elapsed:.1f}s",
+        f"reported={res.per_node['n1']} lost={res.lost}",
+    )
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+@needs_bpftrace
+def test_tracer_dying_mid_window_is_an_error_not_a_count(node_cgroup) -> None:
+    cg, cgid = node_cgroup
+    t = CommandTracer(_filtered_bpftrace(cgid), match=presets.BPFTRACE_MATCH)
+    t.start("w-die", [NodeKey("n1", cgroup_id=cgid)])
+    exec_in_cgroup(cg, 20, pathlib.Path("/bin/true"))
+    assert t._proc is not None
+    os.killpg(t._proc.pid, 9)
+    t._proc.wait(timeout=10)
+    res = t.stop()
+    assert "exited early" in res.error
+    assert res.per_node["n1"] <= 20
