@@ -23,6 +23,7 @@ from swarmscope.errors import SwarmscopeError
 COMMAND_MODULES = [
     "swarmscope.controller.cli",
     "swarmscope.probes.cli",
+    "swarmscope.controller.tracers.selfcheck",
 ]
 
 

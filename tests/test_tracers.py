@@ -30,7 +30,8 @@ from swarmscope.controller.tracers import (
 from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, command_argv
 from swarmscope.controller.tracers.command import CommandTracer
 from swarmscope.controller.tracers.parse import LineParser, json_path
-from swarmscope.errors import ConfigError, TracerError
+from swarmscope.controller.tracers.selfcheck import cgroup2_root, exec_in_cgroup, temp_cgroup
+from swarmscope.errors import ConfigError, SetupError, TracerError
 
 NODES = [
     NodeKey("n1", cgroup_id=4711, comm="ss-n1"),
@@ -167,41 +168,16 @@ def test_tracer_that_never_traces_times_out() -> None:
 # --------------------------------------------------------------------------- real tracers
 
 
-def _cgroup2_root() -> pathlib.Path:
-    with open("/proc/mounts", encoding="utf-8") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) > 2 and parts[2] == "cgroup2":
-                return pathlib.Path(parts[1])
-    pytest.skip("no cgroup v2 mount on this kernel")
-
-
 @pytest.fixture
 def node_cgroup() -> Iterator[tuple[pathlib.Path, int]]:
     if os.geteuid() != 0:
         pytest.skip("needs root to create cgroups and load BPF")
-    cg = _cgroup2_root() / f"ss-tracer-test-{secrets.token_hex(3)}"
-    cg.mkdir()
     try:
-        yield cg, os.stat(cg).st_ino  # the v2 cgroup id is the directory's inode
-    finally:
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)  # the last exec'ed children are still being reaped
-
-
-def exec_in_cgroup(cg: pathlib.Path, k: int, binary: pathlib.Path) -> None:
-    """Exactly ``k`` execs of ``binary`` inside ``cg`` (the helper joins it before spawning)."""
-    code = (
-        "import os, sys\n"
-        "open(sys.argv[1] + '/cgroup.procs', 'w').write(str(os.getpid()))\n"
-        "for _ in range(int(sys.argv[2])):\n"
-        "    os.waitpid(os.posix_spawn(sys.argv[3], [sys.argv[3]], {}), 0)\n"
-    )
-    subprocess.run([sys.executable, "-c", code, str(cg), str(k), str(binary)], check=True, timeout=120)
+        cgroup2_root()
+    except SetupError:
+        pytest.skip("no cgroup v2 mount on this kernel")
+    with temp_cgroup("ss-tracer-test") as cg:
+        yield cg
 
 
 def node_binary(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
@@ -324,8 +300,7 @@ GEVENT_SCRIPT = """
 from gevent import monkey
 monkey.patch_all()
 import gevent, json, os, sys, time
-sys.path.insert(0, sys.argv[3])
-from test_tracers import exec_in_cgroup
+from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.controller.tracers import NodeKey, make_tracer
 import pathlib
 cg, k = pathlib.Path(sys.argv[1]), int(sys.argv[2])
@@ -358,7 +333,7 @@ def test_bpftrace_inside_a_gevent_patched_process(node_cgroup, tmp_path) -> None
     cg, _ = node_cgroup
     k = 200
     out = subprocess.run(
-        [sys.executable, "-c", GEVENT_SCRIPT, str(cg), str(k), str(pathlib.Path(__file__).parent)],
+        [sys.executable, "-c", GEVENT_SCRIPT, str(cg), str(k)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -417,3 +392,21 @@ def test_tracer_dying_mid_window_is_an_error_not_a_count(node_cgroup) -> None:
     res = t.stop()
     assert "exited early" in res.error
     assert res.per_node["n1"] <= 20
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+@needs_bpftrace
+def test_tracer_check_command() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    exe = pathlib.Path(sys.executable).parent / "swarmscope"
+    out = subprocess.run(
+        [str(exe), "tracer-check", "--tracer", "bpftrace", "--execs", "300"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "execs (truth) 300" in out.stdout
+    assert "vs truth 300: exact" in out.stdout or "covers (host-wide loss)" in out.stdout, out.stdout
