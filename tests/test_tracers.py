@@ -103,6 +103,16 @@ def test_json_path_and_attribution_by_cgroup_in_json() -> None:
     assert p.feed('{"k8s": {}}').kind == "noise"
 
 
+def test_nodes_a_tracer_cannot_attribute_are_refused_at_start() -> None:
+    p = LineParser(NODES, json_field="comm")
+    assert p.unattributable([NodeKey("a", cgroup_id=5), NodeKey("b", comm="x")]) == ["a"]
+    p = LineParser(NODES, match=presets.BPFTRACE_MATCH)
+    assert p.unattributable([NodeKey("a", cgroup_id=5), NodeKey("b", comm="x"), NodeKey("c")]) == ["c"]
+    t = CommandTracer(["sleep", "60"], json_field="comm")
+    with pytest.raises(TracerError, match="cannot attribute"):
+        t.start("w", [NodeKey("a", cgroup_id=5)])
+
+
 def test_node_group_and_custom_lost_regex() -> None:
     p = LineParser(NODES, match=r"node=(?P<node>\S+)", lost_regex=r"dropped=(\d+)")
     assert p.feed("exec node=n2 pid=3").node == "n2"
@@ -154,6 +164,12 @@ def test_tracer_that_exits_at_once_fails_start_with_its_output() -> None:
         ["sh", "-c", "echo 'cannot attach: permission denied' >&2; exit 7"], match="(?P<comm>x)"
     )
     with pytest.raises(TracerError, match="permission denied"):
+        t.start("w", NODES)
+
+
+def test_missing_tracer_binary_is_a_tracer_error() -> None:
+    t = CommandTracer(["/nonexistent/tracer-xyz"], match="(?P<comm>x)")
+    with pytest.raises(TracerError, match="cannot start"):
         t.start("w", NODES)
 
 

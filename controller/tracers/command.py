@@ -263,7 +263,6 @@ class CommandTracer:
         # A fresh random prefix per window: sentinels of an earlier window or another
         # swarmscope on the host can never be taken for this one's.
         self._prefix = f"ss-sync-{secrets.token_hex(2)[:3]}"
-        self._sentinel_dir = Path(tempfile.mkdtemp(prefix="swarmscope-sentinel-"))
         parser = LineParser(
             nodes,
             match=self.match,
@@ -271,6 +270,14 @@ class CommandTracer:
             lost_regex=self.lost_regex,
             sentinel_prefix=self._prefix,
         )
+        bad = parser.unattributable(nodes)
+        if bad:
+            raise TracerError(
+                f"tracer {self.name} cannot attribute events to node(s) {', '.join(bad)}: its lines "
+                "carry only what those nodes lack (a comm-only tracer needs NodeKey.comm, i.e. the "
+                "node's exec storm running its binary under the node's own name)"
+            )
+        self._sentinel_dir = Path(tempfile.mkdtemp(prefix="swarmscope-sentinel-"))
         r, w = os.pipe2(os.O_CLOEXEC)
         if self.pipe_bytes:
             with contextlib.suppress(OSError):  # the size is a pressure knob, not a must
@@ -286,6 +293,7 @@ class CommandTracer:
             )
         except OSError as e:
             os.close(r)
+            self._sentinel_dir.rmdir()
             raise TracerError(f"cannot start tracer {self.name} ({self.argv[0]}): {e}") from e
         finally:
             os.close(w)  # only the tracer writes: EOF on r once it (and its children) exit

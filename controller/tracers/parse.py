@@ -69,6 +69,23 @@ class LineParser:
         self.by_name = {n.name: n.name for n in nodes}
         self.by_comm = {n.comm[:TASK_COMM_LEN]: n.name for n in nodes if n.comm}
 
+    def unattributable(self, nodes: list[NodeKey]) -> list[str]:
+        """Nodes no line could ever be attributed to (e.g. a comm-only tracer, a node without comm)."""
+        if self.match is not None:
+            kinds = set(self.match.groupindex)
+        else:
+            assert self.json_field is not None
+            last = self.json_field.rsplit(".", 1)[-1]
+            kinds = {"comm"} if last in ("comm", "pcomm") else {"cgroup", "comm", "node"}
+        bad = []
+        for n in nodes:
+            if "node" in kinds:
+                continue
+            if ("cgroup" in kinds and n.cgroup_id is not None) or ("comm" in kinds and n.comm):
+                continue
+            bad.append(n.name)
+        return bad
+
     def _lookup(self, kind: str, value: Any) -> str | None:
         if value is None:
             return None
