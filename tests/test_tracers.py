@@ -228,18 +228,28 @@ needs_bpftrace = pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bp
 @needs_bpftrace
 def test_bpftrace_counts_exactly_k_execs_per_node(node_cgroup, tmp_path) -> None:
     cg, cgid = node_cgroup
-    k = 400
     tracer = make_tracer({"tracer": "bpftrace", "tracer_ready_timeout_s": 60})
     assert tracer is not None
-    tracer.start("w1", [NodeKey("n1", cgroup_id=cgid, comm="ss-n1"), NodeKey("idle", cgroup_id=1 << 62)])
-    exec_in_cgroup(cg, k, node_binary(tmp_path, "ss-n1"))
-    res = tracer.stop()
-    assert res.error == ""
-    assert res.per_node["idle"] == 0
-    assert_k_or_admitted_loss(res, "n1", k)
-    # Host-wide tracer: sentinel lines were printed (at least one per CPU) but never counted.
-    assert res.lines >= res.per_node["n1"] + len(os.sched_getaffinity(0))
-    print(f"bpftrace: k={k} reported={res.per_node['n1']} lost(host-wide)={res.lost} other={res.other}")
+    # Two windows in a row with the same adapter: each starts its own tracer process.
+    for window, k in (("w1", 400), ("w2", 150)):
+        tracer.start(
+            window, [NodeKey("n1", cgroup_id=cgid, comm="ss-n1"), NodeKey("idle", cgroup_id=1 << 62)]
+        )
+        exec_in_cgroup(cg, k, node_binary(tmp_path, f"ss-{window}"))
+        res = tracer.stop()
+        assert res.per_node["idle"] == 0
+        assert_k_or_admitted_loss(res, "n1", k)
+        # Host-wide tracer: sentinel lines were printed (at least one per CPU) but never counted.
+        assert res.lines >= res.per_node["n1"] + len(os.sched_getaffinity(0))
+        print(f"bpftrace {window}: k={k} reported={res.per_node['n1']} lost(host-wide)={res.lost}")
+
+
+def test_make_tracer_takes_the_sentinel_binary() -> None:
+    if shutil.which("bpftrace") is None:
+        pytest.skip("bpftrace not installed")
+    t = make_tracer({"tracer": "bpftrace"}, sentinel="/usr/bin/env")
+    assert isinstance(t, CommandTracer) and t.sentinel == pathlib.Path("/usr/bin/env")
+    assert make_tracer({"tracer": "none"}, sentinel="/usr/bin/env") is None
 
 
 @pytest.mark.root
