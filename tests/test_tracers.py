@@ -308,6 +308,7 @@ def ig_path() -> pathlib.Path:
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first run builds ig (2-4 min alone, ~8 min on a busy 2-core VM)
 def test_ig_counts_exactly_k_execs_per_node(ig_path, node_cgroup, tmp_path) -> None:
     cg, cgid = node_cgroup
     k = 300
