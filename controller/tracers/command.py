@@ -317,9 +317,12 @@ class CommandTracer:
             eof = self._eof
             assert self._proc is not None
             if eof or self._proc.poll() is not None:
-                code = self._proc.wait(timeout=5)
+                try:
+                    code: int | None = self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None  # it closed its output but lives on; _terminate() ends it
                 raise TracerError(
-                    f"tracer {self.name} exited (status {code}) before it traced anything:\n"
+                    f"tracer {self.name} ended its output (exit status {code}) before it traced anything:\n"
                     + self._tail_text()
                 )
             if time.monotonic() >= deadline:
