@@ -107,7 +107,7 @@ def test_nodes_a_tracer_cannot_attribute_are_refused_at_start() -> None:
     p = LineParser(NODES, json_field="comm")
     assert p.unattributable([NodeKey("a", cgroup_id=5), NodeKey("b", comm="x")]) == ["a"]
     p = LineParser(NODES, match=presets.BPFTRACE_MATCH)
-    assert p.unattributable([NodeKey("a", cgroup_id=5), NodeKey("b", comm="x"), NodeKey("c")]) == ["c"]
+    assert p.unattributable([NodeKey("a", cgroup_id=5), NodeKey("b", comm="x"), NodeKey("c", 0, "")]) == ["c"]
     t = CommandTracer(["sleep", "60"], json_field="comm")
     with pytest.raises(TracerError, match="cannot attribute"):
         t.start("w", [NodeKey("a", cgroup_id=5)])

@@ -65,7 +65,8 @@ class LineParser:
         # cannot be confused.
         self.sentinel_prefix = sentinel_prefix
         self.sentinel = re.compile(re.escape(sentinel_prefix) + r"(\d+)")
-        self.by_cgroup = {str(n.cgroup_id): n.name for n in nodes if n.cgroup_id is not None}
+        # cgroup ids are inode numbers, never 0: a 0 (protobuf's "unset") means unknown.
+        self.by_cgroup = {str(n.cgroup_id): n.name for n in nodes if n.cgroup_id}
         self.by_name = {n.name: n.name for n in nodes}
         self.by_comm = {n.comm[:TASK_COMM_LEN]: n.name for n in nodes if n.comm}
 
@@ -81,7 +82,7 @@ class LineParser:
         for n in nodes:
             if "node" in kinds:
                 continue
-            if ("cgroup" in kinds and n.cgroup_id is not None) or ("comm" in kinds and n.comm):
+            if ("cgroup" in kinds and n.cgroup_id) or ("comm" in kinds and n.comm):
                 continue
             bad.append(n.name)
         return bad
