@@ -77,6 +77,12 @@ def _exec_fields() -> list[Field]:
     ]
 
 
+def _tracer_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
+    from swarmscope.controller.tracers.base import tracer_cross_check
+
+    return tracer_cross_check(v)
+
+
 @dataclass
 class ScenarioKind:
     name: str
@@ -91,7 +97,9 @@ class ScenarioKind:
 
 
 KINDS: dict[str, ScenarioKind] = {
-    "exec_storm": ScenarioKind("exec_storm", "exec", ["exec_count"], _exec_fields, [_exec_checks]),
+    "exec_storm": ScenarioKind(
+        "exec_storm", "exec", ["exec_count"], _exec_fields, [_exec_checks, _tracer_checks]
+    ),
 }
 
 

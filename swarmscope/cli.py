@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "swarmscope.controller.locust_cli",
     "swarmscope.probes.cli",
     "swarmscope.controller.report_cli",
+    "swarmscope.controller.tracers.selfcheck",
 ]
 
 

@@ -100,6 +100,8 @@ def _coerce_scalar(typ: type, value: Any, from_text: bool) -> Any:
         if isinstance(value, dict):
             return dict(value)
         raise ValueError(f"must be a mapping, not {value!r}")
+    if typ is object:  # any YAML value (e.g. "a string or a list"); the field's check validates it
+        return value
     raise TypeError(f"unsupported field type {typ}")
 
 

@@ -123,7 +123,10 @@ class SwarmscopeProcess:
         else:
             log.warning("waiting for %d probe(s) on %s", cfg["expect_probes"], self.fleet.address)
             self.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
-        self.tracer = make_tracer(cfg) if "tracer" in cfg else None
+        if "tracer" in cfg and cfg["tracer"] != "none":
+            from swarmscope.workers.native import ensure_built
+
+            self.tracer = make_tracer(cfg, sentinel=ensure_built().tiny)
         self.controller = ControllerRole(
             self.run,
             self.fleet,

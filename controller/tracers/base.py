@@ -1,0 +1,235 @@
+"""The tracer under test: the interface, its result, its scenario keys and the registry.
+
+A *tracer under test* is the system whose exec (or other) events swarmscope checks: it runs
+for one measurement window and says how many events it reported per simulated node, plus
+the losses it admitted to ("Lost N events", ig's "lost N samples").
+
+    tracer = make_tracer(cfg)            # None when cfg["tracer"] == "none" -> reported is null
+    if tracer:
+        tracer.start("w-3", [NodeKey("n1", cgroup_id=4711, comm="ss-n1")])  # returns when tracing
+        ...                               # the load runs
+        res = tracer.stop()               # res.per_node == {"n1": 4000}, res.lost == 0
+
+Caveats: ``lost`` is what the tracer printed and is host-wide (a tracer cannot say whose
+events it lost), so it is not split per node. ``None`` means the tracer has no way to say.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from swarmscope.config import Field
+from swarmscope.errors import ConfigError, Problem
+
+# bpftrace 0.17 prints "Lost 123 events"; ig prints {"type":"warn","message":"lost 123 samples"}.
+DEFAULT_LOST_REGEX = r"(?i)\blost (?P<n>\d+) (?:events?|samples?)\b"
+
+
+@dataclass(frozen=True)
+class NodeKey:
+    """How a tracer's line is tied to a simulated node.
+
+    ``cgroup_id`` is the node's cgroup v2 id (what ``bpf_get_current_cgroup_id`` returns);
+    ``comm`` is the argv0/file name the node's exec storm uses, for tracers that print only
+    the command name (the kernel keeps 15 characters of it).
+    """
+
+    name: str
+    cgroup_id: int | None = None
+    comm: str | None = None
+
+
+@dataclass
+class TracerResult:
+    per_node: dict[str, int]  # events reported per node name (every window node present)
+    lost: int | None  # sum of the tracer's "lost N" warnings; None: the tracer cannot tell
+    unattributed: int  # lines that were neither an event, a loss warning nor a sentinel
+    lines: int  # every line read
+    warnings: list[str]  # the tracer's own warnings/errors (first ones, deduplicated)
+    error: str = ""  # set when the tracer failed mid-window (the counts are then partial)
+    other: int = 0  # event lines of processes outside the window's nodes (the rest of the host)
+    # End-of-window sentinels the tracer dropped: they are part of ``lost``, not of any node,
+    # so "reported + lost - sentinels_lost" is what to set against the kernel count.
+    sentinels_lost: int = 0
+
+    @property
+    def reported(self) -> int:
+        return sum(self.per_node.values())
+
+
+class TracerUnderTest(Protocol):
+    name: str
+
+    def start(self, window_id: str, nodes: list[NodeKey]) -> None:
+        """Start tracing for a window; return only once the tracer really sees events."""
+        ...
+
+    def stop(self) -> TracerResult:
+        """Flush (nudge every CPU), stop the tracer and return what it reported."""
+        ...
+
+
+TracerFactory = Callable[[Mapping[str, Any]], TracerUnderTest]
+
+# kind -> factory(cfg). Adapters register themselves on import (see controller/tracers/__init__).
+TRACERS: dict[str, TracerFactory] = {}
+
+
+def register_tracer(kind: str) -> Callable[[TracerFactory], TracerFactory]:
+    def deco(fn: TracerFactory) -> TracerFactory:
+        TRACERS[kind] = fn
+        return fn
+
+    return deco
+
+
+def make_tracer(
+    cfg: Mapping[str, Any], *, sentinel: str | os.PathLike[str] | None = None
+) -> TracerUnderTest | None:
+    """Build the tracer the config names, or None for ``tracer: none`` (reported stays null).
+
+    ``sentinel`` is the trivial binary exec'ed for readiness and drain (default ``/bin/true``;
+    the worker's tiny static binary is faster).
+    """
+    import swarmscope.controller.tracers  # noqa: F401  (registers the adapters)
+
+    if sentinel is not None:
+        cfg = {**cfg, "tracer_sentinel": os.fspath(sentinel)}
+    kind = cfg.get("tracer", "none") or "none"
+    if kind == "none":
+        return None
+    factory = TRACERS.get(kind)
+    if factory is None:
+        known = ", ".join(["none", *sorted(TRACERS)])
+        raise ConfigError([Problem("config", "tracer", f"{kind!r} is not one of {known}")])
+    return factory(cfg)
+
+
+def command_argv(value: Any) -> list[str]:
+    """``tracer_command`` as argv: a list is taken as is, a string is split like a shell would."""
+    if isinstance(value, str):
+        return shlex.split(value)
+    return [str(v) for v in value]
+
+
+def _check_command(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as e:
+            return f"cannot be split into arguments: {e}"
+        return None if argv else "must not be empty"
+    if isinstance(value, list) and value and all(isinstance(v, str | int | float) for v in value):
+        return None
+    return "must be a command line (string) or a non-empty list of arguments"
+
+
+def _check_regex(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        rx = re.compile(value)
+    except re.error as e:
+        return f"is not a valid regular expression: {e}"
+    if not {"cgroup", "comm", "node"} & set(rx.groupindex):
+        return "needs a named group (?P<cgroup>…), (?P<comm>…) or (?P<node>…) to attribute events"
+    return None
+
+
+def _check_lost_regex(value: Any) -> str | None:
+    if value == "":
+        return None  # the tracer never reports losses: lost is null
+    try:
+        rx = re.compile(value)
+    except re.error as e:
+        return f"is not a valid regular expression: {e}"
+    if "n" not in rx.groupindex and rx.groups < 1:
+        return "needs a group capturing the number lost: (?P<n>\\d+)"
+    return None
+
+
+TRACER_FIELDS: list[Field] = [
+    Field(
+        "tracer",
+        str,
+        "none",
+        "tracer under test: none (reported is null), command, bpftrace, ig",
+        choices=("none", "command", "bpftrace", "ig"),
+    ),
+    Field(
+        "tracer_command",
+        object,
+        None,
+        "the tracer's command line (string, shell-split) or argv list; presets fill it",
+        check=_check_command,
+        nullable=True,
+    ),
+    Field(
+        "tracer_match",
+        str,
+        None,
+        "regex for one event line, with a named group cgroup, comm or node that attributes it",
+        check=_check_regex,
+        nullable=True,
+    ),
+    Field(
+        "tracer_json_field",
+        str,
+        None,
+        "instead of tracer_match, for JSON lines: dotted path of the attributing field",
+        nullable=True,
+    ),
+    Field(
+        "tracer_lost_regex",
+        str,
+        DEFAULT_LOST_REGEX,
+        'regex of the tracer\'s loss warning; group n (or the first) is the number lost; "" = none',
+        check=_check_lost_regex,
+    ),
+    Field("tracer_ready_timeout_s", float, 60.0, "wait this long for the tracer to trace", min=0.1),
+    Field("tracer_drain_timeout_s", float, 10.0, "wait this long for the end-of-window sentinels", min=0.1),
+    Field(
+        "tracer_read_rate",
+        float,
+        None,
+        "transport pressure: read the tracer's output at most this many lines/s (null: full speed)",
+        min=1,
+        nullable=True,
+    ),
+    Field(
+        "tracer_stall_s",
+        float,
+        0.0,
+        "transport pressure: stop reading the tracer's output this long once it is ready",
+        min=0,
+        max=3600,
+    ),
+    Field(
+        "tracer_pipe_bytes",
+        int,
+        None,
+        "size of the pipe the tracer writes into (null: the kernel's default, 64 KiB)",
+        min=4096,
+        nullable=True,
+    ),
+]
+
+
+def tracer_cross_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Schema cross-check: the generic ``command`` tracer needs a command and a way to match."""
+    problems: list[tuple[str, str]] = []
+    if values.get("tracer") == "command":
+        if not values.get("tracer_command"):
+            problems.append(("tracer_command", "is required when tracer is 'command'"))
+        if not values.get("tracer_match") and not values.get("tracer_json_field"):
+            problems.append(("tracer_match", "tracer 'command' needs tracer_match or tracer_json_field"))
+    if values.get("tracer_match") and values.get("tracer_json_field"):
+        problems.append(("tracer_json_field", "give tracer_match or tracer_json_field, not both"))
+    return problems

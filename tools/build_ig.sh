@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# build_ig.sh — build Inspektor Gadget's `ig` (the exec tracer under test), cached by version.
+#
+#   tools/build_ig.sh             # prints the path of the binary (builds it once, 2-4 min)
+#   IG_VERSION=v0.35.0 tools/build_ig.sh
+#
+# Caveats: needs Go and the Go module proxy. v0.35 is the newest that runs here without kprobes
+# (PLATFORM.md). The module zip is read-only, so it is copied to a writable dir before building.
+# Concurrent callers are serialised with flock; the binary is installed atomically (mv).
+set -euo pipefail
+VER=${IG_VERSION:-v0.35.0}
+CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools/ig-$VER
+BIN=$CACHE/ig
+if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+export GOFLAGS=-mod=mod
+MOD=github.com/inspektor-gadget/inspektor-gadget
+dir=$(cd "$CACHE" && GO111MODULE=on go mod download -json "$MOD@$VER" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+[ -d "$dir" ] || { echo "build_ig: go mod download of $MOD@$VER failed" >&2; exit 1; }
+src=$CACHE/src
+rm -rf "$src"; cp -r "$dir" "$src"; chmod -R u+w "$src"
+(cd "$src" && CGO_ENABLED=0 go build -ldflags=-checklinkname=0 -o "$CACHE/ig.tmp" ./cmd/ig) >&2
+mv "$CACHE/ig.tmp" "$BIN"
+rm -rf "$src"
+echo "$BIN"
