@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 MSG_NODES = "swarmscope:nodes"
 MSG_ANNOUNCE = "swarmscope:announce"
 MSG_WINDOW = "swarmscope:window"
+MSG_STOP = "swarmscope:stop"
 MSG_BURST = "swarmscope:burst"
 MSG_GENERATED = "swarmscope:generated"
 
@@ -107,10 +108,15 @@ def register_messages(proc: Any, runner: Any) -> None:
         def on_window(environment: Any, msg: Any, **_: Any) -> None:
             worker.current_window = msg.data["window_id"]
 
+        def on_stop(environment: Any, msg: Any, **_: Any) -> None:
+            if worker.current_window == msg.data["window_id"]:
+                environment.runner.stop()  # fires test_stop here, which sends the counts
+
         runner.register_message(MSG_BURST, on_burst, concurrent=True)
         if not isinstance(runner, LocalRunner):
             runner.register_message(MSG_ANNOUNCE, on_announce)
             runner.register_message(MSG_WINDOW, on_window)
+            runner.register_message(MSG_STOP, on_stop)
     if proc.controller is not None:
         ctl = proc.controller
 
@@ -197,9 +203,14 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
     proc, runner = free.proc, environment.runner
     if proc.worker is not None and proc.worker.current_window:
         window_id = proc.worker.current_window
+        proc.worker.current_window = ""
         proc.worker.stop_inflight(window_id)
         runner.send_message(MSG_GENERATED, {"window_id": window_id, "per_node": proc.worker.take(window_id)})
     if proc.controller is not None and free.window is not None and free.point is not None:
+        if isinstance(runner, MasterRunner):
+            # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
+            # ask them, so their users stop and they send what they generated.
+            runner.send_message(MSG_STOP, {"window_id": free.window.window_id})
         proc.controller.close_window(free.window, free.point)
         free.window = None
         from swarmscope.controller.report import build_report, render_console

@@ -147,11 +147,15 @@ class ControllerRole:
         return win
 
     def close_window(
-        self, win: WindowInfo, point: PointInfo, generated_timeout_s: float = 30.0
+        self,
+        win: WindowInfo,
+        point: PointInfo,
+        generated_timeout_s: float = 30.0,
+        alive: Callable[[str], bool] | None = None,
     ) -> IterationResult:
         """Close a window whose load has finished: wait for workers, read probes, drain the tracer."""
         workers = self.workers_of(win.nodes)
-        silent = self.wait_generated(win.window_id, workers, generated_timeout_s)
+        silent = self.wait_generated(win.window_id, workers, generated_timeout_s, alive)
         if silent:
             log.warning("window %s: no generated count from worker(s) %s", win.window_id, sorted(silent))
         win.closed_ns = time.time_ns()

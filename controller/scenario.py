@@ -52,6 +52,36 @@ COMMON_FIELDS = [
         min=0,
         max=65535,
     ),
+    Field(
+        "mode",
+        str,
+        "embedded",
+        "embedded: load runs in this process; distributed: Locust master here, workers as separate processes",
+        choices=("embedded", "distributed"),
+    ),
+    Field(
+        "workers",
+        int,
+        2,
+        "distributed: Locust workers to start (or wait for, without spawn_workers)",
+        min=1,
+        max=1000,
+    ),
+    Field(
+        "spawn_workers",
+        bool,
+        True,
+        "distributed: start the workers on this machine (false: wait for external ones)",
+    ),
+    Field("master_bind", str, "127.0.0.1:5557", "distributed: where the Locust master listens (host:port)"),
+    Field(
+        "worker_timeout_s",
+        float,
+        60.0,
+        "distributed: how long to wait for workers to connect",
+        min=1,
+        max=3600,
+    ),
 ]
 
 

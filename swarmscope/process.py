@@ -100,9 +100,10 @@ class SwarmscopeProcess:
             started_ns=time.time_ns(),
             run_dir=run_dir,
         )
+        # The span listener goes first: it sets run.trace_id at run_started, which the store saves.
+        self.spans = RunSpans.attach(self.events)
         self.store = ResultStore(os.path.join(out, "swarmscope.sqlite"))
         self.store.attach(self.events)
-        self.spans = RunSpans.attach(self.events)
         token = auth.load_token(cfg["token_file"]) if cfg.get("token_file") else auth.new_token()
         self.fleet = Fleet(token, bind=cfg["grpc_bind"])
         self.fleet.start()

@@ -27,8 +27,10 @@ class ExecStormUser(User):
         proc = self.environment.swarmscope
         self.worker = proc.worker
         self.node = self.worker.next_node()
-        self.burst_s = float(proc.cfg["burst_s"])
-        self.concurrency = int(proc.cfg["concurrency"])
+        # The master's --ss-* options reach workers in Locust's spawn message (parsed_options).
+        opts = self.environment.parsed_options
+        self.burst_s = float(getattr(opts, "ss_burst_s", None) or proc.cfg["burst_s"])
+        self.concurrency = int(getattr(opts, "ss_concurrency", None) or proc.cfg["concurrency"])
 
     @task
     def burst(self) -> None:
