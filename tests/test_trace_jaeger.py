@@ -1,0 +1,109 @@
+"""Every run is one trace, and it really reaches a Jaeger process over OTLP.
+
+The fixture builds Jaeger v2 from the Go module proxy (tools/build_jaeger.sh, cached by version;
+about 6 minutes the first time) and runs it with in-memory storage on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from helpers import ROOT, is_root, load_report, only_run_dir, run_cli
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.bpf,
+    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    binary = subprocess.run(
+        [str(ROOT / "tools" / "build_jaeger.sh")], capture_output=True, text=True, check=True, timeout=1800
+    ).stdout.strip()
+    ports = {
+        k: free_port() for k in ("SS_OTLP_GRPC", "SS_OTLP_HTTP", "SS_JAEGER_QUERY", "SS_JAEGER_QUERY_GRPC")
+    }
+    log = tmp_path_factory.mktemp("jaeger") / "jaeger.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [binary, "--config", str(ROOT / "tests" / "data" / "jaeger.yaml")],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **{k: str(v) for k, v in ports.items()}},
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{ports['SS_JAEGER_QUERY']}/api/services", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"jaeger did not start:\n{log.read_text()[-2000:]}") from None
+            time.sleep(0.3)
+    yield ports
+    proc.terminate()
+    proc.wait(20)
+
+
+def get_trace(port: int, trace_id: str, want_spans: int, timeout_s: float = 30) -> dict:
+    deadline = time.monotonic() + timeout_s
+    last: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/traces/{trace_id}", timeout=5) as r:
+                last = json.loads(r.read())
+            spans = last["data"][0]["spans"] if last.get("data") else []
+            if len(spans) >= want_spans:
+                return last
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return last
+
+
+def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{jaeger['SS_OTLP_GRPC']}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_SERVICE_NAME": "swarmscope-test",
+    }
+    p = run_cli(
+        "run", "scenarios/exec_storm.yaml", "--set", "nodes=2", "--set", "iterations=2",
+        "--set", "burst_s=0.2", "--set", "pause_s=0", "--out", str(out), env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    # run + point + 2 iterations + 2x(2 window + 2 load) + the probe's window spans
+    got = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=12)
+    assert got.get("data"), f"trace {rep['trace_id']} not in Jaeger: {got}"
+    spans = got["data"][0]["spans"]
+    names = [s["operationName"] for s in spans]
+    assert "run exec_storm" in names
+    assert sum(n.startswith("iteration ") for n in names) == 2
+    windows = [s for s in spans if s["operationName"].startswith("window ")]
+    assert len(windows) == 4
+    for w in windows:
+        tags = {t["key"]: t["value"] for t in w["tags"]}
+        assert tags["swarmscope.generated"] == tags["swarmscope.kernel"] > 0
+    # The probe continued the trace across gRPC (traceparent in OpenWindow): its spans are here too,
+    # from another process (another service).
+    services = {got["data"][0]["processes"][s["processID"]]["serviceName"] for s in spans}
+    probe_spans = [n for n in names if "probe" in n]
+    assert probe_spans, f"no probe spans in {sorted(set(names))} (services {services})"
