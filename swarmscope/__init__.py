@@ -6,3 +6,11 @@ The role packages (``controller``, ``workers``, ``probes``) and the data directo
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+# grpc reads these when it is first imported. Our processes fork only to exec (bursts, tracers,
+# probes), never to use grpc in the child, so grpc's fork handlers are not needed — and with
+# them on, every fork while a stream is open logs "skipping fork() handlers".
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+_os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -210,6 +210,7 @@ class Schema:
         sources = dict.fromkeys(self.fields, "default")
 
         layers: list[tuple[str, dict[str, Any], bool]] = []
+        key_lines: dict[str, int] = {}
         if file is not None:
             path = os.fspath(file)
             try:
@@ -226,6 +227,7 @@ class Schema:
             if not isinstance(raw, dict):
                 raise ConfigError([Problem(path, "-", "must be a YAML mapping of keys to values")])
             layers.append((path, flatten(raw, known=self.fields), False))
+            key_lines = _key_lines(path, self.fields)
         if data:
             layers.append(("arguments", flatten(data, known=self.fields), False))
         env = os.environ if env is None else env
@@ -246,6 +248,8 @@ class Schema:
             for key, raw_value in layer.items():
                 f = self.fields.get(key)
                 src = f"env {f.env_var}" if (source == "env" and f) else source
+                if key in key_lines and source == os.fspath(file or ""):
+                    src = f"{source}:{key_lines[key]}"  # file:line, where the key is written
                 if f is None:
                     hint = _closest(key, self.fields)
                     problems.append(
@@ -276,6 +280,28 @@ class Schema:
             for f in self.fields.values()
         ]
         return "\n".join(rows)
+
+
+def _key_lines(path: str, known: Mapping[str, Any]) -> dict[str, int]:
+    """Dotted key -> 1-based line of the key in the YAML file (for error locations)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            root = yaml.compose(fh)
+    except (OSError, yaml.YAMLError):
+        return {}
+    out: dict[str, int] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        for k, v in node.value:
+            key = f"{prefix}{k.value}"
+            out[key] = k.start_mark.line + 1
+            if key not in known:
+                walk(v, key + ".")
+
+    walk(root, "")
+    return out
 
 
 def _closest(key: str, known: Mapping[str, Any]) -> str | None:

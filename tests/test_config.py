@@ -21,7 +21,7 @@ def test_precedence(tmp_path: pathlib.Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text("iterations: 5\nnodes: [3, 4]\nburst_s: 2\n")
     cfg = SCHEMA.load(file=f, env={"SWARMSCOPE_NODES": "7", "SWARMSCOPE_BURST_S": "3"}, sets=["nodes=2,5"])
-    assert cfg["iterations"] == 5 and cfg.sources["iterations"] == str(f)
+    assert cfg["iterations"] == 5 and cfg.sources["iterations"] == f"{f}:1"
     assert cfg["burst_s"] == 3.0 and cfg.sources["burst_s"] == "env SWARMSCOPE_BURST_S"
     assert cfg["nodes"] == [2, 5] and cfg.sources["nodes"] == "--set"
     assert cfg["tracer.kind"] == "none" and cfg.sources["tracer.kind"] == "default"
@@ -33,10 +33,10 @@ def test_every_problem_is_listed(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ConfigError) as ei:
         SCHEMA.load(file=f, env={}, sets=["burst_s=fast"])
     keys = {(p.key, p.source) for p in ei.value.problems}
-    assert ("iterations", str(f)) in keys
-    assert ("nodes", str(f)) in keys
-    assert ("tracer.kind", str(f)) in keys
-    assert ("burts_s", str(f)) in keys
+    assert ("iterations", f"{f}:1") in keys  # file:line of the key
+    assert ("nodes", f"{f}:2") in keys
+    assert ("tracer.kind", f"{f}:3") in keys
+    assert ("burts_s", f"{f}:4") in keys
     assert ("burst_s", "--set") in keys
     assert len(ei.value.problems) == 5
     assert "did you mean 'burst_s'" in str(ei.value)
