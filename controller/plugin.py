@@ -89,7 +89,13 @@ def register_messages(proc: Any, runner: Any) -> None:
         def on_burst(environment: Any, msg: Any, **_: Any) -> None:
             d = msg.data
             t0 = time.perf_counter()
-            per_node = worker.burst(d["window_id"], d["nodes"], float(d["duration_s"]), int(d["concurrency"]))
+            per_node = worker.burst(
+                d["window_id"],
+                d["nodes"],
+                float(d["duration_s"]),
+                int(d["concurrency"]),
+                float(d.get("rate", 0.0)),
+            )
             elapsed_ms = (time.perf_counter() - t0) * 1000
             for node, tally in per_node.items():
                 environment.events.request.fire(

@@ -103,6 +103,15 @@ def _exec_fields() -> list[Field]:
         Field("pids_max", int, 256, "pids limit of each simulated node's cgroup", min=8, max=4096),
         Field("max_execs", int, 1_000_000, "hard cap on execs per node per burst", min=1, max=1_000_000),
         Field("pause_s", float, 0.2, "pause between iterations, seconds", min=0, max=60),
+        Field(
+            "rate_per_node",
+            float,
+            0.0,
+            "pace each node's storm at this many execs/s (0: as fast as it can). On one machine a "
+            "paced storm emulates many modest nodes, so the total grows with the node count",
+            min=0,
+            max=1e6,
+        ),
         *TRACER_FIELDS,
     ]
 

@@ -142,6 +142,7 @@ def run_sweep(kind: Any, cfg: Any, run_id: str | None = None) -> dict[str, Any] 
                     "nodes": names,
                     "duration_s": cfg["burst_s"],
                     "concurrency": cfg["concurrency"],
+                    "rate": cfg["rate_per_node"],
                 }
                 runner.send_message(MSG_BURST, burst)  # embedded: runs the bursts and returns after them
                 results.append(

@@ -136,9 +136,14 @@ def start_burst(
     concurrency: int = 1,
     max_execs: int = MAX_EXECS,
     argv0: str | None = None,
+    rate: float = 0.0,
 ) -> BurstHandle:
-    """Start a burst in ``node`` and return at once (the burst runs in its own process)."""
+    """Start a burst in ``node`` and return at once (the burst runs in its own process).
+
+    ``rate`` paces the burst at that many execs per second (0: as fast as it can)."""
     check_bounds(node, duration_s, concurrency, max_execs)
+    if not 0 <= rate <= 1e7:
+        raise LoadGenError(f"rate={rate} (must be 0..1e7 execs/s)")
     cmd = [
         str(tools.execstorm),
         "--binary",
@@ -152,6 +157,8 @@ def start_burst(
     ]
     if argv0:
         cmd += ["--argv0", argv0]
+    if rate:
+        cmd += ["--rate", repr(float(rate))]
     if node.cgroup_path is not None:
         cmd += ["--cgroup", str(node.cgroup_path)]
     if node.pids_path is not None:
@@ -182,9 +189,10 @@ def run_burst(
     concurrency: int = 1,
     max_execs: int = MAX_EXECS,
     argv0: str | None = None,
+    rate: float = 0.0,
 ) -> BurstResult:
     """Run one burst to its end (duration or max_execs) and return the exact counts."""
-    h = start_burst(tools, node, duration_s, concurrency, max_execs, argv0)
+    h = start_burst(tools, node, duration_s, concurrency, max_execs, argv0, rate)
     try:
         return h.wait()
     except BaseException:

@@ -119,7 +119,7 @@ class WorkerRole:
             return n
 
     # -- bursts ---------------------------------------------------------------------------
-    def start(self, window_id: str, node: Any, duration_s: float, concurrency: int) -> Any:
+    def start(self, window_id: str, node: Any, duration_s: float, concurrency: int, rate: float = 0.0) -> Any:
         from swarmscope.workers import exec_storm
 
         handle = exec_storm.start_burst(
@@ -129,6 +129,7 @@ class WorkerRole:
             concurrency=concurrency,
             max_execs=self.max_execs,
             argv0=self.comm(node.name),
+            rate=rate,
         )
         with self._lock:
             self._inflight[id(handle)] = (window_id, node.name, handle)
@@ -151,7 +152,7 @@ class WorkerRole:
         return result
 
     def burst(
-        self, window_id: str, node_names: list[str], duration_s: float, concurrency: int
+        self, window_id: str, node_names: list[str], duration_s: float, concurrency: int, rate: float = 0.0
     ) -> dict[str, Any]:
         """Burst on every listed node this process owns, concurrently; return the window's tally."""
         import gevent
@@ -160,7 +161,7 @@ class WorkerRole:
         handles = []
         for node in mine:
             try:
-                handles.append(self.start(window_id, node, duration_s, concurrency))
+                handles.append(self.start(window_id, node, duration_s, concurrency, rate))
             except LoadGenError as e:
                 with self._lock:
                     self._tally(window_id, node.name).errors.append(str(e))

@@ -7,7 +7,10 @@
  * the binary's basename), --duration-s F, --concurrency C (children in flight = spawning
  * threads), --max-execs N (hard cap on attempts, so execs <= N), --cgroup DIR (cgroup v2 dir
  * this process moves itself into first, so every child is counted under that cgroup id),
- * --pids-cgroup DIR (v1 pids controller dir, same move).
+ * --pids-cgroup DIR (v1 pids controller dir, same move), --rate R (execs per second for the
+ * whole storm, paced on a fixed schedule; 0 = as fast as possible). A paced storm lets one
+ * machine emulate many nodes that each exec at a modest rate, so the total grows with the
+ * node count as it does on real nodes.
  *
  * How: C threads, each a vfork + execve + waitpid loop. vfork shares the address space (no
  * page-table copy) and suspends only the calling thread until the exec, so C threads keep C
@@ -46,7 +49,8 @@ static const char *exec_path;
 static char *child_argv[2];
 static sigset_t child_mask; /* empty: children must not inherit our blocked stop signals */
 static long long max_execs = LLONG_MAX;
-static struct timespec deadline;
+static struct timespec deadline, start;
+static double rate; /* execs/s for the whole storm; 0 = unpaced */
 
 static atomic_llong claimed, n_execs, n_failed;
 static atomic_int stop_flag, running, fatal_errno;
@@ -90,8 +94,25 @@ static void *spawner(void *arg)
 {
     (void)arg;
     while (!atomic_load_explicit(&stop_flag, memory_order_relaxed) && !past(&deadline)) {
-        if (atomic_fetch_add(&claimed, 1) >= max_execs)
+        long long k = atomic_fetch_add(&claimed, 1);
+        if (k >= max_execs)
             break;
+        if (rate > 0) { /* exec k is due at start + k/rate: sleep until then (absolute) */
+            long long due = (long long)((double)k * 1e9 / rate);
+            struct timespec at = start;
+            at.tv_sec += due / 1000000000LL;
+            at.tv_nsec += due % 1000000000LL;
+            if (at.tv_nsec >= 1000000000L) {
+                at.tv_sec++;
+                at.tv_nsec -= 1000000000L;
+            }
+            if (at.tv_sec > deadline.tv_sec || (at.tv_sec == deadline.tv_sec && at.tv_nsec >= deadline.tv_nsec))
+                break;
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+                ;
+            if (atomic_load_explicit(&stop_flag, memory_order_relaxed))
+                break;
+        }
         volatile int exec_err = 0; /* written by the vfork child, which shares our memory */
         pid_t pid = vfork();
         if (pid == 0) {
@@ -136,7 +157,7 @@ static void *spawner(void *arg)
 static void usage(void)
 {
     fprintf(stderr, "usage: execstorm --binary PATH [--argv0 NAME] [--duration-s F] "
-                    "[--concurrency C] [--max-execs N] [--cgroup DIR] [--pids-cgroup DIR]\n");
+                    "[--concurrency C] [--max-execs N] [--cgroup DIR] [--pids-cgroup DIR] [--rate R]\n");
     exit(2);
 }
 
@@ -159,7 +180,8 @@ int main(int argc, char **argv)
         {"binary", required_argument, 0, 'b'},      {"argv0", required_argument, 0, 'a'},
         {"duration-s", required_argument, 0, 'd'},  {"concurrency", required_argument, 0, 'c'},
         {"max-execs", required_argument, 0, 'm'},   {"cgroup", required_argument, 0, 'g'},
-        {"pids-cgroup", required_argument, 0, 'p'}, {0, 0, 0, 0},
+        {"pids-cgroup", required_argument, 0, 'p'}, {"rate", required_argument, 0, 'r'},
+        {0, 0, 0, 0},
     };
     int o;
     char *end;
@@ -183,6 +205,11 @@ int main(int argc, char **argv)
         case 'm':
             max_execs = strtoll(optarg, &end, 10);
             if (*end || errno || max_execs < 0)
+                usage();
+            break;
+        case 'r':
+            rate = strtod(optarg, &end);
+            if (*end || errno || !(rate >= 0 && rate <= 1e7))
                 usage();
             break;
         default: usage();
@@ -230,6 +257,7 @@ int main(int argc, char **argv)
 
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    start = t0;
     deadline = t0;
     long long dns = (long long)(duration_s * 1e9);
     deadline.tv_sec += dns / 1000000000LL;
