@@ -50,10 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     from swarmscope.controller.report import render_console
 
     print(render_console(report))
-    bad = [f for f in report.get("flags", []) if f.startswith("harness-mismatch")]
+    bad = [f for f in report.get("flags", []) if f["flag"] == "harness-mismatch"]
     if bad:
         print(
-            f"swarmscope: generated != kernel in {len(bad)} place(s): the harness is wrong, see the report",
+            f"swarmscope: {bad[0]['message']} — generated != kernel: the harness is wrong, see the report",
             file=sys.stderr,
         )
         return 4

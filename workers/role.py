@@ -51,8 +51,12 @@ class NodeTally:
 
 
 def node_host() -> str:
-    """The machine a node lives on: NODE_NAME in a cluster, else the hostname."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
+    """The machine a node lives on: the probe that measures it is the one with this name.
+
+    ``SWARMSCOPE_NODE_HOST`` overrides it (several "hosts" on one machine, in tests), then
+    ``NODE_NAME`` (a cluster), then the hostname.
+    """
+    return os.environ.get("SWARMSCOPE_NODE_HOST") or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 class WorkerRole:
