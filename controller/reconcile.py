@@ -24,7 +24,11 @@ def reconcile(
     readings: list[ProbeReading],
     tracer: Any | None = None,
     missing_probes: list[str] | None = None,
+    expected_per_node: float | None = None,
 ) -> IterationResult:
+    """Reconcile one window. ``expected_per_node`` is what a paced generator was asked for:
+    a node that generated under 95 % of it is flagged ``generator-saturated`` (the machine,
+    not the system under test, was the limit)."""
     by_node: dict[str, list[ProbeReading]] = {}
     for r in readings:
         by_node.setdefault(r.node, []).append(r)
@@ -64,6 +68,8 @@ def reconcile(
             flags.append(f"probe-error:{node}:{e}")
         if gen is not None and gen.get("errors"):
             flags.append(f"worker-error:{node}:{gen['errors'][0]}")
+        if expected_per_node and g is not None and g < 0.95 * expected_per_node:
+            flags.append(f"generator-saturated:{node}")
     extra: dict[str, Any] = {}
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)

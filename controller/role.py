@@ -152,6 +152,7 @@ class ControllerRole:
         point: PointInfo,
         generated_timeout_s: float = 30.0,
         alive: Callable[[str], bool] | None = None,
+        expected_per_node: float | None = None,
     ) -> IterationResult:
         """Close a window whose load has finished: wait for workers, read probes, drain the tracer."""
         workers = self.workers_of(win.nodes)
@@ -176,6 +177,7 @@ class ControllerRole:
             readings=readings,
             tracer=tracer_result,
             missing_probes=missing,
+            expected_per_node=expected_per_node,
         )
         if silent:
             result.extra["silent_workers"] = sorted(silent)

@@ -151,6 +151,7 @@ def run_sweep(kind: Any, cfg: Any, run_id: str | None = None) -> dict[str, Any] 
                         point,
                         generated_timeout_s=cfg["burst_s"] + cfg["window_timeout_s"],
                         alive=worker_alive,
+                        expected_per_node=cfg["rate_per_node"] * cfg["burst_s"] or None,
                     )
                 )
                 progress.step(f"nodes={n} iteration {it}")

@@ -136,3 +136,19 @@ def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
     rep = load_report(only_run_dir(out))
     assert len(rep["points"][0]["iterations"][0]["per_node"]) == 2
     assert_exact(rep)
+
+
+def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = run_cli(
+        "run", "scenarios/exec_storm.yaml", "--set", "mode=distributed", "--set", "workers=2",
+        "--set", "nodes=1,3", "--set", "iterations=2", "--set", "burst_s=0.3", "--set", "pause_s=0",
+        "--set", "master_bind=127.0.0.1:15568", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert [len(pt["iterations"][0]["per_node"]) for pt in rep["points"]] == [1, 3]
+    # nodes come from two worker processes (names carry their pid), spread round-robin
+    pids = {n["node"].split("n")[0] for n in rep["points"][1]["iterations"][0]["per_node"]}
+    assert len(pids) == 2
+    assert_exact(rep)
