@@ -218,12 +218,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 )
                 live[host].outbox.put(cmd)
             deadline = time.monotonic() + timeout_s
-            while True:
+            while len(win.acks) < len(win.expected):
+                # Woken by the last ack, or every 0.25 s to drop dead probes from the wait.
                 pending = {s for s in win.expected - set(win.acks) if self._alive(s)}
                 left = deadline - time.monotonic()
                 if not pending or left <= 0:
                     break
-                self._lock.wait(min(left, 0.1))
+                self._lock.wait(min(left, 0.25))
             for sid in list(win.expected):
                 ack = win.acks.get(sid)
                 if ack is None or not ack.ok:
@@ -251,15 +252,15 @@ class Fleet(pb_grpc.ProbeControlServicer):
                         )
                     )
             deadline = time.monotonic() + timeout_s
-            while True:
+            while len(win.done) < len(win.expected):
                 pending = win.expected - win.done
                 dead = {s for s in pending if not self._alive(s)}
-                if not pending or pending <= dead:
+                if pending <= dead:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._lock.wait(min(left, 0.1))
+                self._lock.wait(min(left, 0.25))
             missing = sorted(self._probe_name(s) for s in win.expected - win.done)
             del self._windows[window_id]
             return list(win.readings), missing
@@ -374,6 +375,10 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 win = self._windows.get(msg.ack.window_id)
                 if win is not None:
                     win.acks[state.session_id] = msg.ack
+                    # Wake the waiter only when the last ack is in: with a thousand probes,
+                    # waking it per message makes a window O(N^2).
+                    if len(win.acks) >= len(win.expected):
+                        self._lock.notify_all()
             elif kind == "reading":
                 r = msg.reading
                 win = self._windows.get(r.window_id)
@@ -383,8 +388,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
             elif kind == "done":
                 win = self._windows.get(msg.done.window_id)
                 if win is not None:
+                    for r in msg.done.batch:
+                        win.readings.append(_reading(r))
+                    self.readings_received += len(msg.done.batch)
                     win.done.add(state.session_id)
-            self._lock.notify_all()
+                    if len(win.done) >= len(win.expected):
+                        self._lock.notify_all()
 
 
 def _reading(r: Any) -> ProbeReading:

@@ -6,7 +6,7 @@
 It loads its programs (from the closed registry only), registers with a random nonce and
 refuses a controller whose proof is not HMAC-SHA256(token, nonce), then keeps one Session
 stream: OpenWindow -> snapshot every program, WindowAck; CloseWindow -> snapshot again, one
-Reading per node of the window (exact counter deltas), then WindowDone; Shutdown -> return. A
+Reading per node of the window (exact counter deltas) inside one WindowDone; Shutdown -> return. A
 heartbeat with the agent's own CPU % and RSS goes up every ``heartbeat_interval_s``.
 
 Caveats: plain threads (a probe is its own process, never gevent-patched). When the
@@ -264,10 +264,12 @@ class ProbeAgent:
                     out.put(pb.ProbeMessage(session_id=session_id, ack=self._open(cmd.open)))
                 elif kind == "close":
                     readings = self._close(cmd.close)
-                    for r in readings:
-                        out.put(pb.ProbeMessage(session_id=session_id, reading=r))
+                    # One message per window: the readings ride in WindowDone's batch.
                     done = pb.WindowDone(
-                        run_id=cmd.close.run_id, window_id=cmd.close.window_id, readings=len(readings)
+                        run_id=cmd.close.run_id,
+                        window_id=cmd.close.window_id,
+                        readings=len(readings),
+                        batch=readings,
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
                 elif kind == "shutdown":

@@ -75,22 +75,23 @@ class FakeProbe:
                     )
                 elif kind == "close":
                     nodes = windows.pop(cmd.close.window_id, [])
-                    for n in nodes:
-                        self.out.put(
-                            pb.ProbeMessage(
-                                reading=pb.Reading(
-                                    run_id=cmd.close.run_id,
-                                    window_id=cmd.close.window_id,
-                                    probe_id=f"fake-{self.node}",
-                                    node=n.name,
-                                    counters=self.counters,
-                                )
-                            )
+                    batch = [
+                        pb.Reading(
+                            run_id=cmd.close.run_id,
+                            window_id=cmd.close.window_id,
+                            probe_id=f"fake-{self.node}",
+                            node=n.name,
+                            counters=self.counters,
                         )
+                        for n in nodes
+                    ]
                     self.out.put(
                         pb.ProbeMessage(
                             done=pb.WindowDone(
-                                run_id=cmd.close.run_id, window_id=cmd.close.window_id, readings=len(nodes)
+                                run_id=cmd.close.run_id,
+                                window_id=cmd.close.window_id,
+                                readings=len(nodes),
+                                batch=batch,
                             )
                         )
                     )

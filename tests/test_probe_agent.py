@@ -108,7 +108,7 @@ class TestController(pbg.ProbeControlServicer):
             if m.WhichOneof("kind") == "reading":
                 readings.append(m.reading)
             elif m.WhichOneof("kind") == "done":
-                return readings, m.done
+                return [*readings, *m.done.batch], m.done
 
 
 def _serve(ctl: TestController, port: int = 0) -> tuple[grpc.Server, int]:
