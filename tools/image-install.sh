@@ -39,12 +39,21 @@ case "$MODE" in
     ;;
   check)
     fail=0
+    # One apt-cache call for all packages (one per package is slow on a busy machine).
+    declare -A cand=()
+    pkg=""
+    while IFS= read -r line; do
+      case "$line" in
+        [![:space:]]*:) pkg=${line%:} ;;
+        *Candidate:*) cand[$pkg]=${line##*Candidate: } ;;
+      esac
+    done < <(apt-cache policy "${PKGS[@]}" 2>/dev/null)
     for p in "${PKGS[@]}"; do
-      cand=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^[[:space:]]*Candidate: //p')
-      if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+      c=${cand[$p]:-}
+      if [ -z "$c" ] || [ "$c" = "(none)" ]; then
         echo "image-install: apt package $p has no install candidate" >&2; fail=1
       else
-        echo "ok apt $p $cand"
+        echo "ok apt $p $c"
       fi
     done
     # The image uses Debian bookworm's python3 (3.11): the same minor version the project
