@@ -84,6 +84,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def flags(**kw: object) -> list[str]:
+    """flags(data_dir=p, secure_port=1) -> ["--data-dir=p", "--secure-port=1"]"""
+    return [f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
+
+
 def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
@@ -303,31 +308,13 @@ class Cluster:
         # etcd
         t = time.monotonic()
         ec, ep = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{ec}"
-        spawn(
-            "etcd",
-            [
-                str(tools.etcd),
-                "--name",
-                "t",
-                "--data-dir",
-                str(d / "etcd"),
-                "--listen-client-urls",
-                etcd_url,
-                "--advertise-client-urls",
-                etcd_url,
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{ep}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{ep}",
-                "--initial-cluster",
-                f"t=http://127.0.0.1:{ep}",
-                "--listen-metrics-urls",
-                f"http://127.0.0.1:{free_port()}",
-                "--log-level",
-                "warn",
-            ],
-        )
+        etcd_url, peer_url = f"http://127.0.0.1:{ec}", f"http://127.0.0.1:{ep}"
+        spawn("etcd", [str(tools.etcd), *flags(
+            name="t", data_dir=d / "etcd", log_level="warn",
+            listen_client_urls=etcd_url, advertise_client_urls=etcd_url,
+            listen_peer_urls=peer_url, initial_advertise_peer_urls=peer_url,
+            initial_cluster=f"t={peer_url}", listen_metrics_urls=f"http://127.0.0.1:{free_port()}",
+        )])  # fmt: skip
 
         def etcd_ok() -> bool:
             with urllib.request.urlopen(etcd_url + "/health", timeout=2) as r:
@@ -342,41 +329,16 @@ class Cluster:
         t = time.monotonic()
         port = free_port()
         server = f"https://127.0.0.1:{port}"
-        spawn(
-            "kube-apiserver",
-            [
-                str(tools.kube_apiserver),
-                "--etcd-servers",
-                etcd_url,
-                "--bind-address",
-                "127.0.0.1",
-                "--advertise-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(port),
-                "--cert-dir",
-                str(d / "apiserver-certs"),
-                "--tls-cert-file",
-                str(pki / "server.crt"),
-                "--tls-private-key-file",
-                str(pki / "server.key"),
-                "--client-ca-file",
-                str(pki / "ca.crt"),
-                "--service-account-key-file",
-                str(pki / "sa.pub"),
-                "--service-account-signing-key-file",
-                str(pki / "sa.key"),
-                "--service-account-issuer",
-                "https://kubernetes.default.svc",
-                "--service-cluster-ip-range",
-                "10.0.0.0/24",
-                "--authorization-mode",
-                "RBAC",
-                "--allow-privileged=false",
-                "--enable-priority-and-fairness=false",
-                "--profiling=false",
-            ],
-        )
+        spawn("kube-apiserver", [str(tools.kube_apiserver), *flags(
+            etcd_servers=etcd_url, bind_address="127.0.0.1", advertise_address="127.0.0.1",
+            secure_port=port, cert_dir=d / "apiserver-certs",
+            tls_cert_file=pki / "server.crt", tls_private_key_file=pki / "server.key",
+            client_ca_file=pki / "ca.crt", service_account_key_file=pki / "sa.pub",
+            service_account_signing_key_file=pki / "sa.key",
+            service_account_issuer="https://kubernetes.default.svc",
+            service_cluster_ip_range="10.0.0.0/24", authorization_mode="RBAC",
+            allow_privileged="false", enable_priority_and_fairness="false", profiling="false",
+        )])  # fmt: skip
         api = Api(server, pki)
         _wait("kube-apiserver /readyz", lambda: api.get("/readyz") == "ok", START_TIMEOUT, procs)
         timings["kube-apiserver"] = time.monotonic() - t
@@ -386,72 +348,30 @@ class Cluster:
         # Controller manager (Deployments, ReplicaSets, DaemonSets, service-account tokens) and
         # scheduler (binds pods to the fake nodes). Their HTTPS ports are random loopback ports.
         t = time.monotonic()
-        spawn(
-            "kube-controller-manager",
-            [
-                str(tools.kube_controller_manager),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--authentication-kubeconfig",
-                str(kubeconfig),
-                "--authorization-kubeconfig",
-                str(kubeconfig),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(free_port()),
-                "--cert-dir",
-                str(d / "kcm-certs"),
-                "--leader-elect=false",
-                "--service-account-private-key-file",
-                str(pki / "sa.key"),
-                "--root-ca-file",
-                str(pki / "ca.crt"),
-                "--use-service-account-credentials=true",
-                "--controllers",
-                "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle",
-            ],
-        )
-        spawn(
-            "kube-scheduler",
-            [
-                str(tools.kube_scheduler),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--authentication-kubeconfig",
-                str(kubeconfig),
-                "--authorization-kubeconfig",
-                str(kubeconfig),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(free_port()),
-                "--cert-dir",
-                str(d / "sched-certs"),
-                "--leader-elect=false",
-            ],
-        )
+        kc: dict[str, object] = {
+            "kubeconfig": kubeconfig,
+            "authentication_kubeconfig": kubeconfig,
+            "authorization_kubeconfig": kubeconfig,
+            "bind_address": "127.0.0.1",
+            "leader_elect": "false",
+        }
+        spawn("kube-controller-manager", [str(tools.kube_controller_manager), *flags(
+            **kc, secure_port=free_port(), cert_dir=d / "kcm-certs",
+            service_account_private_key_file=pki / "sa.key", root_ca_file=pki / "ca.crt",
+            use_service_account_credentials="true",
+        )])  # fmt: skip
+        spawn("kube-scheduler", [str(tools.kube_scheduler), *flags(
+            **kc, secure_port=free_port(), cert_dir=d / "sched-certs",
+        )])  # fmt: skip
         # kwok: only nodes annotated kwok.x-k8s.io/node=fake; the stage files move fake pods to
         # Running/Ready and keep the nodes' heartbeats (Ready) going.
         stages = sorted(str(p) for p in tools.kwok_stages.rglob("*.yaml") if _is_fast_stage(p))
-        kwok_argv = [
-            str(tools.kwok),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            "--node-ip",
-            "127.0.0.1",
-            "--node-port",
-            str(free_port()),
-            "--server-address",
-            f"127.0.0.1:{free_port()}",
-            "--cidr",
-            "10.244.0.0/16",
-        ]
-        for s in stages:
-            kwok_argv += ["-c", s]
-        spawn("kwok", kwok_argv)
+        spawn("kwok", [str(tools.kwok), *flags(
+            kubeconfig=kubeconfig, manage_all_nodes="false",
+            manage_nodes_with_annotation_selector=f"{KWOK_NODE_ANNOTATION}=fake",
+            node_ip="127.0.0.1", node_port=free_port(), server_address=f"127.0.0.1:{free_port()}",
+            cidr="10.244.0.0/16",
+        ), *(f"--config={s}" for s in stages)])  # fmt: skip
 
         def default_sa() -> bool:
             # the service-account controller is working once "default" exists in "default"
@@ -504,10 +424,14 @@ def helm_env(d: Path) -> dict[str, str]:
     return env
 
 
+# kwok ships stage sets under kustomize/stage/<kind>/<set>/. "fast" moves nodes and pods to
+# their final state at once (no simulated delays), which keeps --wait short; the lease
+# heartbeat keeps the fake nodes Ready like a kubelet would.
+KWOK_STAGE_SETS = {("node", "fast"), ("node", "heartbeat-with-lease"), ("pod", "fast")}
+
+
 def _is_fast_stage(p: Path) -> bool:
-    # kwok ships stage sets under kustomize/stage/<kind>/<set>/; "fast" moves objects to their
-    # final state at once (no simulated delays), which keeps --wait short.
-    return "fast" in p.parts and p.parent.parent.name in ("node", "pod")
+    return (p.parent.parent.name, p.parent.name) in KWOK_STAGE_SETS and p.name != "kustomization.yaml"
 
 
 def fake_node(name: str) -> dict[str, Any]:

@@ -237,13 +237,13 @@ def test_servicemonitor_needs_crd_or_force(tools: Tools, tmp_path: Path) -> None
 
 
 BAD_VALUES = [
-    # (--set arguments, text the error must contain)
-    (["workers.mode=pool"], "workers.mode"),
-    (["probes.privileged=true"], "privileged"),
-    (["controller.ports.grpc=70000"], "controller.ports.grpc"),
-    (["workers.replicas=-1"], "workers.replicas"),
-    (["otel.protocol=thrift"], "otel.protocol"),
-    (["image.pullPolicy=Sometimes"], "image.pullPolicy"),
+    # (--set arguments, text the error must contain: where, and what is wrong)
+    (["workers.mode=pool"], "at '/workers/mode': value must be one of 'deployment', 'daemonset'"),
+    (["probes.privileged=true"], "at '/probes': additional properties 'privileged' not allowed"),
+    (["controller.ports.grpc=70000"], "at '/controller/ports/grpc': maximum"),
+    (["workers.replicas=-1"], "at '/workers/replicas': minimum"),
+    (["otel.protocol=thrift"], "at '/otel/protocol': value must be one of"),
+    (["image.pullPolicy=Sometimes"], "at '/image/pullPolicy': value must be one of"),
 ]
 
 BAD_COMBINATIONS = [
@@ -369,7 +369,7 @@ def test_install_rejects_bad_values_file(cluster: Cluster, tmp_path: Path) -> No
     )
     assert r.returncode != 0
     assert "values don't meet the specifications of the schema" in r.stderr
-    assert "workers.mode" in r.stderr and "hostPid" in r.stderr, r.stderr
+    assert "'/workers/mode'" in r.stderr and "additional properties 'hostPid'" in r.stderr, r.stderr
     # nothing was created
     assert "bad" not in cluster.helm("list", "-A", "-q").stdout.split()
 
