@@ -270,6 +270,8 @@ def test_bad_values_rejected_clearly(tools: Tools, tmp_path: Path, sets: list[st
 
 
 def install(cluster: Cluster, *extra: str, name: str = "ss") -> str:
+    # Same release name in a new namespace each time: this also proves cluster-scoped objects
+    # (ClusterRole/Binding) of two releases do not collide.
     ns = f"t{next(_ns_counter)}"
     cluster.helm(
         "install", name, str(CHART), "-n", ns, "--create-namespace", "--wait", "--timeout", "180s", *extra
