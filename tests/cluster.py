@@ -402,9 +402,9 @@ class Cluster:
         return cls(tools, d, kubeconfig, api, names, procs, timings)
 
     def helm(
-        self, *args: str, check: bool = True, timeout: float = 300.0
+        self, *args: str, check: bool = True, timeout: float = 300.0, home: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
-        env = helm_env(self.dir)
+        env = helm_env(home or self.dir)
         env["KUBECONFIG"] = str(self.kubeconfig)
         r = subprocess.run(
             [str(self.tools.helm), *args], env=env, capture_output=True, text=True, timeout=timeout
@@ -416,8 +416,12 @@ class Cluster:
 
 
 def helm_env(d: Path) -> dict[str, str]:
-    """helm keeps config/cache/data under these dirs; keep them out of $HOME."""
+    """helm's config/cache/data and client-go's discovery cache (~/.kube/cache) go under d.
+
+    A per-directory cache also means a fresh discovery: an API added to the cluster (a CRD) is
+    seen by the next helm call with another d, not hidden by a cache from earlier calls."""
     env = dict(os.environ)
+    env["HOME"] = str(d / "home")
     for k in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
         env[k] = str(d / "helm" / k.lower())
     env.pop("KUBECONFIG", None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import itertools
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -391,3 +392,55 @@ def test_install_invalid_combination_fails(cluster: Cluster) -> None:
     assert r.returncode != 0
     # the real cluster has no Prometheus Operator CRD, and Helm asked it (Capabilities)
     assert "no monitoring.coreos.com/v1 ServiceMonitor CRD" in r.stderr, r.stderr
+
+
+SERVICEMONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "scope": "Namespaced",
+        "names": {"plural": "servicemonitors", "singular": "servicemonitor", "kind": "ServiceMonitor"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                # a stand-in for the Prometheus Operator's CRD: accepts any spec
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+def test_install_servicemonitor_when_crd_present(cluster: Cluster, tmp_path: Path) -> None:
+    api = cluster.api
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    api.post(crds, SERVICEMONITOR_CRD)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            conds = api.get(f"{crds}/servicemonitors.monitoring.coreos.com")["status"].get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+                break
+            time.sleep(0.5)
+        ns = "sm"
+        # a fresh helm home: its discovery sees the new API (no cache from earlier calls)
+        cluster.helm(
+            "install", "ss", str(CHART), "-n", ns, "--create-namespace", "--wait", "--timeout", "180s",
+            "--set", "serviceMonitor.enabled=true", home=tmp_path,
+        )  # fmt: skip
+        sms = api.get(f"/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors")["items"]
+        assert [s["metadata"]["name"] for s in sms] == ["ss-swarmscope"]
+        assert sms[0]["spec"]["endpoints"][0]["port"] == "metrics"
+        # both Services it selects exist and expose a port named "metrics"
+        for comp in ("controller", "probes"):
+            svc = api.get(f"/api/v1/namespaces/{ns}/services/ss-swarmscope-{comp}")
+            assert "metrics" in {p["name"] for p in svc["spec"]["ports"]}
+        cluster.helm("uninstall", "ss", "-n", ns, "--wait", home=tmp_path)
+    finally:
+        api.request("DELETE", f"{crds}/servicemonitors.monitoring.coreos.com")
