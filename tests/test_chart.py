@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -84,6 +85,30 @@ def one(objs: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
 
 def values_id(p: Path) -> str:
     return p.name.removesuffix("-values.yaml")
+
+
+def test_every_value_has_a_comment() -> None:
+    """Each key in values.yaml has a comment line above it or a trailing comment; the entries
+    of a documented example payload (resources, seccompProfile) are covered by its comment."""
+    payload = {"resources", "seccompProfile"}
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []
+    missing = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)([A-Za-z_][\w-]*):", line)
+        if not m:
+            continue
+        indent, key = len(m.group(1)), m.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parents = [k for _, k in stack]
+        stack.append((indent, key))
+        if payload & set(parents) or "#" in line.split(":", 1)[1]:
+            continue
+        above = next((x.strip() for x in reversed(lines[:i]) if x.strip()), "")
+        if not above.startswith("#"):
+            missing.append(".".join([*parents, key]))
+    assert not missing, f"values without a comment: {missing}"
 
 
 # --- offline: lint, schema, rendering -------------------------------------------------------
