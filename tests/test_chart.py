@@ -21,7 +21,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from cluster import ROOT, Api, Cluster, Tools, build_tools, helm_env
+from cluster import ROOT, Api, ApiError, Cluster, Tools, build_tools, helm_env
 
 CHART = ROOT / "charts" / "swarmscope"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -136,6 +136,16 @@ def test_lint_and_validate_strict(tools: Tools, tmp_path: Path, values: Path | N
     for o in objs:
         # strict: unknown fields are errors too (a typo'd securityContext key would be caught)
         kubernetes_validate.validate(o, KUBE_VERSION, strict=True)
+
+
+def test_strict_validation_catches_unknown_fields() -> None:
+    # negative control for test_lint_and_validate_strict: strict mode does reject a typo
+    ctr = {"name": "c", "image": "i", "securityContext": {"privilegd": False}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": [ctr]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
+    del ctr["securityContext"]
+    kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
 
 
 def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None:
@@ -317,7 +327,14 @@ def assert_probes_on_every_node(api: Api, ns: str, name: str, nodes: list[str]) 
 
 def test_install_default_values(cluster: Cluster) -> None:
     api = cluster.api
-    ns = install(cluster)
+    ns = "default-values"
+    r = cluster.helm(
+        "install", "ss", str(CHART), "-n", ns, "--create-namespace", "--wait", "--timeout", "180s"
+    )
+    # NOTES.txt: how to reach the UI, the metrics and the traces, with this release's names
+    assert f"kubectl -n {ns} port-forward svc/ss-swarmscope-controller 8089:8089" in r.stdout
+    assert f"kubectl -n {ns} port-forward svc/ss-swarmscope-jaeger 16686:16686" in r.stdout
+    assert "9646/metrics" in r.stdout
     assert_probes_on_every_node(api, ns, "ss", cluster.nodes)
 
     # the objects the API server stored, not the rendering: capabilities of a real probe pod
@@ -469,3 +486,18 @@ def test_install_servicemonitor_when_crd_present(cluster: Cluster, tmp_path: Pat
         cluster.helm("uninstall", "ss", "-n", ns, "--wait", home=tmp_path)
     finally:
         api.request("DELETE", f"{crds}/servicemonitors.monitoring.coreos.com")
+
+
+def test_cluster_refuses_privileged_pods(cluster: Cluster) -> None:
+    # The API server runs with --allow-privileged=false: that the probe pods were admitted
+    # (test_install_*) shows they are not privileged; this shows the guard is really on.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "privileged-probe"},
+        "spec": {"containers": [{"name": "c", "image": "i", "securityContext": {"privileged": True}}]},
+    }
+    with pytest.raises(ApiError) as e:
+        cluster.api.post("/api/v1/namespaces/default/pods", pod)
+    assert e.value.status == 422
+    assert "privileged" in e.value.body
