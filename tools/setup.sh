@@ -3,6 +3,8 @@
 #
 #   tools/setup.sh            # system packages, kernel header tree, mounts, .venv
 #   tools/setup.sh --no-apt   # skip apt (e.g. inside an image that already has them)
+#   tools/setup.sh --no-dev   # runtime dependencies only (the container image)
+#   tools/setup.sh --print-packages   # list the Debian packages and exit (tools/image-install.sh)
 #
 # Caveats: needs root for apt, mounts and the header tree (CI and these machines are root).
 # What is verified to work here is written down in ../shared/PLATFORM.md; this script follows it.
@@ -10,13 +12,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT=1
-for a in "$@"; do [ "$a" = "--no-apt" ] && APT=0; done
+EXTRAS='[dev]'
+PRINT=0
+for a in "$@"; do
+  case "$a" in
+    --no-apt) APT=0 ;;
+    --no-dev) EXTRAS='' ;;
+    --print-packages) PRINT=1 ;;
+  esac
+done
 
 # Debian packages: BCC (python3-bpfcc, not PyPI's unrelated "bcc"), headers for BCC, the
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf-dev
       gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps)
+if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do
@@ -57,9 +68,9 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=".venv/.swarmscope-deps-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+stamp=".venv/.swarmscope-deps-$( (cat pyproject.toml constraints.txt; [ -n "$EXTRAS" ] || echo no-dev) | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q -c constraints.txt -e '.[dev]'
+  .venv/bin/pip install -q -c constraints.txt -e ".$EXTRAS"
   rm -f .venv/.swarmscope-deps-*; touch "$stamp"
 fi
 # Debian's bcc into the venv: a .pth pointing at a directory that holds only a symlink to it

@@ -1,0 +1,112 @@
+{{/*
+Names, labels, images and wiring shared by every template.
+Object names are "<fullname>-<component>"; fullname is cut to 52 characters so that the longest
+suffix ("-controller", 11 characters) still fits the 63-character DNS label limit.
+*/}}
+
+{{- define "swarmscope.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "swarmscope.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "swarmscope.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: stable across upgrades (never add version-like values here). */}}
+{{- define "swarmscope.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "swarmscope.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Full labels of an object of one component: call with (dict "ctx" $ "component" "probes"). */}}
+{{- define "swarmscope.labels" -}}
+helm.sh/chart: {{ include "swarmscope.chart" .ctx }}
+{{ include "swarmscope.selectorLabels" . }}
+app.kubernetes.io/part-of: swarmscope
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The one image of all roles; a digest wins over a tag. */}}
+{{- define "swarmscope.image" -}}
+{{- $img := .Values.image -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* ServiceAccount name of a role: call with (dict "ctx" $ "role" "controller"). */}}
+{{- define "swarmscope.serviceAccountName" -}}
+{{- if .ctx.Values.rbac.create -}}
+{{- printf "%s-%s" (include "swarmscope.fullname" .ctx) .role -}}
+{{- else -}}
+{{- default "default" (get .ctx.Values.serviceAccounts .role) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "swarmscope.secretName" -}}
+{{- default (printf "%s-token" (include "swarmscope.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "swarmscope.scenarioConfigMap" -}}
+{{- default (printf "%s-scenario" (include "swarmscope.fullname" .)) .Values.scenario.existingConfigMap -}}
+{{- end -}}
+
+{{/* In-cluster DNS name of the controller Service. */}}
+{{- define "swarmscope.controllerHost" -}}
+{{- printf "%s-controller.%s.svc" (include "swarmscope.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* OTLP endpoint the controller exports to (bundled Jaeger or otel.endpoint). */}}
+{{- define "swarmscope.otelEndpoint" -}}
+{{- if .Values.jaeger.enabled -}}
+{{- $port := ternary 4317 4318 (eq .Values.otel.protocol "grpc") -}}
+{{- printf "http://%s-jaeger.%s.svc:%v" (include "swarmscope.fullname" .) .Release.Namespace $port -}}
+{{- else -}}
+{{- .Values.otel.endpoint -}}
+{{- end -}}
+{{- end -}}
+
+{{/* NODE_NAME from the downward API: workers and probes identify their node by it. */}}
+{{- define "swarmscope.nodeNameEnv" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end -}}
+
+{{/* Container security context of the unprivileged roles (controller, workers). */}}
+{{- define "swarmscope.restrictedSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
