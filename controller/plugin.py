@@ -183,6 +183,8 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     if free is None or free.proc.controller is None:
         return
     proc, runner = free.proc, environment.runner
+    if proc.cfg["probe"] == "external":
+        proc.fleet.wait_for_probes(proc.cfg["expect_probes"], proc.cfg["probe_timeout_s"])
     if isinstance(runner, MasterRunner):
         runner.send_message(MSG_ANNOUNCE, {})
         deadline = time.monotonic() + 10

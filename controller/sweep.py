@@ -122,6 +122,12 @@ def run_sweep(kind: Any, cfg: Any, run_id: str | None = None) -> dict[str, Any] 
         return (not distributed) or (c is not None and c.state != STATE_MISSING)
 
     try:
+        if cfg["probe"] == "external":
+            print(
+                f"swarmscope: waiting for {cfg['expect_probes']} probe(s) on {proc.fleet.address}",
+                file=sys.stderr,
+            )
+            proc.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
         if distributed:
             if cfg["spawn_workers"]:
                 per_worker = math.ceil(max_nodes / cfg["workers"])

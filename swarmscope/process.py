@@ -104,7 +104,12 @@ class SwarmscopeProcess:
         self.spans = RunSpans.attach(self.events)
         self.store = ResultStore(os.path.join(out, "swarmscope.sqlite"))
         self.store.attach(self.events)
-        token = auth.load_token(cfg["token_file"]) if cfg.get("token_file") else auth.new_token()
+        # The token: a file, else $SWARMSCOPE_TOKEN (the Helm chart's Secret), else a fresh one
+        # that only the embedded probe is given.
+        if cfg.get("token_file") or os.environ.get(auth.TOKEN_ENV):
+            token = auth.load_token(cfg.get("token_file") or None)
+        else:
+            token = auth.new_token()
         self.fleet = Fleet(token, bind=cfg["grpc_bind"])
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
@@ -121,9 +126,8 @@ class SwarmscopeProcess:
                 programs=kind.programs,
             )
             self.probe.wait_registered(self.fleet, cfg["probe_timeout_s"])
-        else:
-            log.warning("waiting for %d probe(s) on %s", cfg["expect_probes"], self.fleet.address)
-            self.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
+        # With external probes (a cluster) nothing waits here: a controller must come up (and
+        # pass its readiness probe) before the probe pods can reach it. Runs wait at their start.
         if "tracer" in cfg and cfg["tracer"] != "none":
             from swarmscope.workers.native import ensure_built
 

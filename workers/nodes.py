@@ -237,3 +237,25 @@ def host_node() -> SimNode:
     """The real node in cluster mode: name from NODE_NAME (else hostname), cgroup id 0 = whole host."""
     name = os.environ.get("NODE_NAME") or socket.gethostname()
     return SimNode(name=name, cgroup_path=None, cgroup_id=0, pids_path=None)
+
+
+def own_cgroup_node(name: str) -> SimNode:
+    """The real node in cluster mode, measured through this worker's own cgroup.
+
+    The storm's children stay in the worker's cgroup (its pod's), so the probe on the node can
+    count exactly them: the cgroup id is the inode of that cgroup's directory, which is the
+    same number inside a cgroup namespace (where /proc/self/cgroup says "/") and on the host.
+    Without cgroup v2 it falls back to the whole host (cgroup id 0), where other processes'
+    execs are counted too.
+    """
+    try:
+        mount = cgroup2_mount()
+        rel = ""
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("0::"):
+                    rel = line.strip()[3:].lstrip("/")
+        path = mount / rel if rel else mount
+        return SimNode(name=name, cgroup_path=None, cgroup_id=path.stat().st_ino, pids_path=None)
+    except (OSError, LoadGenError):
+        return SimNode(name=name, cgroup_path=None, cgroup_id=0, pids_path=None)

@@ -32,8 +32,8 @@ class NodeTally:
     bursts: int = 0
     errors: list[str] = field(default_factory=list)
 
-    def add(self, result: Any) -> None:
-        self.generated += int(result.execs)
+    def add(self, result: Any, helper_execs: int = 0) -> None:
+        self.generated += int(result.execs) + helper_execs
         self.failed += int(result.failed)
         self.elapsed_s = max(self.elapsed_s, float(result.elapsed_s))
         self.bursts += 1
@@ -75,6 +75,10 @@ class WorkerRole:
         self._inflight: dict[int, tuple[str, str, Any]] = {}  # id(handle) -> (window, node, handle)
         self._next_user = 0
         self.current_window = ""  # free-running tests: the window users' bursts count into
+        # On a real node the storm runs in the worker's own cgroup, so the exec of the storm
+        # helper itself is seen by the probe too: count it as generated (one per burst). A
+        # simulated node's helper execs outside the node and then moves in.
+        self.helper_execs = 0 if group is not None else 1
 
     @classmethod
     def create(
@@ -88,7 +92,7 @@ class WorkerRole:
             names = [f"{prefix}n{i + 1}" for i in range(sim_nodes)]
             made = nodes.create_sim_nodes(group, names, pids_max=pids_max)
             return cls(made, tools, group, pids_max, max_execs)
-        return cls([nodes.host_node()], tools, None, pids_max, max_execs)
+        return cls([nodes.own_cgroup_node(node_host())], tools, None, pids_max, max_execs)
 
     def close(self) -> None:
         self.stop_inflight()
@@ -152,7 +156,7 @@ class WorkerRole:
         with self._lock:
             entry = self._inflight.pop(id(handle), None)
             if entry is not None:
-                self._tally(entry[0], entry[1]).add(result)
+                self._tally(entry[0], entry[1]).add(result, self.helper_execs)
         return result
 
     def burst(

@@ -1,0 +1,89 @@
+"""Cluster mode on one machine: the commands the Helm chart runs, talking only over the network.
+
+`swarmscope controller` (Locust master + probe fleet + /metrics) with the chart's default
+scenario, `swarmscope worker` with NODE_NAME (the real node: measured through the worker's own
+cgroup, as in a pod), and `swarmscope probe --token-file … --node NODE_NAME`: the run's window
+must be exact for that node, and the controller's /healthz and /metrics must answer.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+import yaml
+from helpers import BIN, ROOT, is_root, load_report, only_run_dir
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.bpf,
+    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
+    values = yaml.safe_load((ROOT / "charts" / "swarmscope" / "values.yaml").read_text())
+    scenario = dict(values["scenario"]["config"], out=str(tmp_path / "results"), burst_s=0.3)
+    sfile = tmp_path / "scenario.yaml"
+    sfile.write_text(yaml.safe_dump(scenario))
+    token = tmp_path / "token"
+    token.write_text("cluster-mode-token")
+    ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
+    sw = str(BIN / "swarmscope")
+    env = {**os.environ, "SWARMSCOPE_TOKEN": "cluster-mode-token"}
+    logs = {n: open(tmp_path / f"{n}.log", "wb") for n in ("controller", "worker", "probe")}
+    controller = subprocess.Popen(
+        [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),
+         "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]), "--web-port", str(ports["web"]),
+         "--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"],
+        cwd=ROOT, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    node_env = {**env, "NODE_NAME": "kind-node-1"}
+    probe = subprocess.Popen(
+        [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token), "--node", "kind-node-1"],
+        cwd=ROOT, env=node_env, stdout=logs["probe"], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [sw, "worker", "--controller", "127.0.0.1", "--locust-port", str(ports["locust"])],
+        cwd=ROOT, env=node_env, stdout=logs["worker"], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        health = b""
+        while time.monotonic() < deadline and not health:
+            try:
+                health = urllib.request.urlopen(
+                    f"http://127.0.0.1:{ports['metrics']}/healthz", timeout=2
+                ).read()
+            except OSError:
+                time.sleep(0.3)
+        assert health == b"ok\n"
+        controller.wait(120)
+        assert controller.returncode == 0, (tmp_path / "controller.log").read_text()[-3000:]
+    finally:
+        for p in (worker, probe, controller):
+            if p.poll() is None:
+                p.terminate()
+        for p in (worker, probe, controller):
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for fh in logs.values():
+            fh.close()
+    rep = load_report(only_run_dir(tmp_path / "results"))
+    (it,) = rep["points"][0]["iterations"]
+    (n,) = it["per_node"]
+    assert n["node"] == "kind-node-1"
+    assert n["generated"] == n["kernel"] > 0, (n, (tmp_path / "controller.log").read_text()[-2000:])
