@@ -147,3 +147,25 @@ def map_id(pid: int, fd: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+class _ElemAttr(ctypes.Structure):
+    _fields_ = [  # noqa: RUF012 - union bpf_attr's element member
+        ("map_fd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("key", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+def lookup_elem(fd: int, key: bytes, value_size: int) -> bytes | None:
+    """One BPF_MAP_LOOKUP_ELEM; None when the key is absent."""
+    out = ctypes.create_string_buffer(value_size)
+    attr = _ElemAttr(map_fd=fd, key=_addr(key), value=ctypes.addressof(out))
+    r = _bpf(BPF_MAP_LOOKUP_ELEM, attr)
+    if r == -2:
+        return None
+    if r < 0:
+        raise ProbeError(f"BPF_MAP_LOOKUP_ELEM failed: {os.strerror(-r)}")
+    return out.raw
