@@ -43,7 +43,7 @@ class VethNetns:
         self.name = f"{prefix}-{tag}"
         self.host_dev = f"ssn{tag}h"
         self.ns_dev = f"ssn{tag}p"
-        self.dummy = "ssdummy0"
+        self.dummy = "ssnbr0"  # the kernel-table target device (a veth: no dummy module here)
 
     def __enter__(self) -> VethNetns:
         try:
@@ -64,9 +64,13 @@ class VethNetns:
         return self
 
     def add_dummy(self) -> int:
-        """(Re)create a dummy device in the namespace (the kernel-table target); its ifindex."""
+        """(Re)create the kernel-table target device in the namespace; its ifindex.
+
+        A veth pair inside the namespace (this kernel has no dummy driver); deleting it drops
+        every neighbor entry on it at once, which is how the sweep starts a point empty.
+        """
         ip("-n", self.name, "link", "del", self.dummy, check=False)
-        ip("-n", self.name, "link", "add", self.dummy, "type", "dummy")
+        ip("-n", self.name, "link", "add", self.dummy, "type", "veth", "peer", "name", "ssnbr1")
         ip("-n", self.name, "link", "set", self.dummy, "up")
         return int(json.loads(ip("-n", self.name, "-j", "link", "show", self.dummy).stdout)[0]["ifindex"])
 
