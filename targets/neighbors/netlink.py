@@ -58,6 +58,7 @@ class KernelTable:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         self.sock.bind((0, 0))
         self.seq = 0
+        self.total = 0
         self.send_ns: list[tuple[int, int]] = []  # (entries so far, monotonic ns after the ACK)
 
     def _msgs(self, keys: bytes, values: bytes, kind: int, ack_last: bool) -> bytes:
@@ -112,7 +113,8 @@ class KernelTable:
         for a in range(0, n, self.per_send):
             b = min(n, a + self.per_send)
             self._send(self._msgs(keys[a * 4 : b * 4], values[a * 12 : b * 12], RTM_NEWNEIGH, True))
-            self.send_ns.append((b, time.monotonic_ns()))
+            self.total += b - a
+            self.send_ns.append((self.total, time.monotonic_ns()))
         nd = len(deleted) // R.KEY_SIZE
         for a in range(0, nd, self.per_send):
             b = min(nd, a + self.per_send)

@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -120,9 +121,10 @@ def entry_latencies(starts: list[tuple[int, int]], ends: list[tuple[int, int]]) 
         if upto > done:
             out.append((ends[j][1] - starts[i][1], upto - done))
             done = upto
-        if starts[i][0] == done:
+        # advance past every boundary reached (totals that do not grow are skipped too)
+        if starts[i][0] <= done:
             i += 1
-        if j < len(ends) and ends[j][0] == done:
+        if ends[j][0] <= done:
             j += 1
     return out
 
@@ -403,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/neighbors")
     ns = ap.parse_args(argv)
     cfg = SCHEMA.load(file=ns.scenario, sets=ns.sets)
+    # SIGTERM -> SystemExit, so the namespace and the XDP attachment are cleaned up
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(ns.out)
     section = run_sweep(cfg, out)
     (out / "report.json").write_text(json.dumps({"neighbors": section}, indent=2))
