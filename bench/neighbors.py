@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     for mode, goal in GOALS_US.items():
         at = [p for p in pts if p["mode"] == mode and p["neighbors"] == max(cfg["neighbors"])]
         if at and cfg["target"] == "xdp":
-            goals[mode] = {"n": at[0]["neighbors"], "per_neighbor_us": at[0]["per_neighbor_us"], "goal_us": goal,
-                           "met": at[0]["per_neighbor_us"] <= goal}  # fmt: skip
-            print(f"goal {mode}: {at[0]['per_neighbor_us']:.3f} µs/neighbor at N={at[0]['neighbors']} "
-                  f"(goal ≤ {goal}) -> {'met' if goals[mode]['met'] else 'MISSED'}")  # fmt: skip
+            us, n = at[0]["per_neighbor_us"], at[0]["neighbors"]
+            goals[mode] = {"n": n, "per_neighbor_us": us, "goal_us": goal, "met": us <= goal}
+            verdict = "met" if us <= goal else "MISSED"
+            print(f"goal {mode}: {us:.3f} µs/neighbor at N={n} (goal ≤ {goal}) -> {verdict}")
     section["goals"] = goals
     (out / "report.json").write_text(json.dumps({"neighbors": section}, indent=2))
     return 0 if all(p["verified"] for p in pts) else 1
