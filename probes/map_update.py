@@ -66,11 +66,11 @@ class MapUpdateTracer:
         self.bpf = load_program("map_update", cflags)
         for p in self.pids or ():
             self.add_pid(p)
-        self.bpf["mu_events"].open_ring_buffer(self._on_event)
+        self.bpf[b"mu_events"].open_ring_buffer(self._on_event)
 
     def add_pid(self, pid: int) -> None:
         self._need()
-        self.bpf["mu_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        self.bpf[b"mu_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
     def _need(self) -> None:
         if self.bpf is None:
@@ -91,7 +91,7 @@ class MapUpdateTracer:
         """Cumulative totals per (tgid, cmd), reduced over CPUs (first = min, last = max)."""
         self._need()
         out: dict[tuple[int, int], MapUpdateTotal] = {}
-        for k, per_cpu in self.bpf["mu_totals"].items():
+        for k, per_cpu in self.bpf[b"mu_totals"].items():
             vals = [v for v in per_cpu if v.calls]
             if not vals:
                 continue
@@ -105,7 +105,7 @@ class MapUpdateTracer:
 
     def dropped(self) -> int:
         self._need()
-        return int(sum(self.bpf["mu_drops"][ctypes.c_int(0)]))
+        return int(sum(self.bpf[b"mu_drops"][ctypes.c_int(0)]))
 
     def close(self) -> None:
         if self.bpf is not None:

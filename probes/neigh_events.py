@@ -41,7 +41,7 @@ class NeighEventCounter:
         if self.bpf is None:
             raise ProbeError("NeighEventCounter used before load()")
         out: dict[tuple[int, str], NeighTotal] = {}
-        for k, per_cpu in self.bpf["ne_totals"].items():
+        for k, per_cpu in self.bpf[b"ne_totals"].items():
             vals = [v for v in per_cpu if v.count]
             if vals:
                 out[(int(k.tgid), KINDS.get(int(k.kind), str(k.kind)))] = NeighTotal(

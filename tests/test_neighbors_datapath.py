@@ -85,7 +85,7 @@ def test_xdp_handles_programmed_neighbors_as_programmed(xdp: XdpTarget) -> None:
             time.sleep(0.1)
             assert xdp.stats()[1] - before[1] == 10
         finally:
-            xdp.bpf.remove_xdp(ns.host_dev)
+            xdp.bpf.remove_xdp(ns.host_dev.encode())
             xdp.attached.remove(ns.host_dev)
 
 

@@ -53,8 +53,8 @@ class XdpTarget:
             os.makedirs(pin_dir, exist_ok=True)
             cflags += [f'-DSS_NEIGH_PIN="{pin_dir}/neighbors"', f'-DSS_META_PIN="{pin_dir}/neigh_meta"']
         self.bpf = load_program("xdp_neigh", cflags)
-        self.fd: int = self.bpf["neighbors"].map_fd
-        self.meta = self.bpf["neigh_meta"]
+        self.fd: int = self.bpf[b"neighbors"].map_fd
+        self.meta = self.bpf[b"neigh_meta"]
         self.attached: list[str] = []
 
     def revision(self) -> int:
@@ -80,19 +80,19 @@ class XdpTarget:
     def attach(self, dev: str, skb_mode: bool = False) -> None:
         from bcc import BPF
 
-        fn = self.bpf.load_func("xdp_neigh", BPF.XDP)
-        self.bpf.attach_xdp(dev, fn, 1 << 1 if skb_mode else 0)  # XDP_FLAGS_SKB_MODE
+        fn = self.bpf.load_func(b"xdp_neigh", BPF.XDP)
+        self.bpf.attach_xdp(dev.encode(), fn, 1 << 1 if skb_mode else 0)  # XDP_FLAGS_SKB_MODE
         self.attached.append(dev)
 
     def stats(self) -> list[int]:
         """[hit, miss, not IPv4, redirected] summed over CPUs."""
-        t = self.bpf["xdp_stats"]
+        t = self.bpf[b"xdp_stats"]
         return [int(sum(t[ctypes.c_int(i)])) for i in range(4)]
 
     def close(self) -> None:
         for dev in self.attached:
             with contextlib.suppress(Exception):
-                self.bpf.remove_xdp(dev)
+                self.bpf.remove_xdp(dev.encode())
         self.bpf.cleanup()
 
 

@@ -151,6 +151,7 @@ class Bench:
 
         self.ns = self.stack.enter_context(VethNetns())
         self.pid = os.getpid()
+        self.in_kernel_ns = 0
         if cfg["target"] == "xdp":
             from swarmscope.probes.map_update import MapUpdateTracer
             from swarmscope.targets.neighbors.agent import XdpTarget
@@ -189,10 +190,12 @@ class Bench:
                 if e.tgid == self.pid and e.cmd == 26 and e.map_fd == target.fd
             ]
             ends, n = [], 0
+            self.in_kernel_ns = 0  # time spent inside the bpf() update calls
             for e in sorted(ev, key=lambda e: e.exit_ns):
                 if e.exit_ns >= since_ns and e.processed:
                     n += e.processed
                     ends.append((n, e.exit_ns))
+                    self.in_kernel_ns += e.exit_ns - e.enter_ns
             return ends, n
         snap = self.neigh.snapshot().get((self.pid, "update"))
         count = (snap.count if snap else 0) - self._neigh_before
@@ -295,6 +298,7 @@ class Bench:
             "user_total_ms": round((t_user - t0) / 1e6, 3),
             "kernel_entries": kernel_n,
             "update_calls": len(ends),
+            "in_update_calls_ms": round(getattr(self, "in_kernel_ns", 0) / 1e6, 3),
             "end_clock": "bpf sys_exit_bpf"
             if self.cfg["target"] == "xdp"
             else "netlink ack (tracepoint count)",
