@@ -112,3 +112,26 @@ def test_entry_latency_matching() -> None:
     lat = entry_latencies([(3, 0), (5, 10)], [(4, 100), (5, 200)])
     assert lat == [(100, 3), (90, 1), (190, 1)]
     assert percentile(lat, 0.5) == 100 and percentile(lat, 0.99) == 190
+
+
+def test_watch_fans_out_to_many_agents(tmp_path: Path) -> None:
+    with control_plane(str(tmp_path / "n.db")) as (_p, _a, stub):
+        calls = [stub.Watch(pb.WatchRequest(start_revision=0)) for _ in range(4)]
+        seen: list[list[int]] = [[] for _ in calls]
+
+        def reader(i: int) -> None:
+            for m in calls[i]:
+                seen[i].append(m.revision)
+                if len(seen[i]) == 20:
+                    return
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        acks = list(stub.PutBatch(iter([batch(10, i * 10) for i in range(20)])))
+        for t in threads:
+            t.join(10)
+        for c in calls:
+            c.cancel()
+        want = [a.revision for a in acks]
+        assert seen == [want] * 4

@@ -128,3 +128,12 @@ def test_sweep_small_points_verified(tmp_path: Path) -> None:
         assert 0 < p["p50_us"] <= p["p99_us"] <= p["total_ms"] * 1000 + 1  # rounding
     assert [p["update_calls"] for p in pts if p["neighbors"] == 2000] == [2, 4]
     assert (tmp_path / "neighbors.png").stat().st_size > 10_000
+
+
+def test_sweep_kernel_table_target(tmp_path: Path) -> None:
+    cfg = SCHEMA.load(data={"neighbors": [700], "target": "kernel", "batch_size": 300, "plot": False})
+    pts = run_sweep(cfg, tmp_path)["points"]
+    assert [p["mode"] for p in pts] == ["list_program", "write_watch_program"]
+    for p in pts:
+        assert p["verified"], p["problems"]
+        assert p["kernel_entries"] == 700  # neigh_update tracepoint count for this process
