@@ -7,11 +7,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from neighbors_util import control_plane
 
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.sweep import entry_latencies, percentile
 from swarmscope.v1 import neighbors_pb2 as pb
-from tests.neighbors_util import control_plane
 
 
 def batch(n: int, start: int = 0, gen: int = 0) -> pb.NeighborBatch:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from neighbors_util import needs_root
 
 from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer, map_id
 from swarmscope.probes.neigh_events import NeighEventCounter
@@ -16,7 +17,6 @@ from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.agent import KernelTarget, XdpTarget
 from swarmscope.targets.neighbors.netns import VethNetns
 from swarmscope.targets.neighbors.sweep import SCHEMA, run_sweep
-from tests.neighbors_util import needs_root
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -126,6 +126,9 @@ def test_sweep_small_points_verified(tmp_path: Path) -> None:
         assert p["verified"], p["problems"]
         assert p["kernel_entries"] == p["neighbors"]
         assert 0 < p["p50_us"] <= p["p99_us"] <= p["total_ms"] * 1000 + 1  # rounding
+        if p["mode"] == "write_watch_program":  # write -> commit -> datapath, each stage > 0
+            assert 0 < p["commit_p50_us"] <= p["commit_p99_us"] < p["p99_us"]
+            assert 0 < p["commit_to_datapath_p50_us"] < p["p99_us"]
     assert [p["update_calls"] for p in pts if p["neighbors"] == 2000] == [2, 4]
     assert (tmp_path / "neighbors.png").stat().st_size > 10_000
 

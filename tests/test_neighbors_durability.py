@@ -11,11 +11,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from neighbors_util import agent_cmd, control_plane, needs_root, pin_dir
 
 from swarmscope.targets.neighbors import bpfmap
 from swarmscope.targets.neighbors import records as R
 from swarmscope.v1 import neighbors_pb2 as pb
-from tests.neighbors_util import agent_cmd, control_plane, needs_root, pin_dir
 
 
 def state_of(stub) -> tuple[int, dict[bytes, bytes]]:

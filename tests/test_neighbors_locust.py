@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from neighbors_util import control_plane
+
 from swarmscope.v1 import neighbors_pb2 as pb
-from tests.neighbors_util import control_plane
 
 ROOT = Path(__file__).resolve().parent.parent
 

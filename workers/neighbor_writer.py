@@ -37,6 +37,7 @@ class WriteTiming:
     sends_ns: list[int] = field(default_factory=list)
     acks_ns: list[int] = field(default_factory=list)
     revisions: list[int] = field(default_factory=list)
+    commits_ns: list[int] = field(default_factory=list)  # server's commit time (same host clock)
 
     @property
     def entries(self) -> int:
@@ -66,6 +67,7 @@ class NeighborWriter:
             for ack in self.stub.PutBatch(requests(), timeout=timeout):
                 t.acks_ns.append(time.monotonic_ns())
                 t.revisions.append(ack.revision)
+                t.commits_ns.append(ack.server_ns)
         except grpc.RpcError as e:
             raise LoadGenError(
                 f"PutBatch failed after {len(t.acks_ns)} acks: {e.code().name} {e.details()}"

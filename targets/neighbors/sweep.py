@@ -261,9 +261,19 @@ class Bench:
                     run += c
                     starts.append((run, s))
                 t0 = starts[0][1]
+                run, commits = 0, []
+                for c, s in zip(timing["counts"], timing["commits_ns"], strict=True):
+                    run += c
+                    commits.append((run, s))
             ends, kernel_n = self.kernel_ends(t0, target)
             agent.close()
             pt = self.summarize(n, mode, t0, t_user, starts, ends, kernel_n)
+            if mode == "write_watch_program":  # the stages: write -> durable commit -> datapath
+                to_cp, to_dp = entry_latencies(starts, commits), entry_latencies(commits, ends)
+                pt["commit_p50_us"] = round(percentile(to_cp, 0.5) / 1000, 3)
+                pt["commit_p99_us"] = round(percentile(to_cp, 0.99) / 1000, 3)
+                pt["commit_to_datapath_p50_us"] = round(percentile(to_dp, 0.5) / 1000, 3)
+                pt["commit_to_datapath_p99_us"] = round(percentile(to_dp, 0.99) / 1000, 3)
             pt.update(self.verify(target, keys, values, n, kernel_n))
             return pt
         finally:
