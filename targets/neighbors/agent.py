@@ -199,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(ns.pin_dir, exist_ok=True)
         target = KernelTarget(ns.ifindex, ns.netns, os.path.join(ns.pin_dir, "revision"))
     agent = Agent(ns.control_plane, target)
+    store_rev = agent.stub.Status(pb.StatusRequest()).revision
+    if agent.revision > store_rev:  # the store was replaced: our revision means nothing there
+        if isinstance(target, XdpTarget):
+            target.clear()
+        agent.revision = 0
     if agent.revision == 0:  # fresh: start from a snapshot, then watch after it
         rev, n = agent.list_and_program()
         print(f"LISTED {rev} {n}", flush=True)
