@@ -1,0 +1,120 @@
+"""Kernel-side clock of BPF map programming: counts and times map-update bpf() calls.
+
+    t = MapUpdateTracer(pids=[os.getpid()]); t.load()
+    ... program a map ...
+    ev = t.events()        # [MapUpdateEvent(enter_ns, exit_ns, tgid, tid, cmd, map_fd, ...)]
+    tot = t.snapshot()     # {(tgid, cmd): MapUpdateTotal(calls, entries, first_ns, last_ns)}
+    t.close()
+
+Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints). Timestamps are
+bpf_ktime_get_ns(), i.e. CLOCK_MONOTONIC, comparable with time.monotonic_ns() on this host.
+The map is not known in the kernel (no kprobes, no struct reads): events carry (tgid, map_fd)
+and :func:`map_id` resolves it through /proc while the process lives. ``pids`` restricts
+recording to those tgids (more can be added with :meth:`add_pid`); None records every process.
+Events come through a ring buffer; :meth:`dropped` says how many it refused (0 means complete).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from swarmscope.errors import ProbeError
+
+CMD_UPDATE_ELEM = 2
+CMD_UPDATE_BATCH = 26
+_EVENT = struct.Struct("=QQIIIIIIq")
+
+
+@dataclass(frozen=True)
+class MapUpdateEvent:
+    enter_ns: int
+    exit_ns: int
+    tgid: int
+    tid: int
+    cmd: int
+    map_fd: int
+    requested: int
+    processed: int
+    ret: int
+
+
+@dataclass(frozen=True)
+class MapUpdateTotal:
+    calls: int
+    entries: int
+    first_ns: int
+    last_ns: int
+
+
+class MapUpdateTracer:
+    def __init__(self, pids: Iterable[int] | None = None, ringbuf_pages: int = 1024):
+        self.pids = None if pids is None else list(pids)
+        self.ringbuf_pages = ringbuf_pages
+        self.bpf: Any = None
+        self._events: list[MapUpdateEvent] = []
+
+    def load(self) -> None:
+        from swarmscope.probes.bcc_env import load_program
+
+        cflags = [f"-DSS_RINGBUF_PAGES={self.ringbuf_pages}"]
+        if self.pids is not None:
+            cflags.append("-DSS_FILTER_PIDS=1")
+        self.bpf = load_program("map_update", cflags)
+        for p in self.pids or ():
+            self.add_pid(p)
+        self.bpf[b"mu_events"].open_ring_buffer(self._on_event)
+
+    def add_pid(self, pid: int) -> None:
+        self._need()
+        self.bpf[b"mu_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+
+    def _need(self) -> None:
+        if self.bpf is None:
+            raise ProbeError("MapUpdateTracer used before load()")
+
+    def _on_event(self, ctx: Any, data: Any, size: int) -> int:
+        self._events.append(MapUpdateEvent(*_EVENT.unpack(ctypes.string_at(data, _EVENT.size))))
+        return 0
+
+    def events(self) -> list[MapUpdateEvent]:
+        """Every event recorded since the previous call, in ring-buffer order."""
+        self._need()
+        self.bpf.ring_buffer_consume()
+        out, self._events = self._events, []
+        return out
+
+    def snapshot(self) -> dict[tuple[int, int], MapUpdateTotal]:
+        """Cumulative totals per (tgid, cmd), reduced over CPUs (first = min, last = max)."""
+        self._need()
+        out: dict[tuple[int, int], MapUpdateTotal] = {}
+        for k, per_cpu in self.bpf[b"mu_totals"].items():
+            vals = [v for v in per_cpu if v.calls]
+            if not vals:
+                continue
+            out[(int(k.tgid), int(k.cmd))] = MapUpdateTotal(
+                calls=sum(int(v.calls) for v in vals),
+                entries=sum(int(v.entries) for v in vals),
+                first_ns=min(int(v.first_ns) for v in vals),
+                last_ns=max(int(v.last_ns) for v in vals),
+            )
+        return out
+
+    def dropped(self) -> int:
+        self._need()
+        return int(sum(self.bpf[b"mu_drops"][ctypes.c_int(0)]))
+
+    def close(self) -> None:
+        if self.bpf is not None:
+            self.bpf.cleanup()
+            self.bpf = None
+
+
+def map_id(pid: int, fd: int) -> int | None:
+    """Map id behind ``fd`` of process ``pid`` (from /proc/<pid>/fdinfo), None if not a map."""
+    from swarmscope.targets.neighbors.bpfmap import map_id as _map_id
+
+    return _map_id(pid, fd)

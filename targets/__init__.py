@@ -1,0 +1,1 @@
+"""Systems under test that ship with swarmscope (reference implementations a scenario starts)."""

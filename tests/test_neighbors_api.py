@@ -1,0 +1,137 @@
+"""NeighborStore API semantics against the real control plane process over gRPC."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from neighbors_util import control_plane
+
+from swarmscope.targets.neighbors import records as R
+from swarmscope.targets.neighbors.sweep import entry_latencies, percentile
+from swarmscope.v1 import neighbors_pb2 as pb
+
+
+def batch(n: int, start: int = 0, gen: int = 0) -> pb.NeighborBatch:
+    k, v = R.make_entries(n, start, gen=gen)
+    return pb.NeighborBatch(keys=k, values=v)
+
+
+def listing(stub, revision: int = 0, page_size: int = 0) -> tuple[dict[bytes, bytes], list[pb.NeighborBatch]]:
+    pages = list(stub.List(pb.ListRequest(revision=revision, page_size=page_size)))
+    state: dict[bytes, bytes] = {}
+    for p in pages:
+        for i in range(len(p.keys) // 4):
+            state[p.keys[i * 4 : i * 4 + 4]] = p.values[i * 12 : i * 12 + 12]
+    return state, pages
+
+
+def test_records_layout() -> None:
+    k, v = R.make_entries(3, start=0, ifindex=7)
+    assert k[:4] == bytes([10, 64, 0, 1]) and k[8:12] == bytes([10, 64, 0, 3])
+    assert R.VALUE.unpack(v[12:24]) == (bytes([2, 0, 10, 64, 0, 2]), 0, 7)
+    assert R.ip_of(R.key_of("10.64.0.9")) == "10.64.0.9"
+    with pytest.raises(ValueError):
+        R.check(k, v[:-1])
+
+
+def test_put_get_delete_revisions_monotonic(tmp_path: Path) -> None:
+    with control_plane(str(tmp_path / "n.db")) as (_p, _a, stub):
+        ip = R.key_of("10.64.0.1")
+        revs = []
+        for gen in range(3):
+            r = stub.Put(pb.PutRequest(neighbor=pb.Neighbor(ip=ip, value=R.value(f"02:00:00:00:00:0{gen}"))))
+            assert r.existed == (gen > 0)
+            revs.append(r.revision)
+        got = stub.Get(pb.GetRequest(ip=ip))
+        assert got.found and got.neighbor.value == R.value("02:00:00:00:00:02")
+        assert got.neighbor.mod_revision == revs[-1]
+        acks = list(stub.PutBatch(iter([batch(10), batch(10, 10), batch(5, 100)])))
+        revs += [a.revision for a in acks]
+        assert [a.count for a in acks] == [10, 10, 5]
+        d = stub.Delete(pb.DeleteRequest(ip=ip))
+        assert d.existed
+        revs.append(d.revision)
+        assert revs == sorted(revs) and len(set(revs)) == len(revs), revs
+        assert not stub.Get(pb.GetRequest(ip=ip)).found
+        st = stub.Status(pb.StatusRequest())
+        assert (st.revision, st.entries) == (revs[-1], 24)  # 10.64.0.1 was in batch(10) too
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.PutBatch(iter([pb.NeighborBatch(keys=b"\0" * 4, values=b"\0" * 11)])))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_list_at_revision_and_paging(tmp_path: Path) -> None:
+    with control_plane(str(tmp_path / "n.db")) as (_p, _a, stub):
+        r1 = next(iter(stub.PutBatch(iter([batch(1000)])))).revision
+        r2 = list(stub.PutBatch(iter([batch(500, 0, gen=1), batch(300, 5000)])))[-1].revision
+        stub.Delete(pb.DeleteRequest(ip=R.key_of("10.64.0.1")))
+        old, pages = listing(stub, revision=r1, page_size=128)
+        assert len(old) == 1000 and all(v[1] == 0 for v in old.values())
+        assert len(pages) == 8 and [p.last for p in pages] == [False] * 7 + [True]
+        assert {p.revision for p in pages} == {r1}
+        mid, _ = listing(stub, revision=r2)
+        assert len(mid) == 1300 and sum(1 for v in mid.values() if v[1] == 1) == 500
+        now, pages = listing(stub)
+        assert len(now) == 1299 and bytes([10, 64, 0, 1]) not in now
+        with pytest.raises(grpc.RpcError) as e:
+            listing(stub, revision=10**6)
+        assert e.value.code() == grpc.StatusCode.OUT_OF_RANGE
+
+
+def test_watch_from_revision_history_then_live(tmp_path: Path) -> None:
+    with control_plane(str(tmp_path / "n.db")) as (_p, _a, stub):
+        acks = list(stub.PutBatch(iter([batch(10), batch(10, 10), batch(10, 20)])))
+        call = stub.Watch(pb.WatchRequest(start_revision=acks[0].revision))
+        got: list[pb.NeighborBatch] = []
+        two = threading.Event()
+
+        def reader() -> None:
+            for m in call:
+                got.append(m)
+                if len(got) == 2:
+                    two.set()
+                if len(got) == 3:
+                    return
+
+        th = threading.Thread(target=reader)
+        th.start()
+        assert two.wait(10), "history not delivered"
+        live = stub.Delete(pb.DeleteRequest(ip=R.key_of("10.64.0.3")))
+        th.join(10)
+        call.cancel()
+        assert [m.revision for m in got] == [acks[1].revision, acks[2].revision, live.revision]
+        assert got[0].keys == R.make_keys(10, 10) and got[1].keys == R.make_keys(10, 20)
+        assert got[2].deleted == bytes([10, 64, 0, 3]) and not got[2].keys
+
+
+def test_entry_latency_matching() -> None:
+    # two client batches of 3 and 2 entries; kernel wrote 4 then 1
+    lat = entry_latencies([(3, 0), (5, 10)], [(4, 100), (5, 200)])
+    assert lat == [(100, 3), (90, 1), (190, 1)]
+    assert percentile(lat, 0.5) == 100 and percentile(lat, 0.99) == 190
+
+
+def test_watch_fans_out_to_many_agents(tmp_path: Path) -> None:
+    with control_plane(str(tmp_path / "n.db")) as (_p, _a, stub):
+        calls = [stub.Watch(pb.WatchRequest(start_revision=0)) for _ in range(4)]
+        seen: list[list[int]] = [[] for _ in calls]
+
+        def reader(i: int) -> None:
+            for m in calls[i]:
+                seen[i].append(m.revision)
+                if len(seen[i]) == 20:
+                    return
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        acks = list(stub.PutBatch(iter([batch(10, i * 10) for i in range(20)])))
+        for t in threads:
+            t.join(10)
+        for c in calls:
+            c.cancel()
+        want = [a.revision for a in acks]
+        assert seen == [want] * 4
