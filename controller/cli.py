@@ -42,9 +42,13 @@ def _run(args: argparse.Namespace) -> int:
         for key, f in kind.schema.fields.items():
             print(f"{key:<24} = {cfg[key]!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
         return 0
-    from swarmscope.controller.sweep import run_sweep
+    report: dict[str, Any] | None
+    if kind.run is not None:
+        report = kind.run(kind, cfg.data)
+    else:
+        from swarmscope.controller.sweep import run_sweep
 
-    report = run_sweep(kind, cfg.data)
+        report = run_sweep(kind, cfg.data)
     if report is None:
         return 1
     from swarmscope.controller.report import render_console

@@ -122,13 +122,33 @@ def _tracer_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
     return tracer_cross_check(v)
 
 
+def _neighbor_fields() -> list[Field]:
+    from swarmscope.targets.neighbors.sweep import NEIGHBOR_FIELDS
+
+    return list(NEIGHBOR_FIELDS)
+
+
+def _run_neighbors(kind: ScenarioKind, cfg: Any) -> dict[str, Any]:
+    from swarmscope.controller.section_run import run_section
+    from swarmscope.targets.neighbors.sweep import run_sweep
+
+    return run_section(
+        kind, cfg, "neighbors", run_sweep, renderer="swarmscope.targets.neighbors.report_section:render"
+    )
+
+
 @dataclass
 class ScenarioKind:
+    """A kind of scenario. ``run`` is None for the window sweep of swarmscope.controller.sweep
+    (probes + workers + reconciliation); kinds that measure with their own machinery give a
+    function ``run(kind, cfg) -> report``."""
+
     name: str
     metric: str
     programs: list[str]
     fields: Callable[[], list[Field]]
     cross_checks: list[Callable[[dict[str, Any]], list[tuple[str, str]]]] = field(default_factory=list)
+    run: Callable[[ScenarioKind, Any], dict[str, Any]] | None = None
 
     @property
     def schema(self) -> Schema:
@@ -136,6 +156,7 @@ class ScenarioKind:
 
 
 KINDS: dict[str, ScenarioKind] = {
+    "neighbor_writes": ScenarioKind("neighbor_writes", "neighbors", [], _neighbor_fields, run=_run_neighbors),
     "exec_storm": ScenarioKind(
         "exec_storm", "exec", ["exec_count"], _exec_fields, [_exec_checks, _tracer_checks]
     ),
@@ -150,10 +171,8 @@ def get_kind(name: str, source: str = "scenario") -> ScenarioKind:
     return KINDS[name]
 
 
-def load_scenario(
-    path: str | None, sets: list[str], env: dict[str, str] | None = None
-) -> tuple[ScenarioKind, Any]:
-    """Read the scenario file's kind, then load and validate it with that kind's schema."""
+def kind_name(path: str | None, sets: list[str], env: dict[str, str] | None = None) -> str:
+    """The scenario kind a run will use: --set scenario=, else the file's, else the env's."""
     import os
 
     import yaml
@@ -167,9 +186,21 @@ def load_scenario(
             with open(path, encoding="utf-8") as fh:
                 raw = yaml.safe_load(fh) or {}
         except (OSError, yaml.YAMLError):
-            raw = {}  # the schema load below reports the read/parse problem with its location
+            raw = {}  # the schema load reports the read/parse problem with its location
         if isinstance(raw, dict):
             name = str(raw.get("scenario", ""))
-    name = name or (env if env is not None else os.environ).get("SWARMSCOPE_SCENARIO", "") or "exec_storm"
-    kind = get_kind(name, path or "scenario")
+    return name or (env if env is not None else os.environ).get("SWARMSCOPE_SCENARIO", "") or "exec_storm"
+
+
+def uses_locust(name: str) -> bool:
+    """Whether a kind's runs go through Locust (and so need gevent's monkey-patching)."""
+    kind = KINDS.get(name)
+    return kind is None or kind.run is None
+
+
+def load_scenario(
+    path: str | None, sets: list[str], env: dict[str, str] | None = None
+) -> tuple[ScenarioKind, Any]:
+    """Read the scenario file's kind, then load and validate it with that kind's schema."""
+    kind = get_kind(kind_name(path, sets, env), path or "scenario")
     return kind, kind.schema.load(file=path, env=env, sets=sets)

@@ -51,9 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
 GEVENT_COMMANDS = {"run", "controller", "worker"}
 
 
+def _needs_gevent(words: list[str]) -> bool:
+    """`run` of a kind that measures with its own machinery (threads, grpc) must not be patched."""
+    if "run" not in words[:3]:
+        return True
+    from swarmscope.controller.scenario import kind_name, uses_locust
+
+    rest = words[words.index("run") + 1 :]
+    path = next((w for w in rest if not w.startswith("-") and w.endswith((".yaml", ".yml"))), None)
+    sets = [rest[i + 1] for i, w in enumerate(rest[:-1]) if w == "--set"]
+    return uses_locust(kind_name(path, sets))
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    if GEVENT_COMMANDS & set(words[:3]):
+    if GEVENT_COMMANDS & set(words[:3]) and _needs_gevent(words):
         from gevent import monkey
 
         monkey.patch_all()

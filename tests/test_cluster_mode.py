@@ -45,13 +45,15 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     logs = {n: open(tmp_path / f"{n}.log", "wb") for n in ("controller", "worker", "probe")}
     controller = subprocess.Popen(
         [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),
-         "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]), "--web-port", str(ports["web"]),
+         "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
+         "--web-port", str(ports["web"]),
          "--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"],
         cwd=ROOT, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT,
     )  # fmt: skip
     node_env = {**env, "NODE_NAME": "kind-node-1"}
     probe = subprocess.Popen(
-        [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token), "--node", "kind-node-1"],
+        [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token),
+         "--node", "kind-node-1"],
         cwd=ROOT, env=node_env, stdout=logs["probe"], stderr=subprocess.STDOUT,
     )  # fmt: skip
     worker = subprocess.Popen(

@@ -152,3 +152,23 @@ def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
     pids = {n["node"].split("n")[0] for n in rep["points"][1]["iterations"][0]["per_node"]}
     assert len(pids) == 2
     assert_exact(rep)
+
+
+def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = run_cli("run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=50,2000", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    rep = load_report(run_dir)
+    assert rep["scenario"] == "neighbor_writes" and rep["status"] == "ok"
+    pts = rep["neighbors"]["points"]
+    assert sorted((q["mode"], q["neighbors"]) for q in pts) == [
+        ("list_program", 50), ("list_program", 2000),
+        ("write_watch_program", 50), ("write_watch_program", 2000),
+    ]  # fmt: skip
+    for q in pts:
+        assert q["verified"] is True and q["kernel_entries"] == q["neighbors"], q
+        assert q["per_neighbor_us"] > 0 and q["p99_us"] >= q["p50_us"] > 0
+    assert "Neighbor programming" in (run_dir / "report.html").read_text()
+    assert (run_dir / "neighbors.png").stat().st_size > 5000
+    assert re.fullmatch(r"[0-9a-f]{32}", rep["trace_id"])

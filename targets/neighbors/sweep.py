@@ -413,12 +413,15 @@ def run_sweep(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="neighbor-writes sweep (temporary entry point)")
+    """Run the sweep alone, without the run store (``swarmscope run`` is the normal way)."""
+    from swarmscope.controller.scenario import load_scenario
+
+    ap = argparse.ArgumentParser(description="neighbor-writes sweep, standalone (no store, no trace)")
     ap.add_argument("scenario", nargs="?")
     ap.add_argument("--set", action="append", default=[], dest="sets")
     ap.add_argument("--out", default="results/neighbors")
     ns = ap.parse_args(argv)
-    cfg = SCHEMA.load(file=ns.scenario, sets=ns.sets)
+    _, cfg = load_scenario(ns.scenario, ["scenario=neighbor_writes", *ns.sets])
     # SIGTERM -> SystemExit, so the namespace and the XDP attachment are cleaned up
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(ns.out)
