@@ -254,3 +254,18 @@ def test_probe_self_metrics(xdp: tuple[str, int]) -> None:
     # The ring-buffer families exist even though no program here uses a ring buffer.
     assert "# TYPE swarmscope_probe_ringbuf_events_total counter" in text
     assert "# TYPE swarmscope_probe_ringbuf_map_ratio gauge" in text
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_top_ebpf_live_mode_redraws(xdp: tuple[str, int]) -> None:
+    out = subprocess.run(
+        [*SWARMSCOPE, "top-ebpf", "-n", "2", "-d", "0.05", "-s", "id", "--type", "xdp"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    frames = out.split("\x1b[H\x1b[2J")
+    assert frames[0] == "" and len(frames) == 3
+    assert all("pkt_count_xdp" in f and f.startswith("top-ebpf") for f in frames[1:])
