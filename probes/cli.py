@@ -202,8 +202,15 @@ def once(programs: list[str], seconds: float) -> dict[str, Any]:
     }
 
 
+# Beyond this many counters (syscall_count unfiltered, bpf_stats) one column per counter is
+# unreadable: print one line per (cgroup, non-zero counter) instead.
+WIDE_MAX = 8
+
+
 def format_table(result: dict[str, Any]) -> str:
     names: list[str] = result["counters"]
+    if len(names) > WIDE_MAX:
+        return _format_long(result)
     header = ["CGROUP_ID", *[n.upper() for n in names], "PATH"]
     rows = [
         [str(r["cgroup_id"]), *[str(r["counters"].get(n, 0)) for n in names], r["path"] or "?"]
@@ -220,3 +227,20 @@ def format_table(result: dict[str, Any]) -> str:
     return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(
         ln.rstrip() for ln in lines
     )
+
+
+def _format_long(result: dict[str, Any]) -> str:
+    rows = [
+        [str(r["cgroup_id"]), c, str(v), r["path"] or "?"]
+        for r in result["cgroups"]
+        for c, v in sorted(r["counters"].items())
+        if v
+    ]
+    rows += [["total", c, str(v), ""] for c, v in sorted(result["total"].items()) if v]
+    header = ["CGROUP_ID", "COUNTER", "VALUE", "PATH"]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = [
+        f"{a.rjust(widths[0])}  {b.ljust(widths[1])}  {c.rjust(widths[2])}  {d}".rstrip()
+        for a, b, c, d in [header, *rows]
+    ]
+    return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(lines)

@@ -73,3 +73,21 @@ def test_exact_count_per_cgroup(filtered: bool) -> None:
                 assert after[ca].get("sys.exit_group", 0) == 1
     finally:
         prog.close()
+
+
+def test_probe_once_table_goes_long_with_many_counters() -> None:
+    from swarmscope.probes.cli import format_table
+
+    counters = {f"sys.c{i}": i for i in range(12)}
+    result = {
+        "seconds": 1.0,
+        "programs": ["syscall_count"],
+        "counters": sorted(counters),
+        "total": counters,
+        "cgroups": [{"cgroup_id": 5, "path": "/n1", "counters": counters}],
+    }
+    lines = format_table(result).splitlines()
+    assert lines[1].split() == ["CGROUP_ID", "COUNTER", "VALUE", "PATH"]
+    # One line per non-zero counter of the cgroup, then the totals; zeros are left out.
+    assert len(lines) == 2 + 11 + 11
+    assert lines[2].split() == ["5", "sys.c1", "1", "/n1"]
