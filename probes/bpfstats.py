@@ -308,11 +308,25 @@ def parse_btf_names(data: bytes) -> dict[int, str]:
     return out
 
 
+# Program ids are never reused while the kernel runs, so a name read from BTF once stays right;
+# bounded so a node that loads programs all day does not grow it forever.
+_NAMES: dict[int, str] = {}
+MAX_NAMES = 65536
+
+
 def full_name(fd: int, info: ProgInfo) -> str:
     """The program's function name from BTF func info, else the kernel's (maybe truncated) name."""
     short = info.name.decode(errors="replace")
     if not info.btf_id or not info.nr_func_info or len(short) < 15:
         return short
+    if info.id not in _NAMES:
+        if len(_NAMES) >= MAX_NAMES:
+            _NAMES.clear()
+        _NAMES[info.id] = _btf_full_name(fd, info, short)
+    return _NAMES[info.id]
+
+
+def _btf_full_name(fd: int, info: ProgInfo, short: str) -> str:
     rec = max(info.func_info_rec_size, 8)
     buf = ctypes.create_string_buffer(rec)
     q = ProgInfo(nr_func_info=1, func_info_rec_size=rec, func_info=ctypes.addressof(buf))
