@@ -18,7 +18,8 @@ Exporter metrics (cumulative, labels ``id``, ``name``, ``type``):
 ``swarmscope_probe_prog_run_count_total``, ``swarmscope_probe_prog_run_time_seconds_total``,
 ``swarmscope_probe_prog_recursion_misses_total``, ``swarmscope_probe_prog_map_memory_bytes``,
 and ``swarmscope_probe_prog_info`` (value 1, plus label ``pids``). Filters apply there too.
-Caveats: the live table is a plain ANSI redraw (no interactive keys: choose the sort with -s);
+Live keys (stdin a terminal): c r a t m i n sort by cpu/runs/avg/time/mem/id/name, q quits.
+Caveats: the live table is a plain ANSI redraw, a key applies from the next refresh;
 the first scrape after start counts only from start; the owner walk reads every process's fd
 table, so ``--pid``/PIDS cost grows with the number of open fds on the host.
 """
@@ -191,16 +192,45 @@ def run(args: argparse.Namespace) -> int:
         rows, secs = measure(args.delay, filters, args.sort)
         print(json.dumps(to_json(rows, secs), indent=2) if args.json else format_table(rows, secs))
         return 0
+    return _live(args, filters)
+
+
+# Single keys in the live table (when stdin is a terminal): sort by ..., q quits.
+KEYS = {"c": "cpu", "r": "runs", "a": "avg", "t": "time", "m": "mem", "i": "id", "n": "name"}
+
+
+def _live(args: argparse.Namespace, filters: Filters) -> int:
+    import select
+    import termios
+    import tty
+
+    sort = args.sort
+    interactive = sys.stdin.isatty()
+    saved = termios.tcgetattr(sys.stdin) if interactive else None
+    if interactive:
+        tty.setcbreak(sys.stdin)  # keys arrive one by one, unechoed; Ctrl-C still works
     n = 0
     try:
         while args.iterations <= 0 or n < args.iterations:
-            rows, secs = measure(args.delay, filters, args.sort)
+            rows, secs = measure(args.delay, filters, sort)
             # Plain ANSI: home + clear, then the table (works in any terminal and over ssh).
-            sys.stdout.write("\x1b[H\x1b[2J" + format_table(rows, secs) + "\n")
+            footer = f"\nsort: {sort}   keys: c r a t m i n = sort by cpu/runs/avg/time/mem/id/name, q = quit"
+            sys.stdout.write(
+                "\x1b[H\x1b[2J" + format_table(rows, secs) + (footer if interactive else "") + "\n"
+            )
             sys.stdout.flush()
             n += 1
+            # Keys typed during the interval apply to the next frame.
+            while interactive and select.select([sys.stdin], [], [], 0)[0]:
+                key = sys.stdin.read(1)
+                if key == "q":
+                    return 0
+                sort = KEYS.get(key, sort)
     except KeyboardInterrupt:
         pass
+    finally:
+        if saved is not None:
+            termios.tcsetattr(sys.stdin, termios.TCSADRAIN, saved)
     return 0
 
 

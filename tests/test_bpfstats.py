@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -269,3 +270,39 @@ def test_top_ebpf_live_mode_redraws(xdp: tuple[str, int]) -> None:
     frames = out.split("\x1b[H\x1b[2J")
     assert frames[0] == "" and len(frames) == 3
     assert all("pkt_count_xdp" in f and f.startswith("top-ebpf") for f in frames[1:])
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_top_ebpf_keys_in_a_terminal(xdp: tuple[str, int]) -> None:
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*SWARMSCOPE, "top-ebpf", "-d", "0.2", "--type", "xdp"],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen = b""
+
+    def read_until(marker: bytes, timeout: float = 20.0) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while marker not in seen and time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.2)[0]:
+                seen += os.read(leader, 65536)
+        assert marker in seen, seen[-500:]
+
+    try:
+        read_until(b"sort: cpu")
+        os.write(leader, b"i")
+        read_until(b"sort: id")
+        os.write(leader, b"q")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(leader)
