@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import psutil
@@ -90,6 +91,7 @@ class ProbeAgent:
         rpc_timeout_s: float = 5.0,
         program_factory: Callable[[str], Program] = get_program,
         tracer: trace.Tracer | None = None,
+        metrics: Any = None,
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -108,6 +110,9 @@ class ProbeAgent:
         # The global tracer is a no-op unless the process set up an SDK provider (see cli.py).
         self._tracer = tracer or trace.get_tracer("swarmscope.probes")
         self._programs: dict[str, Program] = {}
+        # Optional self-metrics sink (probes.selfmetrics.ProbeSelfMetrics): window_opened(),
+        # window_closed(readings).
+        self.metrics = metrics
         self._windows: dict[tuple[str, str], _Window] = {}
         self._stop = threading.Event()
         self._call: grpc.Future | None = None
@@ -164,6 +169,11 @@ class ProbeAgent:
             call.cancel()
 
     # -- programs ----------------------------------------------------------------------------
+
+    @property
+    def programs(self) -> dict[str, Program]:
+        """The loaded programs by name (a copy; empty before run_forever loads them)."""
+        return dict(self._programs)
 
     def _load_programs(self) -> None:
         for name in self.program_names:
@@ -262,8 +272,12 @@ class ProbeAgent:
                 kind = cmd.WhichOneof("kind")
                 if kind == "open":
                     out.put(pb.ProbeMessage(session_id=session_id, ack=self._open(cmd.open)))
+                    if self.metrics is not None:
+                        self.metrics.window_opened()
                 elif kind == "close":
                     readings = self._close(cmd.close)
+                    if self.metrics is not None:
+                        self.metrics.window_closed(len(readings))
                     # One message per window: the readings ride in WindowDone's batch.
                     done = pb.WindowDone(
                         run_id=cmd.close.run_id,

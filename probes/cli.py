@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
         "--heartbeat", type=float, default=1.0, help="heartbeat seconds if the controller sets none"
     )
     p.add_argument("--retries", type=int, default=5, help="reconnect attempts before giving up (default 5)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the probe's own metrics (swarmscope_probe_*) on PORT: /metrics, /healthz (chart: 9647)",
+    )
     p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")
     p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
     p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
@@ -89,7 +95,19 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     bcc_env.check()
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
     provider = _otlp_provider(node)
-    agent = ProbeAgent(controller, token, node, programs, args.heartbeat, retries=args.retries)
+    metrics, server, stats_fd = None, None, None
+    if args.metrics_port is not None:
+        from swarmscope.probes.selfmetrics import ProbeSelfMetrics, serve
+
+        metrics = ProbeSelfMetrics()
+        # Run statistics on for the probe's lifetime, so its programs' own cost is visible.
+        stats_fd = bcc_env.enable_stats()
+        server = serve(metrics.registry, args.metrics_port)
+    agent = ProbeAgent(
+        controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics
+    )
+    if metrics is not None:
+        metrics.set_programs(lambda: agent.programs)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
     try:
@@ -97,6 +115,11 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     finally:
         if provider is not None:
             provider.shutdown()  # flushes the last window spans
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if stats_fd is not None:
+            os.close(stats_fd)
     return 0
 
 
@@ -179,8 +202,15 @@ def once(programs: list[str], seconds: float) -> dict[str, Any]:
     }
 
 
+# Beyond this many counters (syscall_count unfiltered, bpf_stats) one column per counter is
+# unreadable: print one line per (cgroup, non-zero counter) instead.
+WIDE_MAX = 8
+
+
 def format_table(result: dict[str, Any]) -> str:
     names: list[str] = result["counters"]
+    if len(names) > WIDE_MAX:
+        return _format_long(result)
     header = ["CGROUP_ID", *[n.upper() for n in names], "PATH"]
     rows = [
         [str(r["cgroup_id"]), *[str(r["counters"].get(n, 0)) for n in names], r["path"] or "?"]
@@ -197,3 +227,20 @@ def format_table(result: dict[str, Any]) -> str:
     return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(
         ln.rstrip() for ln in lines
     )
+
+
+def _format_long(result: dict[str, Any]) -> str:
+    rows = [
+        [str(r["cgroup_id"]), c, str(v), r["path"] or "?"]
+        for r in result["cgroups"]
+        for c, v in sorted(r["counters"].items())
+        if v
+    ]
+    rows += [["total", c, str(v), ""] for c, v in sorted(result["total"].items()) if v]
+    header = ["CGROUP_ID", "COUNTER", "VALUE", "PATH"]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = [
+        f"{a.rjust(widths[0])}  {b.ljust(widths[1])}  {c.rjust(widths[2])}  {d}".rstrip()
+        for a, b, c, d in [header, *rows]
+    ]
+    return f"{result['seconds']:g} s, programs: {', '.join(result['programs'])}\n" + "\n".join(lines)

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "swarmscope.controller.cli",
     "swarmscope.controller.locust_cli",
     "swarmscope.probes.cli",
+    "swarmscope.probes.top_ebpf",
     "swarmscope.controller.report_cli",
     "swarmscope.controller.tracers.selfcheck",
 ]

@@ -499,3 +499,55 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
     (ev,) = span.events
     assert ev.attributes is not None and dict(ev.attributes) == {"node": "x", "ticks": 5}
     assert span.status.is_ok
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> None:
+    import urllib.request
+
+    ctl, addr = controller
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    port = _free_port()
+    env = {**os.environ, "SWARMSCOPE_SYSCALLS": "getppid"}
+    cmd = _probe_cmd(addr, "--token-file", str(token_file), "--node", "m-node")
+    cmd += ["--programs", "exec_count,syscall_count", "--metrics-port", str(port)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.read().decode()
+
+    try:
+        ctl.wait_for("heartbeat", timeout=60)
+        assert get("/healthz") == "ok\n"
+        with temp_cgroup("metrics") as cg:
+            node = pb.NodeInfo(name="m-node", cgroup_id=cgroup_id(cg))
+            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node]))
+            assert ctl.wait_for("ack").ack.ok
+            exec_in_cgroup(cg, 4)
+            ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
+            (r,), _ = ctl.window_result()
+        assert dict(r.counters) == {"exec": 4, "sys.getppid": 0}
+        text = get("/metrics")
+        samples = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
+        assert float(samples["swarmscope_probe_windows_opened_total"]) == 1
+        assert float(samples["swarmscope_probe_windows_closed_total"]) == 1
+        assert float(samples["swarmscope_probe_readings_sent_total"]) == 1
+        func = 'func="tracepoint__sched__sched_process_exec",program="exec_count"'
+        # Stats are on for the probe's lifetime: its exec program ran at least for our 4 execs.
+        assert float(samples[f"swarmscope_probe_program_run_count_total{{{func}}}"]) >= 4
+        assert float(samples[f"swarmscope_probe_program_run_time_seconds_total{{{func}}}"]) > 0
+        ex = 'map="exec_count",program="exec_count"'
+        assert float(samples[f"swarmscope_probe_map_max_entries{{{ex}}}"]) == 65536
+        assert 1 <= float(samples[f"swarmscope_probe_map_entries{{{ex}}}"]) <= 65536
+        filt = 'map="syscall_filter",program="syscall_count"'
+        assert float(samples[f"swarmscope_probe_map_fill_ratio{{{filt}}}"]) == 1.0  # arrays are full
+        ctl.send(shutdown=pb.Shutdown(reason="test over"))
+        assert proc.wait(timeout=15) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()

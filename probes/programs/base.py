@@ -57,9 +57,30 @@ def _exec_count() -> Program:
     return ExecCount()
 
 
+def _syscall_count() -> Program:
+    from swarmscope.probes.programs.syscall_count import SyscallCount
+
+    return SyscallCount.from_env()
+
+
+def _pkt_count() -> Program:
+    from swarmscope.probes.programs.pkt_count import PktCount
+
+    return PktCount.from_env()
+
+
+def _bpf_stats() -> Program:
+    from swarmscope.probes.bpfstats import BpfStats
+
+    return BpfStats()
+
+
 # The only programs a probe will load. Add an entry when a new bpf/<name>.bpf.c ships.
 PROGRAMS: dict[str, Callable[[], Program]] = {
     "exec_count": _exec_count,
+    "syscall_count": _syscall_count,
+    "pkt_count": _pkt_count,
+    "bpf_stats": _bpf_stats,
 }
 
 

@@ -1,0 +1,42 @@
+"""bench/probes.py, short: every probe program ran and has a cost; the overhead rounds ran."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench" / "probes.py"
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_bench_probes_short() -> None:
+    out = subprocess.run(
+        [sys.executable, BENCH, "--rounds", "1", "--duration-s", "0.3", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    res = json.loads(out.stdout)
+    cost = res["cost"]
+    progs = cost["programs"]
+    assert set(progs) == {"exec_count", "syscall_count", "syscall_count[getppid]", "pkt_count"}
+    for p in progs.values():
+        assert p["runs"] > 0 and 0 < p["ns_per_run"] < 100_000
+    # exec_count runs on every exec of the host: at least the storm's.
+    assert progs["exec_count"]["runs"] >= cost["execs"] > 0
+    # XDP on the bench's own veth: the packets sent plus at most a little ARP/IPv6 noise.
+    assert cost["packets_sent"] <= progs["pkt_count"]["runs"] <= cost["packets_sent"] + 20
+    ovh = res["overhead"]
+    assert len(ovh["without_exec_per_s"]) == len(ovh["with_exec_per_s"]) == 1
+    assert ovh["ratio_with_to_without"] > 0
+    assert not [
+        ln
+        for ln in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()
+        if "ss-bench-" in ln
+    ]
