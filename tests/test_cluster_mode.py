@@ -19,6 +19,8 @@ import pytest
 import yaml
 from helpers import BIN, ROOT, is_root, load_report, only_run_dir
 
+from swarmscope.workers.nodes import cgroup2_mount
+
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
@@ -56,9 +58,13 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
          "--node", "kind-node-1"],
         cwd=ROOT, env=node_env, stdout=logs["probe"], stderr=subprocess.STDOUT,
     )  # fmt: skip
+    # The worker runs in a cgroup of its own, as a pod does: it is measured through it.
+    pod = cgroup2_mount() / f"ss-test-pod-{os.getpid()}"
+    pod.mkdir()
     worker = subprocess.Popen(
         [sw, "worker", "--controller", "127.0.0.1", "--locust-port", str(ports["locust"])],
         cwd=ROOT, env=node_env, stdout=logs["worker"], stderr=subprocess.STDOUT,
+        preexec_fn=lambda: (pod / "cgroup.procs").write_text(str(os.getpid())),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
@@ -84,6 +90,7 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
                 p.kill()
         for fh in logs.values():
             fh.close()
+        pod.rmdir()
     rep = load_report(only_run_dir(tmp_path / "results"))
     (it,) = rep["points"][0]["iterations"]
     (n,) = it["per_node"]

@@ -8,7 +8,9 @@
 Order matters and is fixed: a sentinel is recognised first (anywhere in the line, so it works
 for text and JSON tracers alike and is never counted), then the loss warning, then the event
 pattern (``match`` regex, or ``json_field`` for JSON lines). Attribution tries the regex groups
-in the order cgroup, node, comm and takes the first that names a node of the window.
+in the order cgroup, node, comm and takes the first that names a node of the window — except
+that a line whose cgroup is not one of the window's nodes is "other" even when its comm
+matches (another run's storm may use the same per-node comm).
 
 Caveats: the kernel truncates comm to 15 characters, so node comms are compared truncated.
 A JSON field is compared against cgroup ids, node names and comms alike.
@@ -115,9 +117,14 @@ class LineParser:
                 return Line("noise")
             groups = m.groupdict()
             for kind in ("cgroup", "node", "comm"):
-                node = self._lookup(kind, groups.get(kind))
+                value = groups.get(kind)
+                node = self._lookup(kind, value)
                 if node is not None:
                     return Line("event", node=node)
+                if kind == "cgroup" and value is not None and self.by_cgroup:
+                    # The line names its cgroup and it is none of ours: it is another process
+                    # that happens to share a comm (another run's "ss-n1"), not our node.
+                    return Line("other")
             return Line("other")
         assert self.json_field is not None
         s = line.strip()
