@@ -1,0 +1,1 @@
+"""Systems under test that swarmscope can start itself (local targets)."""
