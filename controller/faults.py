@@ -142,7 +142,12 @@ class KillPod(_Scheduled):
             try:
                 config.load_incluster_config()
             except config.ConfigException:
-                config.load_kube_config()
+                try:
+                    config.load_kube_config()
+                except (config.ConfigException, OSError) as e:
+                    raise SwarmscopeError(
+                        f"kill-pod: no cluster to talk to (in-cluster or kubeconfig): {e}"
+                    ) from e
             self._api = client.CoreV1Api()
         return self._api
 

@@ -238,3 +238,13 @@ def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> No
     assert r["server_requests"] == r["requests"]
     assert r["k6_dropped_iterations"] == 0
     assert steps[0]["generator_cpu_pct"][0] > 0
+
+
+def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarmscope.controller.faults import KillPod
+    from swarmscope.errors import SwarmscopeError
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(SwarmscopeError, match="no cluster"):
+        KillPod(at_s=0).inject()

@@ -16,7 +16,7 @@ for a in "$@"; do [ "$a" = "--no-apt" ] && APT=0; done
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do
