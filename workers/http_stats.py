@@ -205,7 +205,8 @@ def downtime(timeline: list[tuple[float, bool]], fault_t: float, bin_s: float = 
 
     downtime = first success after the first failure at/after the fault minus the last
     success before that failure; failed = failures in between; recovery = time from the fault
-    until a 1-s bin's successes are back to ≥ 90 % of the median pre-fault bin.
+    until a 1-s bin's successes are back to ≥ 80 % of the median pre-fault bin
+    (None: not back before the load ended).
     """
     tl = sorted(timeline)
     first_fail = next((t for t, ok in tl if t >= fault_t and not ok), None)
@@ -236,7 +237,7 @@ def downtime(timeline: list[tuple[float, bool]], fault_t: float, bin_s: float = 
             k = j
             while k < len(oks) and oks[k] < t + bin_s:
                 k += 1
-            if k - j >= 0.9 * base:
+            if k - j >= 0.8 * base:
                 recovery = t - fault_t
                 break
             t += bin_s / 4

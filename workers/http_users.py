@@ -2,7 +2,7 @@
 
     from swarmscope.workers import http_users as hu
     hu.setup(steps=[100, 200], step_duration_s=30, model="closed")   # or model="open", steps = rates
-    env = Environment(user_classes=[hu.ClosedHttpUser], shape_class=hu.StepShape(), host=url)
+    env = Environment(user_classes=[hu.FloodUser], shape_class=hu.StepShape(), host=url)
 
 Closed: each user sends the next request when the previous one returned (boom, Locust's
 default); latency is measured from the actual send. Open: requests are *scheduled* — each of
@@ -79,33 +79,28 @@ def _record(intended: float, r: Any) -> None:
     rec.record(intended, time.time(), status, None if err is None else type(err).__name__)
 
 
-class ClosedHttpUser(FastHttpUser):
-    """Closed model: a request, wait for it, the next one (no think time)."""
+class FloodUser(FastHttpUser):
+    """One user class for both models (``PARAMS["model"]``), so a locustfile has a single user.
 
-    wait_time = constant(0)
-    abstract = False
-
-    @task
-    def get(self) -> None:
-        t = time.time()
-        r = self.client.get(PARAMS["path"], name="flood")
-        _record(t, r)
-
-
-class OpenHttpUser(FastHttpUser):
-    """Open model: this user's share of a fixed-rate timetable; latency from intended time."""
+    closed: a request, wait for it, the next one (no think time); latency from the actual send.
+    open: this user's share of a fixed-rate timetable; latency from the intended send time.
+    """
 
     wait_time = constant(0)
     _seq = 0
 
     def on_start(self) -> None:
-        OpenHttpUser._seq += 1
-        self.slot = OpenHttpUser._seq - 1
+        FloodUser._seq += 1
+        self.slot = FloodUser._seq - 1
         self.next_t: float | None = None
         self.rate_seen = 0.0
 
     @task
     def get(self) -> None:
+        if PARAMS["model"] != "open":
+            t = time.time()
+            _record(t, self.client.get(PARAMS["path"], name="flood"))
+            return
         rate = _CURRENT_RATE[0]
         if rate <= 0:
             gevent.sleep(0.05)

@@ -186,8 +186,9 @@ def _locust_load(cfg: Config, url: str, keep_timeline: bool) -> Any:
         open_users=cfg["open_users"], path=cfg["path"], keep_timeline=keep_timeline,
         spawn_rate=10000.0,
     )  # fmt: skip
-    user = hu.OpenHttpUser if cfg["model"] == "open" else hu.ClosedHttpUser
-    env = Environment(user_classes=[user], shape_class=hu.StepShape(), host=url.rstrip("/"), stop_timeout=10)
+    env = Environment(
+        user_classes=[hu.FloodUser], shape_class=hu.StepShape(), host=url.rstrip("/"), stop_timeout=10
+    )
     runner = env.create_local_runner()
     rec = hu.start_recorder(time.time())
     runner.start_shape()
