@@ -292,3 +292,23 @@ def test_locustfile_distributed_master_merges_workers_exactly(tmp_path: pathlib.
     assert all(len(s["generator_cpu_pct"]) == 2 for s in steps)  # one entry per worker
     assert all(s["requests"] > 100 and s["failures"] == 0 for s in steps)
     assert sum(s["requests"] for s in steps) == served
+
+
+def test_generator_bound_flag_from_worker_cpu() -> None:
+    rec = StepRecorder(2.0, 0.0, n_steps=2)
+    rec.record(0.5, 0.6, 200, None)
+    rec.record(2.5, 2.6, 200, None)
+    rec.cpu_s = {0: 0.4, 1: 1.9}  # 20 % and 95 % of a core over 2-s steps
+    rows = StepRecorder.merge([rec.encode()]).summary(cpu_bound_pct=90)
+    assert [r["generator_bound"] for r in rows] == [False, True]
+    assert rows[1]["generator_cpu_pct"] == [pytest.approx(95.0)]
+
+
+@needs_root
+def test_k6_open_model_keeps_the_arrival_rate(tmp_path: pathlib.Path, k6_bin: str) -> None:
+    r = flood(tmp_path, "engine=k6", "model=open", "steps=100,300", "step_duration=2", "open_users=100")
+    steps = r["steps"]
+    assert [s["rate"] for s in steps] == [100, 300]
+    for s in steps:  # constant-arrival-rate: rate × duration iterations, each one request
+        assert abs(s["requests"] - s["rate"] * 2) <= 0.05 * s["rate"] * 2, s["requests"]
+    assert r["server_requests"] == r["requests"]

@@ -301,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/ingress", help="run directory (report.json, plots)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    # Steps jump at once on purpose (spawn rate 10000): Locust's "very high spawn rate" warning
+    # would repeat every step.
+    logging.getLogger("locust.runners").setLevel(logging.ERROR)
     # Locust must monkey-patch (gevent) before any thread or socket exists: import it first.
     import signal
 
