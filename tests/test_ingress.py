@@ -207,10 +207,16 @@ def test_open_model_shows_a_stall_the_closed_model_hides(tmp_path: pathlib.Path)
 
 
 @needs_root
-def test_kill_lb_downtime_matches_restart_delay(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("engine", ["locust", "k6"])
+def test_kill_lb_downtime_matches_restart_delay(
+    tmp_path: pathlib.Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    if engine == "k6":
+        request.getfixturevalue("k6_bin")
     r = flood(
-        tmp_path, "steps=20", "step_duration=7", "fault=kill-lb-local", "fault_at=2", "restart_delay_s=1.5"
-    )
+        tmp_path, f"engine={engine}", "steps=20", "step_duration=7", "fault=kill-lb-local", "fault_at=2",
+        "restart_delay_s=1.5",
+    )  # fmt: skip
     (f,) = r["faults"]
     assert f["name"] == "kill-lb-local" and len(f["restarts"]) == 1
     # Client-observed outage ≈ restart delay (+ nginx start and the clients reconnecting).
@@ -219,7 +225,9 @@ def test_kill_lb_downtime_matches_restart_delay(tmp_path: pathlib.Path) -> None:
     # None = throughput not back to 80 % of the pre-fault level before the load ended (shared CPU).
     assert f["recovery_s"] is None or f["recovery_s"] >= f["downtime_s"] - 0.5
     ok = r["requests"] - r["steps"][0]["failures"]
-    assert ok <= r["server_requests"] <= r["requests"]
+    # Successes are in the log; a response completed just as its worker was SIGKILLed may miss
+    # its log line, hence the small slack (measured: exact in every run so far).
+    assert ok - 20 <= r["server_requests"] <= r["requests"]
     assert (tmp_path / "run" / "fault_0.png").exists()
 
 

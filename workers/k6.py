@@ -132,7 +132,10 @@ def run_k6(
     ]  # fmt: skip
     t0 = time.time()
     rec = StepRecorder(step_duration_s, t0, keep_timeline=keep_timeline, n_steps=len(steps))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # k6 logs a warning per failed request (thousands during an outage): to a file, never to a
+    # pipe nobody reads while it runs (a full pipe blocks k6).
+    logf = open(out_dir / "k6.log", "w+", encoding="utf-8")
+    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, text=True)
     # Generator honesty: k6's own CPU, attributed to steps by wall time.
     ps = psutil.Process(proc.pid)
     last = 0.0
@@ -146,10 +149,13 @@ def run_k6(
         st = rec.step_of(time.time())
         rec.cpu_s[st] = rec.cpu_s.get(st, 0.0) + (now - last)
         last = now
-    out, err = proc.communicate()
+    proc.wait()
     wall = time.time() - t0
+    logf.seek(0)
+    tail = logf.read()[-2000:]
+    logf.close()
     if proc.returncode not in (0, 99):  # 99: thresholds failed, still a valid run
-        raise LoadGenError(f"k6 exited {proc.returncode}: {(err or out).strip()[-2000:]}")
+        raise LoadGenError(f"k6 exited {proc.returncode}: {tail.strip()}")
     if not points.exists():
         raise LoadGenError("k6 wrote no JSON output")
     dropped = fold_points(points, rec)

@@ -144,16 +144,34 @@ class LocalIngress:
         self._stop.set()
         if self._sup is not None:
             self._sup.join(timeout=self.restart_delay_s + 5)
-        for p in (self._lb, self._backend):
-            if p is not None and p.poll() is None:
-                self._kill_tree(p.pid)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        self._kill_everything_in_netns()
         subprocess.run(["ip", "link", "del", self.veth_host], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _kill_everything_in_netns(self) -> None:
+        """Masters first (a live master respawns a killed worker), then whatever is left in the
+        namespace (orphaned workers of a killed master), until it is empty."""
+        for p in (self._lb, self._backend):
+            if p is not None and p.poll() is None:
+                p.kill()
+        for _ in range(50):
+            r = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
+            pids = [int(x) for x in r.stdout.split()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for p in (self._lb, self._backend):
+            if p is not None:
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    log.warning("nginx %d did not exit", p.pid)
 
     def _setup_net(self) -> None:
         _run("ip", "netns", "add", self.netns)
