@@ -255,16 +255,6 @@ class LocalIngress:
                 known = self.lb_pids()
             self._stop.wait(0.02)
 
-    @staticmethod
-    def _kill_tree(pid: int) -> None:
-        try:
-            p = psutil.Process(pid)
-            for c in p.children(recursive=True):
-                c.kill()
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-
     # -- what callers use --------------------------------------------------------------------
     def lb_master_pid(self) -> int | None:
         with self._lock:
