@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-done
 
-.PHONY: setup run test lint typecheck pytest proto bench clean
+.PHONY: setup run test lint typecheck pytest proto bench bench-http clean
 
 setup:
 	tools/setup.sh
@@ -30,6 +30,10 @@ proto:
 
 bench: setup
 	$(PY) bench/exec_storm.py
+
+# Ingress: swarmscope's Locust/k6 paths vs plain Locust/k6 on the same local nginx, wrk as ceiling.
+bench-http: setup
+	$(PY) bench/http.py --users 50 --duration 5 --repeat 3
 
 clean:
 	rm -rf .venv results build dist

@@ -26,8 +26,9 @@ done
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps)
-if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
+if [ "$PRINT" = 1 ]; then printf '%s
+' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do

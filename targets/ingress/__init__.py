@@ -1,0 +1,1 @@
+"""The ingress-flood target: a local nginx load balancer + backends, and the flood runner."""
