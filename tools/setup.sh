@@ -27,8 +27,7 @@ done
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf-dev
       gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
-if [ "$PRINT" = 1 ]; then printf '%s
-' "${PKGS[@]}"; exit 0; fi
+if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do
