@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from swarmscope.config import Field, Schema, list_of
 from swarmscope.errors import ConfigError, Problem
@@ -137,6 +137,36 @@ def _run_neighbors(kind: ScenarioKind, cfg: Any) -> dict[str, Any]:
     )
 
 
+def _ingress_fields() -> list[Field]:
+    from swarmscope.targets.ingress.flood import INGRESS_FIELDS
+
+    return list(INGRESS_FIELDS)
+
+
+def _ingress_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
+    from swarmscope.targets.ingress.flood import SCHEMA
+
+    return [pair for check in SCHEMA.cross_checks for pair in check(v)]
+
+
+def _run_ingress(kind: ScenarioKind, cfg: Any) -> dict[str, Any]:
+    import swarmscope.workers.http_users  # noqa: F401  (Locust's hooks and options, gevent first)
+    from swarmscope.controller.section_run import run_section
+    from swarmscope.targets.ingress.flood import run_flood
+    from swarmscope.targets.ingress.report_section import fault_spans
+
+    r = "swarmscope.targets.ingress.report_section:"
+    return run_section(
+        kind,
+        cfg,
+        "ingress",
+        cast(Any, run_flood),  # takes the Config mapping like every section function
+        renderer=r + "render_summary",
+        split={"steps": r + "render_steps", "faults": r + "render_faults"},
+        on_done=fault_spans,
+    )
+
+
 @dataclass
 class ScenarioKind:
     """A kind of scenario. ``run`` is None for the window sweep of swarmscope.controller.sweep
@@ -149,6 +179,7 @@ class ScenarioKind:
     fields: Callable[[], list[Field]]
     cross_checks: list[Callable[[dict[str, Any]], list[tuple[str, str]]]] = field(default_factory=list)
     run: Callable[[ScenarioKind, Any], dict[str, Any]] | None = None
+    gevent: bool = False  # its run drives Locust in this process (needs gevent's patching first)
 
     @property
     def schema(self) -> Schema:
@@ -156,6 +187,9 @@ class ScenarioKind:
 
 
 KINDS: dict[str, ScenarioKind] = {
+    "ingress_flood": ScenarioKind(
+        "ingress_flood", "requests", [], _ingress_fields, [_ingress_checks], run=_run_ingress, gevent=True
+    ),
     "neighbor_writes": ScenarioKind("neighbor_writes", "neighbors", [], _neighbor_fields, run=_run_neighbors),
     "exec_storm": ScenarioKind(
         "exec_storm", "exec", ["exec_count"], _exec_fields, [_exec_checks, _tracer_checks]
@@ -195,7 +229,7 @@ def kind_name(path: str | None, sets: list[str], env: dict[str, str] | None = No
 def uses_locust(name: str) -> bool:
     """Whether a kind's runs go through Locust (and so need gevent's monkey-patching)."""
     kind = KINDS.get(name)
-    return kind is None or kind.run is None
+    return kind is None or kind.run is None or kind.gevent
 
 
 def load_scenario(

@@ -30,7 +30,12 @@ def run_section(
     fn: Callable[[Mapping[str, Any], pathlib.Path], dict[str, Any]],
     renderer: str | None = None,
     run_id: str | None = None,
+    split: dict[str, str | None] | None = None,
+    on_done: Callable[[RunEvents, RunInfo, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """``split`` stores some keys of the result as report sections of their own (top-level
+    in report.json, e.g. ``steps``), each with its renderer; ``on_done`` may fire events from
+    the result (e.g. a fault span)."""
     from swarmscope.controller.otel import RunSpans
     from swarmscope.controller.report import write_report
     from swarmscope.controller.store import ResultStore
@@ -59,7 +64,13 @@ def run_section(
         raise
     finally:
         if data is not None:
-            store.add_section(rid, section, data, renderer=renderer)
+            rest = dict(data)
+            for key, key_renderer in (split or {}).items():
+                if key in rest:
+                    store.add_section(rid, key, rest.pop(key), renderer=key_renderer)
+            store.add_section(rid, section, rest, renderer=renderer)
+            if on_done is not None:
+                on_done(events, run, data)
             span = spans.point_spans.get(0)
             for p in data.get("points", []) if isinstance(data, dict) else []:
                 if span is not None and isinstance(p, dict):

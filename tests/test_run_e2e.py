@@ -172,3 +172,26 @@ def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     assert "Neighbor programming" in (run_dir / "report.html").read_text()
     assert (run_dir / "neighbors.png").stat().st_size > 5000
     assert re.fullmatch(r"[0-9a-f]{32}", rep["trace_id"])
+
+
+def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = run_cli(
+        "run", "scenarios/ingress_flood.yaml", "--set", "steps=10,30", "--set", "step_duration=2",
+        "--set", "fault=kill-lb-local", "--set", "fault_at=1.5", "--set", "restart_delay_s=0.8",
+        "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    rep = load_report(run_dir)
+    assert rep["scenario"] == "ingress_flood" and rep["status"] == "ok"
+    assert [s["users"] for s in rep["steps"]] == [10, 30]
+    for s in rep["steps"]:
+        assert s["requests"] > 0 and s["latency_ms"]["p99"] >= s["latency_ms"]["p50"] > 0
+    ok = rep["ingress"]["requests"] - sum(s["failures"] for s in rep["steps"])
+    assert rep["ingress"]["server_requests"] == ok  # every success is in nginx's access log, and no other
+    (fault,) = rep["faults"]
+    assert 0.8 <= fault["downtime_s"] < 2.5
+    trace = json.loads((run_dir / "trace.json").read_text())
+    assert any(s["name"] == "fault kill-lb-local" for s in trace["spans"])
+    assert "(equal)" in (run_dir / "report.html").read_text()

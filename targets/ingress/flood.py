@@ -312,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C so the target (netns, nginx) is torn down.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        cfg = SCHEMA.load(file=args.scenario, sets=args.set)
+        from swarmscope.controller.scenario import load_scenario
+
+        _, cfg = load_scenario(args.scenario, ["scenario=ingress_flood", *args.set])
         section = run_flood(cfg, Path(args.out))
     except SwarmscopeError as e:
         print(f"swarmscope: {e}", file=sys.stderr)

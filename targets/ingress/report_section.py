@@ -1,0 +1,84 @@
+"""report.html sections of the ingress flood (steps, faults, summary) and the fault spans.
+
+The renderers are named in the stored run (``module:function``), so ``swarmscope report``
+draws them in a fresh process; the plots were written into the run directory by the flood.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from swarmscope.controller.report import SectionHTML
+
+PCTS = ("p10", "p25", "p50", "p75", "p90", "p95", "p99", "p99.9", "max")
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return html.escape("" if v is None else str(v))
+
+
+def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
+    steps = data if isinstance(data, list) else []
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("step", "users/rate", "requests", "failures", "req/s", *PCTS, "proxy CPU %", "gen bound")
+    )
+    rows = []
+    for s in steps:
+        lat = s.get("latency_ms", {})
+        load = s.get("users", s.get("rate"))
+        bound = "<b style='color:#b00'>yes</b>" if s.get("generator_bound") else "no"
+        cells = [
+            _f(s.get("step")), _f(load), _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
+            *(_f(lat.get(p), 2) for p in PCTS), _f(s.get("proxy", {}).get("cpu_pct_mean")), bound,
+        ]  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    imgs = "".join(
+        f'<p><img src="{f}" alt="{f}"></p>'
+        for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png")
+    )
+    title = "<h2>Steps (latency in ms, exact from merged HDR histograms)</h2>"
+    return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}")
+
+
+def render_faults(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
+    faults = data if isinstance(data, list) else []
+    if not faults:
+        return SectionHTML(html="")
+    keys = ("name", "restart_delay_s", "downtime_s", "failed_requests", "recovery_s", "restarts")
+    rows = "".join("<tr>" + "".join(f"<td>{_f(f.get(k), 3)}</td>" for k in keys) + "</tr>" for f in faults)
+    imgs = "".join(f'<p><img src="fault_{i}.png" alt="fault {i}"></p>' for i in range(len(faults)))
+    return SectionHTML(
+        html=f"<h2>Faults</h2><table><tr>{''.join(f'<th>{k}</th>' for k in keys)}</tr>{rows}</table>{imgs}"
+    )
+
+
+def render_summary(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
+    d = data if isinstance(data, dict) else {}
+    steps = report.get("steps") or []
+    client = d.get("requests")
+    ok = None if client is None else client - sum(int(s.get("failures", 0)) for s in steps)
+    server = d.get("server_requests")
+    same = "" if server is None else (" (equal)" if server == ok else " <b style='color:#b00'>(differ!)</b>")
+    return SectionHTML(
+        html=f"<h2>Ingress flood</h2><p>target {_f(d.get('url'))}, engine {_f(d.get('engine'))}, "
+        f"model {_f(d.get('model'))}; requests sent {_f(client)}, succeeded {_f(ok)}; lines in the "
+        f"server's access log {_f(server)}{same}</p>"
+    )
+
+
+def fault_spans(events: Any, run: Any, data: dict[str, Any]) -> None:
+    """One OTel span per fault: from the last success before it to the first success after."""
+    for f in data.get("faults", []):
+        start = f.get("last_success_before") or f.get("at")
+        end = f.get("first_success_after") or start
+        if start is None:
+            continue
+        attrs = {k: v for k, v in f.items() if isinstance(v, int | float | str | bool)}
+        events.fault.fire(run=run, name=str(f.get("name", "fault")), start_ns=int(float(start) * 1e9),
+                          end_ns=int(float(end) * 1e9), attrs=attrs)  # fmt: skip
