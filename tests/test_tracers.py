@@ -80,9 +80,12 @@ def test_regex_parser_on_recorded_bpftrace_lines() -> None:
         "lost",
         "other",
         "event",
-        "event",
+        "other",  # the node's comm, but cgroup 1 is not the node's: another run's storm
     ]
-    assert [k.node for k in kinds if k.kind == "event"] == ["n1", "n1", "n2", "n1", "n2"]
+    assert [k.node for k in kinds if k.kind == "event"] == ["n1", "n1", "n2", "n1"]
+    # Without cgroup ids, comm attributes, truncated to the kernel's 15 characters.
+    by_comm = LineParser([NodeKey("n2", comm="ss-node-with-a-long-name")], match=presets.BPFTRACE_MATCH)
+    assert by_comm.feed("ss-node-with-a- 1").node == "n2"
     assert kinds[5].sentinel == 12  # greedy: sentinel 12, not 1
     assert kinds[6].lost == 555
 

@@ -1,6 +1,6 @@
 """HTTP bench: does swarmscope's orchestration cost throughput? Same nginx, same concurrency.
 
-    .venv/bin/python bench/http.py --users 50 --duration 5 [--out results/bench_http.json]
+    .venv/bin/python bench/http_flood.py --users 50 --duration 5 [--out results/bench_http.json]
 
 Against one local target (targets.ingress.local, nginx LB + 2 backends in our netns), one after
 the other: swarmscope's Locust path (the flood runner, in its own process) vs plain Locust
