@@ -232,6 +232,7 @@ class StreamTracer:
             self._wait_ready()
         except BaseException:
             self._kill_agent()
+            self._proc = None
             self._cleanup()
             raise
 

@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--consume-rate", type=float, default=0.0, help="events/s forwarded (0: unlimited)")
     ap.add_argument("--queue", type=int, default=1024, help="events waiting for the sender, at most")
     ns = ap.parse_args(argv)
-    agent = Agent(ns.collector, ns.node, ns.ringbuf_pages, ns.consume_rate, ns.queue)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent.stopping.set())
     try:
+        agent = Agent(ns.collector, ns.node, ns.ringbuf_pages, ns.consume_rate, ns.queue)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: agent.stopping.set())
         out = agent.run()
     except SwarmscopeError as e:
         print(f"error: {e}", file=sys.stderr)
