@@ -5,6 +5,8 @@
  * buffer is full the reservation fails and the event is gone; the drop is counted here, per
  * CPU (total) and per cgroup id, so "forwarded + dropped" accounts for every exec exactly.
  * Only helpers, no kernel struct reads (PLATFORM.md). SS_RINGBUF_PAGES must be a power of 2.
+ * With -DSS_FILTER_CGROUP=1 only execs in the cgroups user space put in `watch` are traced (as a
+ * tracer watching one namespace's pods would); others are neither streamed nor counted.
  */
 #include "swarmscope.h"
 
@@ -23,10 +25,15 @@ struct ss_exec_event {
 BPF_RINGBUF_OUTPUT(events, SS_RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(drops_total, u64, 1);
 BPF_PERCPU_HASH(drops_by_cgroup, u64, u64, SS_MAX_KEYS);
+BPF_HASH(watch, u64, u8, SS_MAX_KEYS);
 
 TRACEPOINT_PROBE(sched, sched_process_exec)
 {
     u64 cg = bpf_get_current_cgroup_id();
+#if SS_FILTER_CGROUP
+    if (!watch.lookup(&cg))
+        return 0;
+#endif
     struct ss_exec_event *e = events.ringbuf_reserve(sizeof(struct ss_exec_event));
     if (!e) {
         int idx = 0;

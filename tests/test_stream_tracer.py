@@ -168,6 +168,24 @@ def test_throttled_loses_and_the_kernel_counts_every_drop(node_cgroup, tiny) -> 
 
 @pytest.mark.root
 @pytest.mark.bpf
+def test_scope_nodes_ignores_the_rest_of_the_host_and_host_scope_sees_it(node_cgroup, tiny) -> None:
+    cg, cgid = node_cgroup
+    with temp_cgroup("ss-stream-outside") as (out_cg, out_id):
+        seen = {}
+        for scope in ("nodes", "host"):
+            tracer = StreamTracer(collector_rate=0, sentinel=tiny, scope=scope)
+            tracer.start("w", [NodeKey("n1", cgroup_id=cgid)])
+            exec_in_cgroup(cg, 100, tiny)
+            exec_in_cgroup(out_cg, 70, tiny)  # a busy neighbour on the same host
+            res = tracer.stop()
+            assert tracer.collector is not None
+            assert res.per_node == {"n1": 100} and res.lost == 0, res
+            seen[scope] = sum(c for (g, _), c in tracer.collector.counts.items() if g == out_id)
+        assert seen == {"nodes": 0, "host": 70}
+
+
+@pytest.mark.root
+@pytest.mark.bpf
 def test_agent_dying_mid_window_is_an_error(node_cgroup, tiny) -> None:
     _cg, cgid = node_cgroup
     tracer = StreamTracer(collector_rate=0, sentinel=tiny)

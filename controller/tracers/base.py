@@ -259,10 +259,17 @@ TRACER_FIELDS += [
     Field(
         "tracer_stream_collector_rate",
         float,
-        1500.0,
+        700.0,
         "stream tracer: events/s the central collector processes in total (the single pipe; 0: unlimited)",
         min=0,
         max=1e7,
+    ),
+    Field(
+        "tracer_stream_scope",
+        str,
+        "nodes",
+        "stream tracer: trace only the run's node cgroups (nodes) or every exec on the host (host)",
+        choices=("nodes", "host"),
     ),
 ]
 

@@ -1,7 +1,7 @@
 """Node agent of the reference streaming tracer: BPF ring buffer -> one gRPC message per exec.
 
     python -m swarmscope.targets.stream_tracer.agent --collector 127.0.0.1:7000 \\
-        --node n1 --ringbuf-pages 8 --consume-rate 0 --queue 1024
+        --node n1 --ringbuf-pages 8 --consume-rate 0 --queue 1024 [--cgroup ID ...]
 
 Loads ``bpf/exec_stream.bpf.c`` (every exec reserved in a ring buffer of ``--ringbuf-pages``
 pages, drops counted by the kernel), polls the ring buffer and forwards each event as one
@@ -10,11 +10,14 @@ exec pipe of the published scaling test. Knobs: ring buffer size, ``--consume-ra
 the agent forwards, 0 = as fast as it can) and ``--queue`` (events waiting for the sender).
 
 Backpressure is real and end to end: a slow collector stops reading its stream, HTTP/2 flow
-control (kept to its 64 KiB window: BDP probing off) blocks the sender, the queue fills, the
-ring buffer callback blocks on the full queue so the agent stops draining the ring buffer, and
-the kernel drops (and counts) what does not fit. On SIGTERM/SIGINT it stops polling, sends one
-closing message with the kernel's drop counts, and prints the collector's summary as JSON.
-It prints ``ready`` on stdout once the program is loaded and the stream is open.
+control (small fixed windows: BDP probing off) blocks the sender, the queue fills, the ring
+buffer callback blocks on the full queue so the agent stops draining the ring buffer, and the
+kernel drops (and counts) what does not fit. ``--cgroup`` (repeatable) limits tracing to those
+cgroup v2 ids, like a tracer told to watch one namespace; without it, the whole host.
+
+On SIGTERM/SIGINT it stops polling, sends one closing message with the kernel's drop counts
+and prints the collector's summary as JSON. It prints ``ready`` on stdout once the program is
+loaded and the stream is open.
 
 Caveats: needs root (BPF). It never loses an event in user space: only the kernel drops. What
 is still in the ring buffer when it is stopped is not forwarded (the adapter drains first).
@@ -61,12 +64,21 @@ _END = object()
 
 
 class Agent:
-    def __init__(self, collector: str, node: str, ringbuf_pages: int, consume_rate: float, queue_bound: int):
+    def __init__(
+        self,
+        collector: str,
+        node: str,
+        ringbuf_pages: int,
+        consume_rate: float,
+        queue_bound: int,
+        cgroups: list[int] | None = None,
+    ):
         if ringbuf_pages < 1 or ringbuf_pages & (ringbuf_pages - 1):
             raise SwarmscopeError(f"--ringbuf-pages must be a power of two, not {ringbuf_pages}")
         self.collector = collector
         self.node = node
         self.pages = ringbuf_pages
+        self.cgroups = list(cgroups or [])
         self.interval = 1.0 / consume_rate if consume_rate > 0 else 0.0
         self.q: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_bound))
         self.stopping = threading.Event()
@@ -115,7 +127,11 @@ class Agent:
             self.stopping.set()
 
     def run(self) -> dict[str, Any]:
-        bpf = load_program("exec_stream", cflags=[f"-DSS_RINGBUF_PAGES={self.pages}"])
+        cflags = [f"-DSS_RINGBUF_PAGES={self.pages}", f"-DSS_FILTER_CGROUP={int(bool(self.cgroups))}"]
+        bpf = load_program("exec_stream", cflags=cflags)
+        watch = bpf["watch"]
+        for cg in self.cgroups:
+            watch[watch.Key(cg)] = watch.Leaf(1)
         bpf["events"].open_ring_buffer(self._on_event)
         channel = grpc.insecure_channel(self.collector, options=CHANNEL_OPTIONS)
         stub = pb_grpc.EventCollectorStub(channel)
@@ -149,9 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ringbuf-pages", type=int, default=16, help="ring buffer size, pages (power of 2)")
     ap.add_argument("--consume-rate", type=float, default=0.0, help="events/s forwarded (0: unlimited)")
     ap.add_argument("--queue", type=int, default=1024, help="events waiting for the sender, at most")
+    ap.add_argument(
+        "--cgroup", type=int, action="append", default=[], help="trace only this cgroup v2 id (repeatable)"
+    )
     ns = ap.parse_args(argv)
     try:
-        agent = Agent(ns.collector, ns.node, ns.ringbuf_pages, ns.consume_rate, ns.queue)
+        agent = Agent(ns.collector, ns.node, ns.ringbuf_pages, ns.consume_rate, ns.queue, ns.cgroup)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: agent.stopping.set())
         out = agent.run()
