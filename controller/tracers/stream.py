@@ -365,7 +365,9 @@ class StreamTracer:
             if all(n.cgroup_id for n in self._nodes):
                 lost = sum(by_cg.get(int(n.cgroup_id or 0), 0) for n in self._nodes)
                 if total != lost:
-                    warnings.append(f"stream: the kernel dropped {total} events host-wide")
+                    warnings.append(
+                        f"stream: the kernel dropped {total} events in all traced cgroups ({self.scope} scope)"
+                    )
             else:
                 lost = total
         elif not error:
