@@ -366,7 +366,7 @@ class StreamTracer:
                 lost = sum(by_cg.get(int(n.cgroup_id or 0), 0) for n in self._nodes)
                 if total != lost:
                     warnings.append(
-                        f"stream: the kernel dropped {total} events in all traced cgroups ({self.scope} scope)"
+                        f"stream: the kernel dropped {total} events in all traced cgroups ({self.scope})"
                     )
             else:
                 lost = total
