@@ -105,8 +105,13 @@ class Agent:
             node=self.node,
         )
         # Blocks while the sender is held back by flow control: the ring buffer then fills.
-        self.q.put(msg)
-        return 0
+        while True:
+            try:
+                self.q.put(msg, timeout=0.2)
+                return 0
+            except queue.Full:
+                if self._error is not None:  # the stream is gone: the run fails anyway
+                    return 0
 
     def _requests(self) -> Iterator[pb.ExecEvent]:
         while True:
