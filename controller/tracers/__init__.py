@@ -3,7 +3,7 @@
 from swarmscope.controller.tracers import make_tracer, NodeKey, TRACER_FIELDS
 """
 
-from swarmscope.controller.tracers import command, presets
+from swarmscope.controller.tracers import command, presets, stream
 from swarmscope.controller.tracers.base import (
     TRACER_FIELDS,
     TRACERS,
@@ -23,5 +23,6 @@ __all__ = [
     "command",
     "make_tracer",
     "presets",
+    "stream",
     "tracer_cross_check",
 ]

@@ -160,8 +160,8 @@ TRACER_FIELDS: list[Field] = [
         "tracer",
         str,
         "none",
-        "tracer under test: none (reported is null), command, bpftrace, ig",
-        choices=("none", "command", "bpftrace", "ig"),
+        "tracer under test: none (reported is null), command, bpftrace, ig, stream",
+        choices=("none", "command", "bpftrace", "ig", "stream"),
     ),
     Field(
         "tracer_command",
@@ -218,6 +218,58 @@ TRACER_FIELDS: list[Field] = [
         "size of the pipe the tracer writes into (null: the kernel's default, 64 KiB)",
         min=4096,
         nullable=True,
+    ),
+]
+
+
+def _check_pow2(value: Any) -> str | None:
+    if isinstance(value, int) and value > 0 and value & (value - 1):
+        return "must be a power of two (a BPF ring buffer's size)"
+    return None
+
+
+# The reference streaming tracer (controller/tracers/stream.py). Defaults: chosen so that, on a
+# 2-core machine at rate_per_node=150 and 1 s bursts, loss appears past ~11-17 nodes.
+TRACER_FIELDS += [
+    Field(
+        "tracer_stream_ringbuf_pages",
+        int,
+        8,
+        "stream tracer: BPF ring buffer size in pages (power of two; 8 pages ≈ 680 events)",
+        min=1,
+        max=65536,
+        check=_check_pow2,
+    ),
+    Field(
+        "tracer_stream_consume_rate",
+        float,
+        0.0,
+        "stream tracer: events/s the node agent forwards (0: as fast as it can)",
+        min=0,
+        max=1e7,
+    ),
+    Field(
+        "tracer_stream_queue",
+        int,
+        256,
+        "stream tracer: events waiting in the agent for the gRPC sender, at most",
+        min=1,
+        max=1_000_000,
+    ),
+    Field(
+        "tracer_stream_collector_rate",
+        float,
+        700.0,
+        "stream tracer: events/s the central collector processes in total (the single pipe; 0: unlimited)",
+        min=0,
+        max=1e7,
+    ),
+    Field(
+        "tracer_stream_scope",
+        str,
+        "nodes",
+        "stream tracer: trace only the run's node cgroups (nodes) or every exec on the host (host)",
+        choices=("nodes", "host"),
     ),
 ]
 

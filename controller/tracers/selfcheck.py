@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "tracer-check", help="run a tracer under test against exactly K execs in a fresh cgroup"
     )
-    p.add_argument("--tracer", default="bpftrace", help="bpftrace, ig or command (default bpftrace)")
+    p.add_argument("--tracer", default="bpftrace", help="bpftrace, ig, stream or command (default bpftrace)")
     p.add_argument("--execs", type=int, default=2000, help="K, the execs to make (default 2000)")
     p.add_argument("--procs", type=int, default=1, help="parallel exec helpers (default 1)")
     p.add_argument("--binary", default="/bin/true", help="binary to exec (default /bin/true)")
