@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from swarmscope.targets.neighbors.sweep import SCHEMA, run_sweep
+from swarmscope.targets.neighbors.sweep import run_sweep
 
 GOALS_US = {"list_program": 1.0, "write_watch_program": 5.0}
 
@@ -42,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], dest="sets")
     ap.add_argument("--out", default="results/bench-neighbors")
     ns = ap.parse_args(argv)
-    cfg = SCHEMA.load(
-        file=Path(__file__).resolve().parent.parent / "scenarios" / "neighbor_writes.yaml", sets=ns.sets
+    from swarmscope.controller.scenario import load_scenario
+
+    _, cfg = load_scenario(
+        str(Path(__file__).resolve().parent.parent / "scenarios" / "neighbor_writes.yaml"), ns.sets
     )
     out = Path(ns.out)
     section = run_sweep(cfg, out)
