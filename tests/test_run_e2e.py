@@ -195,3 +195,44 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     trace = json.loads((run_dir / "trace.json").read_text())
     assert any(s["name"] == "fault kill-lb-local" for s in trace["spans"])
     assert "(equal)" in (run_dir / "report.html").read_text()
+
+
+def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
+    """Without --headless: start and stop through Locust's web UI; each start/stop is a window."""
+    import signal
+    import socket
+    import time
+    import urllib.parse
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "results"
+    p = _locust(
+        "--web-host", "127.0.0.1", "--web-port", str(port), "--ss-out", str(out), "--ss-burst-s", "0.3"
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and p.poll() is None, "web UI did not come up"
+                time.sleep(0.3)
+        for _ in range(2):  # two start/stop cycles: two windows
+            form = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2}).encode()
+            urllib.request.urlopen(base + "/swarm", data=form, timeout=30)
+            time.sleep(2.5)
+            urllib.request.urlopen(base + "/stop", data=b"", timeout=60)
+            time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    rep = load_report(only_run_dir(out))
+    assert len(rep["points"][0]["iterations"]) == 2, stderr[-2000:]
+    assert_exact(rep)
