@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class WorkerRole:
         self._inflight: dict[int, tuple[str, str, Any]] = {}  # id(handle) -> (window, node, handle)
         self._next_user = 0
         self.current_window = ""  # free-running tests: the window users' bursts count into
+        self.tag = secrets.token_hex(2)
         # On a real node the storm runs in the worker's own cgroup, so the exec of the storm
         # helper itself is seen by the probe too: count it as generated (one per burst). A
         # simulated node's helper execs outside the node and then moves in.
@@ -114,10 +116,12 @@ class WorkerRole:
             for n in self.nodes
         ]
 
-    @staticmethod
-    def comm(node: str) -> str:
-        """argv0 of the execs of ``node`` so tracers that print only comm can attribute them."""
-        return f"ss-{node}"[:15]
+    def comm(self, node: str) -> str:
+        """argv0 of the execs of ``node``, so tracers that print only comm can attribute them.
+
+        It carries a per-process tag: two runs on one machine (or a test beside a run) must not
+        share a comm, or a comm-only tracer (ig) would credit one run's execs to the other."""
+        return f"s{self.tag}-{node}"[:15]
 
     def next_node(self) -> Any:
         """Round-robin node for a newly spawned user."""
