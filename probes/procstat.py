@@ -131,6 +131,16 @@ class ProcSampler:
         self._thread.start()
         return self
 
+    def samples(self) -> list[dict[str, Any]]:
+        """A copy of the rows so far (safe while the sampler runs)."""
+        return list(self._samples)
+
+    def prune(self, before_t: float) -> None:
+        """Drop rows older than wall time ``before_t`` (a long-lived user bounds memory)."""
+        # Rebinding (not mutating) keeps a concurrent append safe: the thread appends to the
+        # list it reads through self._samples, at worst one row lands in the old list.
+        self._samples = [s for s in self._samples if s["t"] >= before_t]
+
     def stop(self) -> list[dict[str, Any]]:
         self._stop.set()
         if self._thread is not None:
