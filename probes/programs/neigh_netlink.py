@@ -78,8 +78,9 @@ class NeighNetlink:
     async def _read(self) -> None:
         from pyroute2 import AsyncIPRoute
 
+        # flags=0: never create the netns (pyroute2's default O_CREAT would make a missing one).
         ipr = (
-            AsyncIPRoute(netns=self.netns, groups=RTMGRP_NEIGH)
+            AsyncIPRoute(netns=self.netns, flags=0, groups=RTMGRP_NEIGH)
             if self.netns
             else AsyncIPRoute(groups=RTMGRP_NEIGH)
         )
@@ -153,7 +154,7 @@ class NeighNetlink:
             try:
                 from pyroute2 import IPRoute
 
-                with IPRoute(netns=self.netns) if self.netns else IPRoute() as ipr:
+                with IPRoute(netns=self.netns, flags=0) if self.netns else IPRoute() as ipr:
                     self._names[index] = ipr.link("get", index=index)[0].get_attr("IFLA_IFNAME")
             except Exception:  # gone already; cached too, so a counter's name never changes
                 self._names[index] = f"if{index}"
