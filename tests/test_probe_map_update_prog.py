@@ -71,6 +71,7 @@ def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest
             finally:
                 child.communicate("", timeout=10)
             got = delta_by_cgroup(before, after).get(cgroup_id(cg), {})
+        delivered, dropped, in_map = prog.ringbuf_stats()  # type: ignore[attr-defined]
     finally:
         prog.close()
     print(f"map {mid} pid {pid}: {got}")
@@ -83,3 +84,5 @@ def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest
     assert got[f"map_update.map.{mid}.entries"] == n + m
     assert got[f"map_update.map.{mid}.calls"] == n + 1
     assert after[0]["map_update.ringbuf_dropped"] == 0
+    # The host's other map updates count too, so only bounds are exact here.
+    assert dropped == 0 and delivered >= n + 1 and in_map >= n + 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from swarmscope.errors import ProbeError
 from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer, map_id
@@ -45,6 +46,20 @@ class MapUpdateCount:
         self._by_map: Snapshot = {}  # cgroup -> "map_update.map.<id>.{calls,entries}" cumulative
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._delivered = 0  # ring-buffer events consumed since load
+
+    @property
+    def _bpf(self) -> Any:
+        """The BCC object (what probes.selfmetrics reads run times and map fill from)."""
+        return self.tracer.bpf
+
+    def ringbuf_stats(self) -> tuple[int, int, int]:
+        """(delivered, dropped, counted in the map) for swarmscope_probe_ringbuf_* metrics."""
+        with self._lock:
+            if self.tracer.bpf is None:
+                return (0, 0, 0)
+            in_map = sum(t.calls for t in self.tracer.snapshot_by_cgroup().values())
+            return (self._delivered, self.tracer.dropped(), in_map)
 
     @classmethod
     def from_env(cls) -> MapUpdateCount:
@@ -76,6 +91,7 @@ class MapUpdateCount:
             if self.tracer.bpf is None:
                 return
             for ev in self.tracer.events():
+                self._delivered += 1
                 mid = map_id(ev.tgid, ev.map_fd)
                 name = f"map_update.map.{mid if mid is not None else 'unresolved'}"
                 cg = self._by_map.setdefault(ev.cgroup, {})

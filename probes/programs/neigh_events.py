@@ -17,6 +17,7 @@ creates itself (ARP in softirq) land in whatever cgroup was current: use the hos
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from swarmscope.errors import ProbeError
 from swarmscope.probes.neigh_events import NeighEventCounter
@@ -38,6 +39,11 @@ class NeighEvents:
         if fam not in ("inet", "all"):
             raise ProbeError(f"neigh_events: ${ENV_FAMILY} must be 'inet' or 'all', got {fam!r}")
         return cls(ipv4_only=fam == "inet")
+
+    @property
+    def _bpf(self) -> Any:
+        """The BCC object (what probes.selfmetrics reads run times and map fill from)."""
+        return self.counter.bpf
 
     def load(self) -> None:
         if self.counter.bpf is None:
