@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--node", metavar="NAME", help="node name (else $NODE_NAME, else the hostname)")
     from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS
 
-    listing = "; ".join(f"{n}: {DESCRIPTIONS.get(n, '')}" for n in PROGRAMS)
+    # argparse %-formats help strings: a literal "%" (CPU %) must be doubled.
+    listing = "; ".join(f"{n}: {DESCRIPTIONS.get(n, '')}" for n in PROGRAMS).replace("%", "%%")
     p.add_argument(
         "--programs",
         default="exec_count",

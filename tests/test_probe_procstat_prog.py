@@ -68,6 +68,24 @@ def child_in_cgroup() -> Iterator[tuple[subprocess.Popen[str], int, str]]:
             p.wait()
 
 
+def test_probe_help_lists_every_registry_program() -> None:
+    from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS
+
+    out = subprocess.run(
+        [sys.executable, "-m", "swarmscope.cli", "probe", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert set(DESCRIPTIONS) == set(PROGRAMS)
+    for name in PROGRAMS:
+        assert f"{name}: " in text
+    assert "CPU %," in text
+
+
 def test_env_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWARMSCOPE_PROC_NAMES", "nginx, envoy")
     monkeypatch.setenv("SWARMSCOPE_PROC_PIDS", "1")
