@@ -122,7 +122,10 @@ class ProcSampler:
         while True:
             self.sample_once(prev)
             next_t += self.interval_s
-            if self._stop.wait(max(0.0, next_t - time.monotonic())):
+            now = time.monotonic()
+            if next_t < now:  # fell behind (a stalled process): skip ticks, no burst of tiny ones
+                next_t = now + self.interval_s
+            if self._stop.wait(max(0.0, next_t - now)):
                 break
         self.sample_once(prev)  # the partial last interval
 
