@@ -4,6 +4,7 @@
     ... program a map ...
     ev = t.events()        # [MapUpdateEvent(enter_ns, exit_ns, tgid, tid, cmd, map_fd, ...)]
     tot = t.snapshot()     # {(tgid, cmd): MapUpdateTotal(calls, entries, first_ns, last_ns)}
+    t.snapshot_by_cgroup() # {(tgid, cmd, cgroup_id): MapUpdateTotal}; events carry .cgroup too
     t.close()
 
 Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints). Timestamps are

@@ -16,7 +16,9 @@ Caveats: notifications carry no sender, so every count is under cgroup key 0 (ho
 node with a cgroup id gets none). The kernel queues a notification inside the writer's
 sendmsg(), but the reader thread consumes it a moment later: a snapshot waits until the count
 has been still for ``settle_s`` (at most ``max_settle_s``). A receive-buffer overflow (ENOBUFS)
-is counted as ``netlink.errors``, so a window with errors is incomplete. Interface names are
+is counted as ``netlink.errors``, so a window with errors is incomplete. One ``ip neigh add``
+is one RTM_NEWNEIGH; one ``ip neigh del`` is an RTM_NEWNEIGH (the entry marked failed) and
+an RTM_DELNEIGH. Interface names are
 resolved once, at the first snapshot that sees the index; a vanished one stays ``if<index>``.
 """
 
