@@ -6,7 +6,7 @@
  * (bpf_probe_read_user: union bpf_attr is uapi, stable, not a kernel struct) and user space
  * resolves (tgid, fd) -> map id through /proc/<tgid>/fdinfo/<fd>.
  *   mu_totals: per-CPU {calls, entries (processed, as written back by the kernel), first, last}
- *              keyed by {tgid, cmd}
+ *              keyed by {tgid, cmd, cgroup} (cgroup: the caller's v2 cgroup id)
  *   mu_events: one record per call (ring buffer); mu_drops counts records the buffer refused.
  * With -DSS_FILTER_PIDS only tgids present in mu_pids are recorded.
  */
@@ -31,6 +31,7 @@ struct mu_start {
 struct mu_key {
     u32 tgid;
     u32 cmd;
+    u64 cgroup;
 };
 
 struct mu_total {
@@ -50,6 +51,7 @@ struct mu_event {
     u32 requested;
     u32 processed;
     s64 ret;
+    u64 cgroup;
 };
 
 BPF_HASH(mu_start_map, u64, struct mu_start, 4096);
@@ -96,7 +98,8 @@ TRACEPOINT_PROBE(syscalls, sys_exit_bpf)
         bpf_probe_read_user(&processed, 4, (void *)s->uattr + 32);
     else if (args->ret != 0)
         processed = 0;
-    struct mu_key k = {.tgid = id >> 32, .cmd = s->cmd};
+    u64 cg = bpf_get_current_cgroup_id();
+    struct mu_key k = {.tgid = id >> 32, .cmd = s->cmd, .cgroup = cg};
     struct mu_total zero = {}, *t = mu_totals.lookup_or_try_init(&k, &zero);
     if (t) {
         t->calls += 1;
@@ -116,6 +119,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_bpf)
         e->requested = s->count;
         e->processed = processed;
         e->ret = args->ret;
+        e->cgroup = cg;
         mu_events.ringbuf_submit(e, 0);
     } else {
         u32 z = 0;

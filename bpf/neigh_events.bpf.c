@@ -2,14 +2,18 @@
  * neigh:neigh_update tracepoints), per writing tgid, with first/last timestamps.
  *
  * RTM_NEWNEIGH is processed in the sender's sendmsg(), so the tgid is the writer's. Only
- * tracepoint arguments are read. ne_totals is keyed by {tgid, kind} (0 create, 1 update) with
- * per-CPU {count, first_ns, last_ns}; with -DSS_FAMILY=2 only IPv4 entries are counted.
+ * tracepoint arguments are read. ne_totals is keyed by {tgid, kind (0 create, 1 update), the
+ * writer's cgroup v2 id, device name (the tracepoint's `dev` string)} with per-CPU
+ * {count, first_ns, last_ns}; with -DSS_FAMILY=2 only IPv4 entries are counted. Entries the
+ * kernel writes on its own (ARP replies in softirq) carry whatever task was current.
  */
 #include "swarmscope.h"
 
 struct ne_key {
     u32 tgid;
     u32 kind;
+    u64 cgroup;
+    char dev[16];  /* IFNAMSIZ */
 };
 
 struct ne_total {
@@ -27,7 +31,11 @@ TRACEPOINT_PROBE(neigh, neigh_create)
         return 0;
 #endif
     u64 now = bpf_ktime_get_ns();
-    struct ne_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .kind = 0};
+    struct ne_key k = {};
+    k.tgid = bpf_get_current_pid_tgid() >> 32;
+    k.kind = 0;
+    k.cgroup = bpf_get_current_cgroup_id();
+    TP_DATA_LOC_READ_STR(k.dev, dev, sizeof(k.dev));
     struct ne_total zero = {}, *t = ne_totals.lookup_or_try_init(&k, &zero);
     if (t) {
         t->count += 1;
@@ -45,7 +53,11 @@ TRACEPOINT_PROBE(neigh, neigh_update)
         return 0;
 #endif
     u64 now = bpf_ktime_get_ns();
-    struct ne_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .kind = 1};
+    struct ne_key k = {};
+    k.tgid = bpf_get_current_pid_tgid() >> 32;
+    k.kind = 1;
+    k.cgroup = bpf_get_current_cgroup_id();
+    TP_DATA_LOC_READ_STR(k.dev, dev, sizeof(k.dev));
     struct ne_total zero = {}, *t = ne_totals.lookup_or_try_init(&k, &zero);
     if (t) {
         t->count += 1;

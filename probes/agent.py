@@ -6,7 +6,8 @@
 It loads its programs (from the closed registry only), registers with a random nonce and
 refuses a controller whose proof is not HMAC-SHA256(token, nonce), then keeps one Session
 stream: OpenWindow -> snapshot every program, WindowAck; CloseWindow -> snapshot again, one
-Reading per node of the window (exact counter deltas) inside one WindowDone; Shutdown -> return. A
+Reading per node of the window (exact counter deltas, plus the gauges of programs that have
+``window_gauges``, e.g. procstat) inside one WindowDone; Shutdown -> return. A
 heartbeat with the agent's own CPU % and RSS goes up every ``heartbeat_interval_s``.
 
 Caveats: plain threads (a probe is its own process, never gevent-patched). When the
@@ -376,6 +377,7 @@ class ProbeAgent:
                 )
             ]
         counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
+        gauges: dict[str, dict[str, float]] = {n.name: {} for n in w.nodes}
         errors = dict(w.errors)
         # A node whose cgroup could not be resolved gets no counters (never the host's).
         measurable = [n for n in w.nodes if n.name not in w.node_errors]
@@ -388,6 +390,13 @@ class ProbeAgent:
                 continue
             for node, cs in per_node.items():
                 counters[node].update(cs)
+            window_gauges = getattr(prog, "window_gauges", None)  # GaugeSource programs (procstat)
+            if window_gauges is not None:
+                try:
+                    for node, gs in window_gauges(w.start_ns, end, measurable).items():
+                        gauges[node].update(gs)
+                except Exception as e:
+                    errors[name] = f"{name}: gauges at close failed: {e}"
         readings = [
             pb.Reading(
                 run_id=w.run_id,
@@ -395,6 +404,7 @@ class ProbeAgent:
                 probe_id=self.probe_id,
                 node=n.name,
                 counters=counters[n.name],
+                gauges=gauges[n.name],
                 start_unix_ns=w.start_ns,
                 end_unix_ns=end,
                 error="; ".join(
@@ -404,7 +414,11 @@ class ProbeAgent:
             for n in w.nodes
         ]
         for r in readings:
-            attrs: dict[str, str | int] = {"node": r.node, **{k: int(v) for k, v in r.counters.items()}}
+            attrs: dict[str, str | int | float] = {
+                "node": r.node,
+                **{k: int(v) for k, v in r.counters.items()},
+                **{k: float(v) for k, v in r.gauges.items()},
+            }
             if r.error:
                 attrs["error"] = r.error
             w.span.add_event("reading", attributes=attrs, timestamp=end)

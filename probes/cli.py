@@ -39,7 +39,15 @@ def register(subparsers: Any) -> None:
         "--token-file", metavar="FILE", help="file holding the shared token (else $SWARMSCOPE_TOKEN)"
     )
     p.add_argument("--node", metavar="NAME", help="node name (else $NODE_NAME, else the hostname)")
-    p.add_argument("--programs", default="exec_count", help="comma-separated programs (default: exec_count)")
+    from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS
+
+    # argparse %-formats help strings: a literal "%" (CPU %) must be doubled.
+    listing = "; ".join(f"{n}: {DESCRIPTIONS.get(n, '')}" for n in PROGRAMS).replace("%", "%%")
+    p.add_argument(
+        "--programs",
+        default="exec_count",
+        help=f"comma-separated programs (default: exec_count). Known: {listing}",
+    )
     p.add_argument(
         "--heartbeat", type=float, default=1.0, help="heartbeat seconds if the controller sets none"
     )
@@ -157,6 +165,11 @@ def _otlp_provider(node: str) -> Any:
     return provider
 
 
+class _HostNode:
+    name = "host"
+    cgroup_id = 0
+
+
 def once(programs: list[str], seconds: float) -> dict[str, Any]:
     """Load ``programs``, count for ``seconds``, return per-cgroup deltas (JSON-ready)."""
     from swarmscope.errors import SetupError
@@ -176,6 +189,12 @@ def once(programs: list[str], seconds: float) -> dict[str, Any]:
         time.sleep(seconds)
         after = [p.snapshot() for p in loaded]
         end = time.time_ns()
+        gauges: dict[str, float] = {}
+        host = _HostNode()
+        for p in loaded:
+            wg = getattr(p, "window_gauges", None)  # procstat: whole selection = the host node
+            if wg is not None:
+                gauges.update(wg(start, end, [host])[host.name])
     finally:
         for p in loaded:
             p.close()
@@ -198,6 +217,7 @@ def once(programs: list[str], seconds: float) -> dict[str, Any]:
         "end_unix_ns": end,
         "counters": sorted(total),
         "total": total,
+        "gauges": gauges,
         "cgroups": [{"cgroup_id": cg, "path": paths.get(cg), "counters": cs} for cg, cs in rows],
     }
 
@@ -208,6 +228,14 @@ WIDE_MAX = 8
 
 
 def format_table(result: dict[str, Any]) -> str:
+    text = _format_counters(result)
+    gauges: dict[str, float] = result.get("gauges") or {}
+    if gauges:
+        text += "\ngauges: " + "  ".join(f"{k}={v:.1f}" for k, v in sorted(gauges.items()))
+    return text
+
+
+def _format_counters(result: dict[str, Any]) -> str:
     names: list[str] = result["counters"]
     if len(names) > WIDE_MAX:
         return _format_long(result)

@@ -4,6 +4,7 @@
     ... program a map ...
     ev = t.events()        # [MapUpdateEvent(enter_ns, exit_ns, tgid, tid, cmd, map_fd, ...)]
     tot = t.snapshot()     # {(tgid, cmd): MapUpdateTotal(calls, entries, first_ns, last_ns)}
+    t.snapshot_by_cgroup() # {(tgid, cmd, cgroup_id): MapUpdateTotal}; events carry .cgroup too
     t.close()
 
 Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints). Timestamps are
@@ -26,7 +27,7 @@ from swarmscope.errors import ProbeError
 
 CMD_UPDATE_ELEM = 2
 CMD_UPDATE_BATCH = 26
-_EVENT = struct.Struct("=QQIIIIIIq")
+_EVENT = struct.Struct("=QQIIIIIIqQ")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class MapUpdateEvent:
     requested: int
     processed: int
     ret: int
+    cgroup: int = 0  # the caller's cgroup v2 id
 
 
 @dataclass(frozen=True)
@@ -88,14 +90,21 @@ class MapUpdateTracer:
         return out
 
     def snapshot(self) -> dict[tuple[int, int], MapUpdateTotal]:
-        """Cumulative totals per (tgid, cmd), reduced over CPUs (first = min, last = max)."""
-        self._need()
+        """Cumulative totals per (tgid, cmd), reduced over CPUs and cgroups (first = min, last = max)."""
         out: dict[tuple[int, int], MapUpdateTotal] = {}
+        for (tgid, cmd, _cg), t in self.snapshot_by_cgroup().items():
+            out[(tgid, cmd)] = _merge(out.get((tgid, cmd)), t)
+        return out
+
+    def snapshot_by_cgroup(self) -> dict[tuple[int, int, int], MapUpdateTotal]:
+        """Cumulative totals per (tgid, cmd, cgroup id), reduced over CPUs."""
+        self._need()
+        out: dict[tuple[int, int, int], MapUpdateTotal] = {}
         for k, per_cpu in self.bpf[b"mu_totals"].items():
             vals = [v for v in per_cpu if v.calls]
             if not vals:
                 continue
-            out[(int(k.tgid), int(k.cmd))] = MapUpdateTotal(
+            out[(int(k.tgid), int(k.cmd), int(k.cgroup))] = MapUpdateTotal(
                 calls=sum(int(v.calls) for v in vals),
                 entries=sum(int(v.entries) for v in vals),
                 first_ns=min(int(v.first_ns) for v in vals),
@@ -111,6 +120,14 @@ class MapUpdateTracer:
         if self.bpf is not None:
             self.bpf.cleanup()
             self.bpf = None
+
+
+def _merge(a: MapUpdateTotal | None, b: MapUpdateTotal) -> MapUpdateTotal:
+    if a is None:
+        return b
+    return MapUpdateTotal(
+        a.calls + b.calls, a.entries + b.entries, min(a.first_ns, b.first_ns), max(a.last_ns, b.last_ns)
+    )
 
 
 def map_id(pid: int, fd: int) -> int | None:

@@ -3,6 +3,7 @@
     t = NeighEventCounter(ipv4_only=True); t.load()
     ... write neighbors through netlink ...
     t.snapshot()   # {(tgid, "update"): NeighTotal(count, first_ns, last_ns), ...}
+    t.snapshot_full()   # {NeighKey(tgid, kind, cgroup, dev): NeighTotal, ...}
     t.close()
 
 Loads bpf/neigh_events.bpf.c. RTM_NEWNEIGH is handled inside the writer's sendmsg(), so the
@@ -18,6 +19,14 @@ from typing import Any
 from swarmscope.errors import ProbeError
 
 KINDS = {0: "create", 1: "update"}
+
+
+@dataclass(frozen=True)
+class NeighKey:
+    tgid: int
+    kind: str  # "create" | "update"
+    cgroup: int  # the writer's cgroup v2 id
+    dev: str  # device name as the tracepoint gives it (names are per netns: may repeat)
 
 
 @dataclass(frozen=True)
@@ -38,13 +47,32 @@ class NeighEventCounter:
         self.bpf = load_program("neigh_events", ["-DSS_FAMILY=2"] if self.ipv4_only else [])
 
     def snapshot(self) -> dict[tuple[int, str], NeighTotal]:
+        """Cumulative totals per (tgid, kind), summed over cgroups and devices."""
+        out: dict[tuple[int, str], NeighTotal] = {}
+        for k, t in self.snapshot_full().items():
+            a = out.get((k.tgid, k.kind))
+            out[(k.tgid, k.kind)] = (
+                t
+                if a is None
+                else NeighTotal(a.count + t.count, min(a.first_ns, t.first_ns), max(a.last_ns, t.last_ns))
+            )
+        return out
+
+    def snapshot_full(self) -> dict[NeighKey, NeighTotal]:
+        """Cumulative totals per (tgid, kind, cgroup, device), reduced over CPUs."""
         if self.bpf is None:
             raise ProbeError("NeighEventCounter used before load()")
-        out: dict[tuple[int, str], NeighTotal] = {}
+        out: dict[NeighKey, NeighTotal] = {}
         for k, per_cpu in self.bpf[b"ne_totals"].items():
             vals = [v for v in per_cpu if v.count]
             if vals:
-                out[(int(k.tgid), KINDS.get(int(k.kind), str(k.kind)))] = NeighTotal(
+                key = NeighKey(
+                    int(k.tgid),
+                    KINDS.get(int(k.kind), str(k.kind)),
+                    int(k.cgroup),
+                    bytes(k.dev).split(b"\0", 1)[0].decode("ascii", "replace"),
+                )
+                out[key] = NeighTotal(
                     count=sum(int(v.count) for v in vals),
                     first_ns=min(int(v.first_ns) for v in vals),
                     last_ns=max(int(v.last_ns) for v in vals),

@@ -122,7 +122,10 @@ class ProcSampler:
         while True:
             self.sample_once(prev)
             next_t += self.interval_s
-            if self._stop.wait(max(0.0, next_t - time.monotonic())):
+            now = time.monotonic()
+            if next_t < now:  # fell behind (a stalled process): skip ticks, no burst of tiny ones
+                next_t = now + self.interval_s
+            if self._stop.wait(max(0.0, next_t - now)):
                 break
         self.sample_once(prev)  # the partial last interval
 
@@ -130,6 +133,16 @@ class ProcSampler:
         self._thread = threading.Thread(target=self._loop, name="procstat", daemon=True)
         self._thread.start()
         return self
+
+    def samples(self) -> list[dict[str, Any]]:
+        """A copy of the rows so far (safe while the sampler runs)."""
+        return list(self._samples)
+
+    def prune(self, before_t: float) -> None:
+        """Drop rows older than wall time ``before_t`` (a long-lived user bounds memory)."""
+        # Rebinding (not mutating) keeps a concurrent append safe: the thread appends to the
+        # list it reads through self._samples, at worst one row lands in the old list.
+        self._samples = [s for s in self._samples if s["t"] >= before_t]
 
     def stop(self) -> list[dict[str, Any]]:
         self._stop.set()

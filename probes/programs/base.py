@@ -50,6 +50,17 @@ class NodeLike(Protocol):
     def cgroup_id(self) -> int: ...
 
 
+class GaugeSource(Protocol):
+    """A program that also gives per-window gauges (``dict[str, float]`` in the proto Reading).
+
+    The agent calls it at CloseWindow with the window's wall-clock bounds (time.time_ns()).
+    """
+
+    def window_gauges(
+        self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
+    ) -> dict[str, dict[str, float]]: ...
+
+
 def _exec_count() -> Program:
     # Imported here so importing the registry does not import BCC.
     from swarmscope.probes.programs.exec_count import ExecCount
@@ -75,12 +86,52 @@ def _bpf_stats() -> Program:
     return BpfStats()
 
 
+def _map_update() -> Program:
+    from swarmscope.probes.programs.map_update import MapUpdateCount
+
+    return MapUpdateCount.from_env()
+
+
+def _neigh_events() -> Program:
+    from swarmscope.probes.programs.neigh_events import NeighEvents
+
+    return NeighEvents.from_env()
+
+
+def _neigh_netlink() -> Program:
+    from swarmscope.probes.programs.neigh_netlink import NeighNetlink
+
+    return NeighNetlink.from_env()
+
+
+def _procstat() -> Program:
+    from swarmscope.probes.programs.procstat import ProcStat
+
+    return ProcStat.from_env()
+
+
 # The only programs a probe will load. Add an entry when a new bpf/<name>.bpf.c ships.
 PROGRAMS: dict[str, Callable[[], Program]] = {
     "exec_count": _exec_count,
     "syscall_count": _syscall_count,
     "pkt_count": _pkt_count,
     "bpf_stats": _bpf_stats,
+    "map_update": _map_update,
+    "neigh_events": _neigh_events,
+    "neigh_netlink": _neigh_netlink,
+    "procstat": _procstat,
+}
+
+# One line per program for --help (what it counts and where its settings come from).
+DESCRIPTIONS: dict[str, str] = {
+    "exec_count": "execs per cgroup",
+    "syscall_count": "syscalls per cgroup ($SWARMSCOPE_SYSCALLS filter)",
+    "pkt_count": "packets/bytes per interface ($SWARMSCOPE_PKT_INTERFACES)",
+    "bpf_stats": "run count/time of every eBPF program on the node",
+    "map_update": "BPF map-update calls/entries per pid, cmd, map id ($SWARMSCOPE_MAP_UPDATE_PIDS)",
+    "neigh_events": "neighbor create/update per device (tracepoints; $SWARMSCOPE_NEIGH_FAMILY)",
+    "neigh_netlink": "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2; $SWARMSCOPE_NEIGH_NETNS)",
+    "procstat": "gauges: CPU %, RSS, faults/s ($SWARMSCOPE_PROC_NAMES/_PIDS/_CGROUPS)",
 }
 
 

@@ -1,0 +1,88 @@
+"""map_update through the registry: a child in a test cgroup makes N element updates and one
+batch of M into a map it created -> exactly N+1 calls and N+M entries counted for that cgroup,
+for its (pid, cmd) and for the map's id."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from probe_helpers import temp_cgroup
+
+from swarmscope.errors import ProbeError
+from swarmscope.probes.bcc_env import cgroup_id
+from swarmscope.probes.programs.base import delta_by_cgroup, get_program
+from swarmscope.probes.programs.map_update import MapUpdateCount
+
+# argv: cgroup dir, N element updates, M batch entries. Prints "<pid> <map id>", then keeps
+# the map fd open until stdin closes (the pump resolves fd -> map id while it is open).
+CHILD = """
+import ctypes, os, struct, sys
+from swarmscope.targets.neighbors import bpfmap as bm
+open(sys.argv[1] + "/cgroup.procs", "w").write("0")
+n, m = int(sys.argv[2]), int(sys.argv[3])
+create = ctypes.create_string_buffer(struct.pack("=IIII", 1, 4, 8, 4096), 72)  # HASH, k4, v8
+fd = bm._bpf(0, create)
+assert fd >= 0, fd
+for i in range(n):
+    k, v = struct.pack("=I", i), struct.pack("=Q", i)
+    assert bm._bpf(2, bm._ElemAttr(map_fd=fd, key=bm._addr(k), value=bm._addr(v))) == 0
+keys = b"".join(struct.pack("=I", 10000 + i) for i in range(m))
+vals = b"".join(struct.pack("=Q", i) for i in range(m))
+assert bm.update_batch(fd, keys, vals, 4, 8) == m
+print(os.getpid(), bm.map_id(os.getpid(), fd), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_env_pids(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWARMSCOPE_MAP_UPDATE_PIDS", "12,34")
+    prog = get_program("map_update")
+    assert isinstance(prog, MapUpdateCount)
+    assert prog.tracer.pids == [12, 34]
+    monkeypatch.setenv("SWARMSCOPE_MAP_UPDATE_PIDS", "x")
+    with pytest.raises(ProbeError, match="comma list of PIDs"):
+        get_program("map_update")
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWARMSCOPE_MAP_UPDATE_PIDS", raising=False)
+    n, m = 37, 250
+    prog = get_program("map_update")
+    prog.load()
+    try:
+        with temp_cgroup("mapupd") as cg:
+            before = prog.snapshot()
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(cg), str(n), str(m)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert child.stdout is not None
+                pid, mid = (int(x) for x in child.stdout.readline().split())
+                time.sleep(0.3)  # > poll_s: the pump has resolved the fd
+                after = prog.snapshot()
+            finally:
+                child.communicate("", timeout=10)
+            got = delta_by_cgroup(before, after).get(cgroup_id(cg), {})
+        delivered, dropped, in_map = prog.ringbuf_stats()  # type: ignore[attr-defined]
+    finally:
+        prog.close()
+    print(f"map {mid} pid {pid}: {got}")
+    assert got["map_update.calls"] == n + 1
+    assert got["map_update.entries"] == n + m
+    assert got["map_update.elem.calls"] == n
+    assert got["map_update.batch.entries"] == m
+    assert got[f"map_update.pid.{pid}.elem.entries"] == n
+    assert got[f"map_update.pid.{pid}.batch.calls"] == 1
+    assert got[f"map_update.map.{mid}.entries"] == n + m
+    assert got[f"map_update.map.{mid}.calls"] == n + 1
+    assert after[0]["map_update.ringbuf_dropped"] == 0
+    # The host's other map updates count too, so only bounds are exact here.
+    assert dropped == 0 and delivered >= n + 1 and in_map >= n + 1
