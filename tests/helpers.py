@@ -37,3 +37,12 @@ def load_report(run_dir: pathlib.Path) -> dict:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the usual small race is fine in tests)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

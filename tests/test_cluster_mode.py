@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import socket
 import subprocess
 import time
 import urllib.request
 
 import pytest
 import yaml
-from helpers import BIN, ROOT, is_root, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
 
 from swarmscope.workers.nodes import cgroup2_mount
 
@@ -26,12 +25,6 @@ pytestmark = [
     pytest.mark.bpf,
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:

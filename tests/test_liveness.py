@@ -11,24 +11,17 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
-from helpers import BIN, ROOT, is_root, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(cmd: list[str], env: dict[str, str], log: pathlib.Path) -> subprocess.Popen[bytes]:

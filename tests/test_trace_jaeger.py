@@ -9,26 +9,19 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from helpers import ROOT, is_root, load_report, only_run_dir, run_cli
+from helpers import ROOT, free_port, is_root, load_report, only_run_dir, run_cli
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
