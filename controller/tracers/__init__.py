@@ -3,7 +3,7 @@
 from swarmscope.controller.tracers import make_tracer, NodeKey, TRACER_FIELDS
 """
 
-from swarmscope.controller.tracers import command, presets, stream
+from swarmscope.controller.tracers import command, presets, prometheus, stream
 from swarmscope.controller.tracers.base import (
     TRACER_FIELDS,
     TRACERS,
@@ -23,6 +23,7 @@ __all__ = [
     "command",
     "make_tracer",
     "presets",
+    "prometheus",
     "stream",
     "tracer_cross_check",
 ]

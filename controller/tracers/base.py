@@ -160,8 +160,8 @@ TRACER_FIELDS: list[Field] = [
         "tracer",
         str,
         "none",
-        "tracer under test: none (reported is null), command, bpftrace, ig, stream",
-        choices=("none", "command", "bpftrace", "ig", "stream"),
+        "tracer under test: none (reported is null), command, bpftrace, ig, stream, prometheus",
+        choices=("none", "command", "bpftrace", "ig", "stream", "prometheus"),
     ),
     Field(
         "tracer_command",
@@ -274,6 +274,30 @@ TRACER_FIELDS += [
 ]
 
 
+# The prometheus adapter (controller/tracers/prometheus.py): a counter scraped around the window.
+TRACER_FIELDS += [
+    Field("tracer_prom_url", str, "", "prometheus tracer: the /metrics URL to scrape"),
+    Field("tracer_prom_metric", str, "", "prometheus tracer: the counter of reported events"),
+    Field(
+        "tracer_prom_label",
+        str,
+        "",
+        "prometheus tracer: label whose value is the node (name, comm or cgroup id)",
+    ),
+    Field(
+        "tracer_prom_lost_metric", str, "", "prometheus tracer: a counter of events the tracer says it lost"
+    ),
+    Field(
+        "tracer_prom_settle_s",
+        float,
+        0.0,
+        "prometheus tracer: wait before the closing scrape",
+        min=0,
+        max=600,
+    ),
+]
+
+
 def tracer_cross_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Schema cross-check: the generic ``command`` tracer needs a command and a way to match."""
     problems: list[tuple[str, str]] = []
@@ -282,6 +306,10 @@ def tracer_cross_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             problems.append(("tracer_command", "is required when tracer is 'command'"))
         if not values.get("tracer_match") and not values.get("tracer_json_field"):
             problems.append(("tracer_match", "tracer 'command' needs tracer_match or tracer_json_field"))
+    if values.get("tracer") == "prometheus":
+        for key in ("tracer_prom_url", "tracer_prom_metric"):
+            if not values.get(key):
+                problems.append((key, "is required when tracer is 'prometheus'"))
     if values.get("tracer_match") and values.get("tracer_json_field"):
         problems.append(("tracer_json_field", "give tracer_match or tracer_json_field, not both"))
     return problems
