@@ -239,6 +239,7 @@ def k6_bin() -> str:
 
 
 @needs_root
+@pytest.mark.timeout(1800)  # the first k6 test builds k6 on a fresh machine (~4.5 min, more when busy)
 def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> None:
     assert pathlib.Path(k6_bin).is_file()
     r = flood(tmp_path, "engine=k6", "steps=5,20", "step_duration=2")
@@ -313,6 +314,7 @@ def test_generator_bound_flag_from_worker_cpu() -> None:
 
 
 @needs_root
+@pytest.mark.timeout(1800)
 def test_k6_open_model_keeps_the_arrival_rate(tmp_path: pathlib.Path, k6_bin: str) -> None:
     r = flood(tmp_path, "engine=k6", "model=open", "steps=100,300", "step_duration=2", "open_users=100")
     steps = r["steps"]

@@ -70,6 +70,7 @@ def get_trace(port: int, trace_id: str, want_spans: int, timeout_s: float = 30) 
     return last
 
 
+@pytest.mark.timeout(2400)  # the fixture builds Jaeger on a fresh machine (~6 min, more when busy)
 def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     env = {
