@@ -47,7 +47,11 @@ class EmbeddedProbe:
         if programs:
             cmd += ["--programs", ",".join(programs)]
         cmd += extra_args or []
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        except OSError as e:
+            fh.close()
+            raise SetupError(f"cannot start the embedded probe ({cmd[0]}): {e}") from e
         return cls(proc, log_path, fh, host)
 
     def wait_registered(self, fleet: Any, timeout_s: float = 60.0) -> None:

@@ -67,6 +67,18 @@ class SwarmscopeProcess:
         run_id: str | None = None,
     ) -> SwarmscopeProcess:
         proc = cls(role, cfg, kind)
+        need_root = []
+        if role in ("local", "master") and cfg.get("probe") == "embedded":
+            need_root.append("the embedded probe loads eBPF programs")
+        if role in ("local", "worker") and sim_nodes > 0:
+            need_root.append("simulated nodes are cgroups this process creates")
+        if need_root and os.geteuid() != 0:
+            from swarmscope.errors import SetupError
+
+            raise SetupError(
+                f"needs root: {'; '.join(need_root)}. Run it as root (sudo), or in a cluster with "
+                "probe=external and real nodes (NODE_NAME set)."
+            )
         try:
             if role in ("local", "master"):
                 proc._make_controller(run_id)

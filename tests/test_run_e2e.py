@@ -236,3 +236,17 @@ def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
     rep = load_report(only_run_dir(out))
     assert len(rep["points"][0]["iterations"]) == 2, stderr[-2000:]
     assert_exact(rep)
+
+
+def test_not_root_gets_one_clear_message(tmp_path: pathlib.Path) -> None:
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is installed by tools/setup.sh"
+    p = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", str(BIN / "swarmscope"), "run",
+         str(ROOT / "scenarios" / "exec_storm.yaml"), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60, cwd="/",
+    )  # fmt: skip
+    assert p.returncode == 3, p.stderr
+    assert "needs root" in p.stderr and "Traceback" not in p.stderr
