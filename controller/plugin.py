@@ -172,6 +172,15 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         sys.exit(e.exit_code)
     environment.swarmscope = proc
     environment.swarmscope_free = _FreeRun(proc)
+    if not isinstance(runner, WorkerRunner):
+        # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI
+        # mode (it can land in a greenlet of grpc's gevent integration); SIGTERM is Locust's
+        # orderly shutdown (quitting fires, the report is written).
+        import signal
+
+        import gevent
+
+        gevent.signal_handler(signal.SIGINT, lambda: os.kill(os.getpid(), signal.SIGTERM))
     register_messages(proc, runner)
     if isinstance(runner, WorkerRunner):
         runner.send_message(MSG_NODES, {"nodes": proc.worker.describe()})
