@@ -24,6 +24,18 @@ struct ne_total {
 
 BPF_PERCPU_HASH(ne_totals, struct ne_key, struct ne_total, 4096);
 
+/* One write of (tgid, kind, cgroup, dev): count it and stamp its first/last time. */
+static inline void ne_count(struct ne_key *k, u64 now)
+{
+    struct ne_total zero = {}, *t = ne_totals.lookup_or_try_init(k, &zero);
+    if (t) {
+        t->count += 1;
+        if (t->first_ns == 0)
+            t->first_ns = now;
+        t->last_ns = now;
+    }
+}
+
 TRACEPOINT_PROBE(neigh, neigh_create)
 {
 #ifdef SS_FAMILY
@@ -36,13 +48,7 @@ TRACEPOINT_PROBE(neigh, neigh_create)
     k.kind = 0;
     k.cgroup = bpf_get_current_cgroup_id();
     TP_DATA_LOC_READ_STR(k.dev, dev, sizeof(k.dev));
-    struct ne_total zero = {}, *t = ne_totals.lookup_or_try_init(&k, &zero);
-    if (t) {
-        t->count += 1;
-        if (t->first_ns == 0)
-            t->first_ns = now;
-        t->last_ns = now;
-    }
+    ne_count(&k, now);
     return 0;
 }
 
@@ -58,12 +64,6 @@ TRACEPOINT_PROBE(neigh, neigh_update)
     k.kind = 1;
     k.cgroup = bpf_get_current_cgroup_id();
     TP_DATA_LOC_READ_STR(k.dev, dev, sizeof(k.dev));
-    struct ne_total zero = {}, *t = ne_totals.lookup_or_try_init(&k, &zero);
-    if (t) {
-        t->count += 1;
-        if (t->first_ns == 0)
-            t->first_ns = now;
-        t->last_ns = now;
-    }
+    ne_count(&k, now);
     return 0;
 }
