@@ -2,7 +2,7 @@
 #
 #   docker build -t ghcr.io/swarmscope/swarmscope:0.1.0 .
 #
-# Debian bookworm (python3 3.11 and python3-bpfcc from Debian, as PLATFORM.md requires: the PyPI
+# Debian bookworm (python3 3.11 and python3-bpfcc from Debian, as docs/platform.md#bcc-and-the-kernel-header-tree requires: the PyPI
 # "bcc" is unrelated). tools/image-install.sh installs exactly what tools/setup.sh installs on
 # a development machine. Controller and workers run as uid 10001; the probe runs as uid 0 with
 # all capabilities dropped except BPF/PERFMON/SYS_RESOURCE (see charts/swarmscope).

@@ -18,6 +18,7 @@ test: setup lint typecheck pytest
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports   # import direction: .importlinter
 
 typecheck:
 	.venv/bin/mypy

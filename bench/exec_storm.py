@@ -11,7 +11,7 @@ medians and the a/b ratio are printed. (c) loads ``bpf/exec_count.bpf.c``, turns
 statistics and reads the program's run_cnt / run_time_ns (``/proc/self/fdinfo`` of its fd)
 around one burst: ns per event, plus the kernel's count for the node next to the worker's.
 
-Each figure is printed next to its reference from PLATFORM.md. Caveats: needs root; the
+Each figure is printed next to its reference from docs/platform.md#reference-figures. Caveats: needs root; the
 machine is shared and virtualised, so absolute figures are noisy — the ratio is the figure
 to compare across machines. The run_cnt delta includes every exec on the host in that
 window, not only ours (ns/event is still per program run).
@@ -33,8 +33,8 @@ from swarmscope.workers.native import NativeTools, Target, build_cached, ensure_
 from swarmscope.workers.nodes import SimNode, create_sim_nodes, destroy_sim_nodes
 
 BENCH_SRC = pathlib.Path(__file__).resolve().parent / "native"
-REF_EXEC_PER_CORE = (3000, 6000)  # PLATFORM.md: spawn+wait of a tiny static binary, per core
-REF_NS_PER_EVENT = 150  # PLATFORM.md: per-CPU exec counter, VM-inflated
+REF_EXEC_PER_CORE = (3000, 6000)  # docs/platform.md: spawn+wait of a tiny static binary, per core
+REF_NS_PER_EVENT = 150  # docs/platform.md: per-CPU exec counter, VM-inflated
 
 
 def build_spawnloop() -> pathlib.Path:
@@ -82,7 +82,8 @@ def prog_stats(fd: int) -> tuple[int, int]:
 
 
 def probe_cost(tools: NativeTools, node: SimNode, duration_s: float, concurrency: int) -> dict[str, Any]:
-    from swarmscope.probes.bcc_env import enable_stats, load_program, percpu_sum
+    from swarmscope.probes.bcc_env import load_program, percpu_sum
+    from swarmscope.sys.bpf import enable_stats
 
     b = load_program("exec_count")
     stats_fd = enable_stats()
@@ -155,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"exec storm bench: {ncpu} CPUs, {args.rounds} alternating rounds x {args.duration_s:g} s")
     print(
         f"  (a) worker path, run_burst c={args.concurrency}  median {a:9,.0f} exec/s"
-        f"  ({a / ncpu:,.0f}/s/core)   ref {lo:,}-{hi:,}/s/core (PLATFORM.md)"
+        f"  ({a / ncpu:,.0f}/s/core)   ref {lo:,}-{hi:,}/s/core (docs/platform.md)"
     )
     print(
         f"  (b) plain vfork loop x{ncpu}          median {b:9,.0f} exec/s"
-        f"  ({b / ncpu:,.0f}/s/core)   ref {lo:,}-{hi:,}/s/core (PLATFORM.md)"
+        f"  ({b / ncpu:,.0f}/s/core)   ref {lo:,}-{hi:,}/s/core (docs/platform.md)"
     )
     print(
         f"      ratio a/b {a / b:.2f}   per round a={[round(x) for x in worker_rates]}"
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         per_s = f"{per:,.0f} ns/event" if per is not None else "n/a"
         print(
             f"  (c) exec_count cost {per_s} over {probe['events']:,} runs"
-            f"   ref ~{REF_NS_PER_EVENT} ns/event (PLATFORM.md)"
+            f"   ref ~{REF_NS_PER_EVENT} ns/event (docs/platform.md)"
         )
         print(
             f"      generated {probe['generated']:,} vs kernel {probe['kernel']:,}"

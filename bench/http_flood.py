@@ -3,8 +3,8 @@
     .venv/bin/python bench/http_flood.py --users 50 --duration 5 [--out results/bench_http.json]
 
 Against one local target (targets.ingress.local, nginx LB + 2 backends in our netns), one after
-the other: swarmscope's Locust path (the flood runner, in its own process) vs plain Locust
-(``locust --headless`` with a bare FastHttpUser), swarmscope's k6 path (flood runner, k6 with
+the other: swarmscope's Locust path (``swarmscope run``: a worker driver's FloodUsers) vs plain Locust
+(``locust --headless`` with a bare FastHttpUser), swarmscope's k6 path (the driver runs k6 with
 per-request JSON output) vs plain k6 (``k6 run --vus``), and wrk as the ceiling. Prints req/s
 and the ratios swarmscope/plain (goal ≥ 0.95).
 
@@ -50,12 +50,14 @@ export default function () { http.get(__ENV.TARGET); }
 
 
 def swarmscope_flood(url: str, users: int, duration: float, engine: str, tmp: Path) -> float:
+    """req/s of one step through ``swarmscope run`` (the pipeline: probe window, worker driver)."""
     out = tmp / f"ss-{engine}"
-    cmd = [sys.executable, "-m", "swarmscope.targets.ingress.flood", "--out", str(out),
-           "--set", f"host={url}", "--set", f"steps={users}", "--set", f"step_duration={duration}",
-           "--set", f"engine={engine}"]  # fmt: skip
+    cmd = [sys.executable, "-m", "swarmscope.cli", "run", str(ROOT / "scenarios" / "ingress_flood.yaml"),
+           "--out", str(out), "--set", f"host={url}", "--set", f"steps={users}",
+           "--set", f"step_duration={duration}", "--set", f"engine={engine}"]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
-    rep = json.loads((out / "report.json").read_text())
+    run_dir = max((d for d in out.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    rep = json.loads((run_dir / "report.json").read_text())
     return float(rep["steps"][0]["rps"])
 
 

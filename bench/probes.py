@@ -32,17 +32,18 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from swarmscope.probes import bcc_env, bpfstats
+from swarmscope.probes import bcc_env
 from swarmscope.probes.programs.base import Program
 from swarmscope.probes.programs.exec_count import ExecCount
 from swarmscope.probes.programs.pkt_count import PktCount
 from swarmscope.probes.programs.syscall_count import SyscallCount
 from swarmscope.probes.selfmetrics import bcc_of
+from swarmscope.sys import bpf
 from swarmscope.workers.exec_storm import run_burst
 from swarmscope.workers.native import ensure_built
 from swarmscope.workers.nodes import create_sim_nodes, destroy_sim_nodes
 
-REF_NS_PER_EVENT = 150  # PLATFORM.md: per-CPU exec counter, VM-inflated
+REF_NS_PER_EVENT = 150  # docs/platform.md: per-CPU exec counter, VM-inflated
 
 SENDER = """
 import socket, sys, time
@@ -102,7 +103,7 @@ def func_stats(progs: list[Program]) -> dict[str, tuple[int, int]]:
     for p in progs:
         cnt = ns = 0
         for fn in dict(getattr(bcc_of(p), "funcs", {}) or {}).values():
-            info = bpfstats.prog_info(fn.fd)
+            info = bpf.prog_info(fn.fd)
             cnt, ns = cnt + info.run_cnt, ns + info.run_time_ns
         out[p.name] = (cnt, ns)
     return out
@@ -125,7 +126,7 @@ def cost_per_event(tools: Any, node: Any, a: str, b: str, duration_s: float, con
     filtered.load()
     progs.append(filtered)
     try:
-        with bpfstats.stats_enabled():
+        with bpf.stats_enabled():
             before = func_stats(progs)
             sender = subprocess.Popen(
                 ["ip", "netns", "exec", a, sys.executable, "-c", SENDER, str(duration_s)],
@@ -152,7 +153,7 @@ def overhead(tools: Any, node: Any, b: str, rounds: int, duration_s: float, conc
         without.append(run_burst(tools, node, duration_s, conc).rate)
         progs = load_set(b)
         try:
-            with bpfstats.stats_enabled():
+            with bpf.stats_enabled():
                 with_.append(run_burst(tools, node, duration_s, conc).rate)
         finally:
             close_set(progs)
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  (a) cost per event ({cost['execs']:,} execs, {cost['packets_sent']:,} packets sent):")
     for name, p in cost["programs"].items():
         per = f"{p['ns_per_run']:,.0f} ns/run" if p["ns_per_run"] is not None else "n/a"
-        ref = f"   ref ~{REF_NS_PER_EVENT} ns/event (PLATFORM.md)" if name == "exec_count" else ""
+        ref = f"   ref ~{REF_NS_PER_EVENT} ns/event (docs/platform.md)" if name == "exec_count" else ""
         print(f"      {name:22s} {per:>14s} over {p['runs']:,} runs{ref}")
     ratio = ovh["ratio_with_to_without"]
     print(

@@ -4,7 +4,7 @@
  * sched:sched_process_exec into a BPF ring buffer that user space must drain. When the ring
  * buffer is full the reservation fails and the event is gone; the drop is counted here, per
  * CPU (total) and per cgroup id, so "forwarded + dropped" accounts for every exec exactly.
- * Only helpers, no kernel struct reads (PLATFORM.md). SS_RINGBUF_PAGES must be a power of 2.
+ * Only helpers, no kernel struct reads (docs/platform.md). SS_RINGBUF_PAGES must be a power of 2.
  * With -DSS_FILTER_CGROUP=1 only execs in the cgroups user space put in `watch` are traced (as a
  * tracer watching one namespace's pods would); others are neither streamed nor counted.
  */

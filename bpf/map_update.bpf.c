@@ -8,7 +8,9 @@
  *   mu_totals: per-CPU {calls, entries (processed, as written back by the kernel), first, last}
  *              keyed by {tgid, cmd, cgroup} (cgroup: the caller's v2 cgroup id)
  *   mu_events: one record per call (ring buffer); mu_drops counts records the buffer refused.
- * With -DSS_FILTER_PIDS only tgids present in mu_pids are recorded.
+ * Only tgids present in mu_pids are recorded unless mu_record_all[0] is 1; both are set by the
+ * loader and may change while attached (a probe window picks its pids). Both start at zero, so
+ * nothing is recorded until the loader has said what to record.
  */
 #include "swarmscope.h"
 
@@ -56,6 +58,7 @@ struct mu_event {
 
 BPF_HASH(mu_start_map, u64, struct mu_start, 4096);
 BPF_HASH(mu_pids, u32, u8, 1024);
+BPF_ARRAY(mu_record_all, u8, 1);
 BPF_PERCPU_HASH(mu_totals, struct mu_key, struct mu_total, 4096);
 BPF_PERCPU_ARRAY(mu_drops, u64, 1);
 BPF_RINGBUF_OUTPUT(mu_events, SS_RINGBUF_PAGES);
@@ -66,11 +69,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_bpf)
     if (cmd != CMD_UPDATE_ELEM && cmd != CMD_UPDATE_BATCH)
         return 0;
     u64 id = bpf_get_current_pid_tgid();
-#ifdef SS_FILTER_PIDS
-    u32 tgid = id >> 32;
-    if (!mu_pids.lookup(&tgid))
+    u32 zero = 0, tgid = id >> 32;
+    u8 *all = mu_record_all.lookup(&zero);
+    if (!(all && *all) && !mu_pids.lookup(&tgid))
         return 0;
-#endif
     struct mu_start s = {};
     s.ts = bpf_ktime_get_ns();
     s.cmd = cmd;

@@ -2,7 +2,7 @@
  *
  * Rule for this file and every program: use BPF helpers and tracepoint arguments only. The
  * kernel headers BCC compiles against may be older than the running kernel, so reading a
- * kernel struct field returns silent garbage (see PLATFORM.md).
+ * kernel struct field returns silent garbage (see docs/platform.md#bcc-and-the-kernel-header-tree).
  *
  * Counting idiom (BCC refuses map methods inside macros, so it is written out each time):
  *     u64 zero = 0, *v = map.lookup_or_try_init(&key, &zero);

@@ -20,7 +20,7 @@ import time
 from typing import IO, Any
 
 from swarmscope.errors import SetupError
-from swarmscope.workers.role import node_host
+from swarmscope.node import node_host
 
 
 class EmbeddedProbe:

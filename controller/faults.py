@@ -7,7 +7,7 @@
 
 Registered faults:
 
-* ``kill-lb-local`` — SIGKILL the local nginx LB master (targets.ingress.local.LocalIngress);
+* ``kill-lb-local`` — SIGKILL the local nginx LB, master and workers (targets.ingress.local.LocalIngress);
   its supervisor restarts it after ``restart_delay_s``.
 * ``kill-pod`` — delete a pod (the LB's) through the official ``kubernetes`` client; the
   cluster reschedules it. Needs a cluster: only unit-tested here with a fake API object.

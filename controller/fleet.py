@@ -3,13 +3,18 @@
     fleet = Fleet(token="...", bind="127.0.0.1:0")
     port = fleet.start()
     fleet.wait_for_probes(1, timeout_s=30)
-    fleet.open_window(run_id, window_id, nodes_by_host={"host-a": [NodeInfo(...)]})
+    fleet.open_window(run_id, window_id, nodes_by_host={"host-a": [NodeInfo(...)]},
+                      options={"procstat.pids": "123"})     # this window's program options
     readings, missing = fleet.close_window(run_id, window_id, timeout_s=10)
+    readings[0].samples     # [ReadingSample("map_update.call", start_ns, end_ns, entries, labels)]
 
 One bidirectional Session per probe (see proto/swarmscope/v1/probe.proto): commands go down a
 per-probe queue, readings come up. A window is closed when every probe that acknowledged its
 opening has sent ``WindowDone`` — or at the timeout, when the silent ones are returned in
-``missing`` and every reading that did arrive is kept.
+``missing`` and every reading that did arrive is kept. ``options`` are checked by each probe
+against its programs' declared params: a bad key or value comes back as that host's problem.
+Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
+node), so the server accepts messages up to ``MAX_MESSAGE_BYTES``.
 
 Caveat: inside a gevent-patched process (every Locust process) grpc needs
 ``grpc.experimental.gevent.init_gevent()`` before any server exists; :func:`grpc_for_gevent`
@@ -23,7 +28,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +36,7 @@ from typing import Any
 import grpc
 
 from swarmscope import auth
-from swarmscope.controller.model import ProbeReading
+from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.errors import FleetError
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
@@ -39,6 +44,10 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _gevent_ready = False
+
+# One WindowDone carries every reading of a probe, samples included (~100 bytes each): gRPC's
+# 4 MiB default would refuse a window of a few tens of thousands of map-update calls.
+MAX_MESSAGE_BYTES = 512 * 2**20
 
 
 def grpc_for_gevent() -> None:
@@ -123,7 +132,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
         grpc_for_gevent()
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="fleet"),
-            options=[("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", 100000)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", 100000),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ],
             maximum_concurrent_rpcs=None,
         )
         pb_grpc.add_ProbeControlServicer_to_server(self, self._server)
@@ -189,10 +202,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
         nodes_by_host: dict[str, list[pb.NodeInfo]],
         programs: list[str] | None = None,
         traceparent: str = "",
-        options: dict[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
     ) -> dict[str, str]:
         """Send OpenWindow to the live probe of every host that has nodes; wait for the acks.
+
+        ``options`` (``{"<program>.<param>": "<text value>"}``) apply to this window only; a
+        probe that rejects one (unknown key, bad value) fails its ack with the key named.
 
         Returns ``{host: problem}`` for hosts whose window is not open (no live probe, no
         acknowledgement in time, or the probe's error). Those nodes will have no kernel count;
@@ -405,4 +421,5 @@ def _reading(r: Any) -> ProbeReading:
         start_ns=r.start_unix_ns,
         end_ns=r.end_unix_ns,
         error=r.error,
+        samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples],
     )

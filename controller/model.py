@@ -13,8 +13,15 @@ Nothing here is exec-specific: a *metric* names what is counted ("exec", "reques
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+def new_run_id(scenario: str) -> str:
+    """``<YYYYmmdd-HHMMSS>-<scenario>-<4 hex>``: sortable by start, unique per run."""
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{scenario}-{uuid.uuid4().hex[:4]}"
 
 
 @dataclass
@@ -49,6 +56,17 @@ class WindowInfo:
     traceparent: str = ""
 
 
+@dataclass(frozen=True)
+class ReadingSample:
+    """One per-event record of a reading (see proto Sample), e.g. one map-update call."""
+
+    series: str
+    start_ns: int
+    end_ns: int
+    value: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class ProbeReading:
     """One node's reading from one probe for one window (see proto Reading)."""
@@ -60,6 +78,7 @@ class ProbeReading:
     start_ns: int = 0
     end_ns: int = 0
     error: str = ""
+    samples: list[ReadingSample] = field(default_factory=list)
 
 
 @dataclass
@@ -108,6 +127,31 @@ class IterationResult:
     tracer_lost: int | None = None  # "lost N events" the tracer printed in this window
     flags: list[str] = field(default_factory=list)  # "harness-mismatch", "generator-saturated", ...
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_window(
+        cls,
+        window: WindowInfo,
+        point: PointInfo,
+        per_node: list[NodeCount],
+        flags: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+        tracer_lost: int | None = None,
+    ) -> IterationResult:
+        """The result of one closed window (every kind's reconcile ends here)."""
+        return cls(
+            run_id=window.run_id,
+            point=point.index,
+            params=dict(point.params),
+            iteration=window.iteration,
+            window_id=window.window_id,
+            started_ns=window.opened_ns,
+            ended_ns=window.closed_ns,
+            per_node=per_node,
+            tracer_lost=tracer_lost,
+            flags=list(flags or []),
+            extra=dict(extra or {}),
+        )
 
     @property
     def generated(self) -> int | None:

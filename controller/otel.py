@@ -4,9 +4,8 @@
     # ... run ...
     run.trace_id                        # set at run_started; written into report.json
 
-Export follows the standard ``OTEL_*`` variables: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) set, spans go over OTLP (``OTEL_EXPORTER_OTLP_PROTOCOL``
-grpc or http/protobuf); a provider Locust made for ``--otel`` is reused as it is. Spans are
+Provider and export are swarmscope.sys.otel's (the standard ``OTEL_*`` variables; a provider
+Locust made for ``--otel`` is reused as it is). Spans are
 also kept in memory and written to ``<run_dir>/trace.json``, so a run's trace survives without
 a collector. Window and load spans are created when the window is reconciled, with their
 real start and end times, since only then are their counts known.
@@ -21,19 +20,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import Resource
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from swarmscope import __version__
 from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowInfo
 from swarmscope.events import RunEvents
+from swarmscope.sys import otel
 
 log = logging.getLogger(__name__)
 
@@ -65,49 +58,16 @@ _provider_lock = threading.Lock()
 _installed = False
 
 
-def _otlp_exporter() -> SpanExporter | None:
-    endpoint = os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-    exporters = {e.strip().lower() for e in os.getenv("OTEL_TRACES_EXPORTER", "otlp").split(",")}
-    if not endpoint or "otlp" not in exporters:
-        return None
-    proto = (
-        os.getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.getenv("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-    )
-    if proto.startswith("http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-        return HttpExporter()
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-    return GrpcExporter()
-
-
 def install_provider() -> TracerProvider:
-    """Use the SDK provider already installed (Locust --otel), or install ours; add the memory exporter."""
+    """The process's provider (swarmscope.sys.otel: Locust's, or ours with OTLP export), plus the
+    memory exporter that trace.json is written from (added once per process)."""
     global _installed
+    provider = otel.install_provider("swarmscope")
     with _provider_lock:
-        current = trace.get_tracer_provider()
-        if isinstance(current, TracerProvider):
-            provider = current
-        else:
-            resource = Resource.create(
-                {"service.name": os.getenv("OTEL_SERVICE_NAME", "swarmscope"), "service.version": __version__}
-            )
-            provider = TracerProvider(resource=resource)
-            exporter = _otlp_exporter()
-            if exporter is not None:
-                provider.add_span_processor(BatchSpanProcessor(exporter))
-            trace.set_tracer_provider(provider)
         if not _installed:
             provider.add_span_processor(SimpleSpanProcessor(_memory))
             _installed = True
-        return provider
-
-
-def traceparent_of(span: trace.Span) -> str:
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=trace.set_span_in_context(span))
-    return carrier.get("traceparent", "")
+    return provider
 
 
 class RunSpans:
@@ -115,7 +75,7 @@ class RunSpans:
 
     def __init__(self) -> None:
         self.provider = install_provider()
-        self.tracer = trace.get_tracer("swarmscope", __version__)
+        self.tracer = otel.tracer("swarmscope")
         self.run_span: trace.Span | None = None
         self.point_spans: dict[int, trace.Span] = {}
         self.iter_spans: dict[str, trace.Span] = {}
@@ -160,9 +120,13 @@ class RunSpans:
             attributes={"swarmscope.window_id": window.window_id, "swarmscope.nodes": len(window.nodes)},
         )
         self.iter_spans[window.window_id] = span
-        window.traceparent = traceparent_of(span)
+        window.traceparent = otel.traceparent_of(span)
 
     def on_iteration_done(self, run: RunInfo, result: IterationResult, **_: Any) -> None:
+        # A kind whose faults strike on a worker sends their records back with the window's
+        # results; its reconcile puts their spans in extra["fault_spans"].
+        for f in result.extra.get("fault_spans", []):
+            self.on_fault(run, f["name"], f["start_ns"], f["end_ns"], f.get("attrs", {}))
         span = self.iter_spans.pop(result.window_id, None)
         if span is None:
             return

@@ -74,7 +74,11 @@ def reconcile(
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)
     if tracer is not None:
+        # The whole TracerResult but its per-node counts (those are per_node[].reported).
         extra["tracer"] = {
+            "lost": tracer.lost,
+            "sentinels_lost": tracer.sentinels_lost,
+            "other": tracer.other,
             "lines": tracer.lines,
             "unattributed": tracer.unattributed,
             "warnings": list(tracer.warnings)[:20],

@@ -1,15 +1,15 @@
 """The controller role: one object that owns the master side of a run.
 
-    ctl = ControllerRole(run, fleet, tracer=None, events=events)
-    win = ctl.open_window(point, iteration, node_names)     # tracer ready, probes snapshotted
-    ... load runs ...
-    result = ctl.close_window(win, generated)                # probes read, tracer drained, reconciled
+    ctl = ControllerRole(run, fleet, events, reconcile=kind_rule, tracer=None)
+    win = ctl.open_window(point, iteration, node_names, programs={"exec_count": {}})
+    ... workers run the window's load and send their results (add_results) ...
+    result = ctl.close_window(win, point, timeout_s=31)   # probes read, tracer drained, reconciled
 
 It keeps the nodes workers announced (name → host, cgroup id, comm), asks each node's probe for
-its reading, reconciles generated / kernel / reported, and fires the run's events — the store,
-the report, the Prometheus metrics and the OTel spans are listeners of those, not special cases.
-Made once per process by :mod:`swarmscope.roles`; the Locust plug-in (free-running tests) and
-the sweep orchestrator (``swarmscope run``) both drive it.
+its reading (the kind's programs, with their options), reconciles with the kind's rule, and
+fires the run's events — the store, the report, the Prometheus metrics and the OTel spans are
+listeners of those, not special cases. Made once per process by swarmscope.process; the Locust
+plug-in (free-running tests) and the sweep (``swarmscope run``) both drive it.
 """
 
 from __future__ import annotations
@@ -22,13 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowInfo
-from swarmscope.controller.reconcile import reconcile
+from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, RunInfo, WindowInfo
 from swarmscope.errors import FleetError
 from swarmscope.events import RunEvents
 from swarmscope.v1 import probe_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+# (window, point, results per node, readings, tracer result, hosts whose probe is missing)
+Reconcile = Callable[
+    [WindowInfo, PointInfo, dict[str, dict[str, Any]], list[ProbeReading], Any, list[str]], IterationResult
+]
 
 
 @dataclass
@@ -49,17 +53,19 @@ class ControllerRole:
         run: RunInfo,
         fleet: Any,
         events: RunEvents,
+        reconcile: Reconcile,
         tracer: Any | None = None,
-        programs: list[str] | None = None,
         window_timeout_s: float = 30.0,
     ):
         self.run = run
         self.fleet = fleet
         self.events = events
+        self.reconcile = reconcile
         self.tracer = tracer
-        self.programs = programs or []
         self.window_timeout_s = window_timeout_s
         self.nodes: dict[str, NodeDesc] = {}
+        self.worker_info: dict[str, dict[str, Any]] = {}  # Locust client id -> its set-up info
+        self.worker_slots: dict[str, int] = {}  # Locust client id -> its index (names its nodes)
         self.results: list[IterationResult] = []
         self._lock = threading.Lock()
         self._generated: dict[str, dict[str, dict[str, Any]]] = {}
@@ -67,8 +73,9 @@ class ControllerRole:
         self._unopened: dict[str, dict[str, str]] = {}  # window id -> {host: why its probe is not in it}
 
     # -- nodes announced by workers ------------------------------------------------------------
-    def add_nodes(self, worker: str, nodes: list[dict[str, Any]]) -> None:
+    def add_nodes(self, worker: str, nodes: list[dict[str, Any]], info: dict[str, Any] | None = None) -> None:
         with self._lock:
+            self.worker_info[worker] = dict(info or {})
             for n in nodes:
                 self.nodes[n["name"]] = NodeDesc(
                     name=n["name"],
@@ -83,8 +90,8 @@ class ControllerRole:
         with self._lock:
             return {self.nodes[n].worker for n in node_names if n in self.nodes}
 
-    # -- generated counts from workers ------------------------------------------------------
-    def add_generated(self, window_id: str, worker: str, per_node: dict[str, dict[str, Any]]) -> None:
+    # -- results from workers ---------------------------------------------------------------
+    def add_results(self, window_id: str, worker: str, per_node: dict[str, dict[str, Any]]) -> None:
         with self._lock:
             self._generated.setdefault(window_id, {}).update(per_node)
             self._reporters.setdefault(window_id, set()).add(worker)
@@ -104,7 +111,14 @@ class ControllerRole:
             time.sleep(0.02)
 
     # -- windows ----------------------------------------------------------------------------
-    def open_window(self, point: PointInfo, iteration: int, node_names: list[str]) -> WindowInfo:
+    def open_window(
+        self,
+        point: PointInfo,
+        iteration: int,
+        node_names: list[str],
+        programs: dict[str, dict[str, str]] | None = None,
+    ) -> WindowInfo:
+        """Open a window on the nodes' probes with ``programs`` ({name: {option: value}})."""
         unknown = [n for n in node_names if n not in self.nodes]
         if unknown:
             raise FleetError(f"no worker announced node(s) {unknown}; known: {sorted(self.nodes)}")
@@ -128,14 +142,18 @@ class ControllerRole:
             by_host.setdefault(d.host, []).append(
                 pb.NodeInfo(name=d.name, cgroup_id=d.cgroup_id, cgroup_path=d.cgroup_path)
             )
+        progs = programs or {}
+        # OpenWindow.options is one flat map: "<program>.<option>" -> text value.
+        options = {f"{p}.{k}": str(v) for p, opts in progs.items() for k, v in opts.items()}
         try:
             problems = self.fleet.open_window(
                 self.run.run_id,
                 win.window_id,
                 by_host,
-                programs=self.programs,
+                programs=sorted(progs),
                 traceparent=win.traceparent,
                 timeout_s=self.window_timeout_s,
+                **({"options": options} if options else {}),
             )
         except Exception:
             if self.tracer is not None:
@@ -150,15 +168,14 @@ class ControllerRole:
         self,
         win: WindowInfo,
         point: PointInfo,
-        generated_timeout_s: float = 30.0,
+        timeout_s: float = 30.0,
         alive: Callable[[str], bool] | None = None,
-        expected_per_node: float | None = None,
     ) -> IterationResult:
         """Close a window whose load has finished: wait for workers, read probes, drain the tracer."""
         workers = self.workers_of(win.nodes)
-        silent = self.wait_generated(win.window_id, workers, generated_timeout_s, alive)
+        silent = self.wait_generated(win.window_id, workers, timeout_s, alive)
         if silent:
-            log.warning("window %s: no generated count from worker(s) %s", win.window_id, sorted(silent))
+            log.warning("window %s: no results from worker(s) %s", win.window_id, sorted(silent))
         win.closed_ns = time.time_ns()
         readings, missing = self.fleet.close_window(
             self.run.run_id, win.window_id, timeout_s=self.window_timeout_s
@@ -168,17 +185,7 @@ class ControllerRole:
             generated = self._generated.pop(win.window_id, {})
             self._reporters.pop(win.window_id, None)
         self.events.window_closed.fire(run=self.run, window=win, readings=readings, missing=missing)
-        result = reconcile(
-            win,
-            point=point.index,
-            params=point.params,
-            metric=self.run.metric,
-            generated=generated,
-            readings=readings,
-            tracer=tracer_result,
-            missing_probes=missing,
-            expected_per_node=expected_per_node,
-        )
+        result = self.reconcile(win, point, generated, readings, tracer_result, missing)
         if silent:
             result.extra["silent_workers"] = sorted(silent)
         unopened = self._unopened.pop(win.window_id, {})

@@ -1,11 +1,14 @@
-"""The sweep orchestrator behind ``swarmscope run``: points × iterations, one window each.
+"""The sweep behind ``swarmscope run``, generic over the scenario kind: points × iterations.
 
-    report = run_sweep(kind, cfg)     # mode embedded (default) or distributed
+    Sweep(proc, runner, distributed=False).run()     # swarmscope.run wires proc and runner
 
-For each point (a node count) and each iteration it opens a window (tracer ready, probes
-snapshotted), tells the workers to burst on the point's nodes (a Locust custom message), waits
-for their exact counts, closes the window and reconciles. Locust stays the load engine: the
-bursts run in Locust's runners and show in its stats.
+First the workers are set up (``swarmscope:setup`` carries the run's config and each worker's
+share of simulated nodes; they answer with their nodes and set-up info). Then for each of the
+kind's points and each iteration it opens a window on the probes (the kind's programs and
+options; tracer ready), sends the kind's payload to the workers (``swarmscope:run``), waits for
+their exact results, closes the window and reconciles with the kind's rule. At the end the kind
+turns the windows into its report sections. Locust stays the load engine: windows run in
+Locust's runners and show in its stats.
 
 - **embedded**: one process, Locust's LocalRunner; simulated nodes n1..nN in this process.
 - **distributed**: this process is the Locust master; workers are separate processes that talk
@@ -21,13 +24,12 @@ store has them, and the report is written with status "failed" or "interrupted".
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.controller.model import PointInfo
+from swarmscope import messages as M
 from swarmscope.errors import FleetError
 
 
@@ -71,131 +73,113 @@ def _natural(name: str) -> tuple[Any, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _spawn_workers(
-    kind: Any, cfg: Any, port: int, per_worker: int, log_dir: str
-) -> list[subprocess.Popen[bytes]]:
-    procs = []
-    for i in range(cfg["workers"]):
-        log = open(os.path.join(log_dir, f"worker-{i + 1}.log"), "ab")
-        cmd = [
-            sys.executable, "-m", "swarmscope.cli", "worker", "--controller", "127.0.0.1",
-            "--locust-port", str(port), "--kind", kind.name, "--",
-            "--ss-nodes", str(per_worker), "--ss-pids-max", str(cfg["pids_max"]),
-            "--ss-max-execs", str(cfg["max_execs"]), "--ss-out", cfg["out"],
-        ]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        log.close()
-    return procs
+def set_up_workers(
+    runner: Any, ctl: Any, cfg: Mapping[str, Any], per_worker: int, workers: int, timeout_s: float
+) -> dict[str, dict[str, Any]]:
+    """Send ``swarmscope:setup`` to every connected worker that has not answered yet (or to
+    this process), wait for their nodes; returns {worker: set-up info}."""
+    from locust.runners import STATE_MISSING, LocalRunner
+
+    if isinstance(runner, LocalRunner):
+        if "local" not in ctl.worker_info:
+            runner.send_message(M.SETUP, _setup_msg(cfg, 0, 1, per_worker, ""))
+        return dict(ctl.worker_info)
+    deadline = time.monotonic() + timeout_s
+    asked: dict[str, float] = {}
+    while True:
+        ids = sorted(cid for cid, c in runner.clients.items() if c.state != STATE_MISSING)
+        for cid in ids:
+            if cid not in ctl.worker_info and time.monotonic() - asked.get(cid, 0.0) > 2.0:
+                # A worker's index is given once and never reused: it names its nodes (w<i>-n<j>).
+                i = ctl.worker_slots.setdefault(cid, len(ctl.worker_slots))
+                msg = _setup_msg(cfg, i, max(len(ids), workers), per_worker, f"w{i + 1}-")
+                runner.send_message(M.SETUP, msg, client_id=cid)
+                asked[cid] = time.monotonic()
+        done = [cid for cid in ids if cid in ctl.worker_info]
+        if len(done) >= workers:
+            return {cid: ctl.worker_info[cid] for cid in done}
+        if time.monotonic() > deadline:
+            port = str(cfg.get("master_bind", ":5557")).rsplit(":", 1)[1]
+            raise FleetError(
+                f"timed out after {timeout_s:.0f}s: {len(ids)}/{workers} workers connected, "
+                f"{len(done)} set up (start them with `swarmscope worker --controller <this host> "
+                f"--locust-port {port}`)"
+            )
+        time.sleep(0.05)
 
 
-def run_sweep(kind: Any, cfg: Any, run_id: str | None = None) -> dict[str, Any] | None:
-    import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
-    from locust.env import Environment
-    from locust.runners import STATE_MISSING
+def _setup_msg(
+    cfg: Mapping[str, Any], index: int, workers: int, sim_nodes: int, prefix: str
+) -> dict[str, Any]:
+    return {
+        "cfg": dict(cfg),
+        "index": index,
+        "workers": workers,
+        "sim_nodes": sim_nodes,
+        "prefix": prefix,
+    }
 
-    from swarmscope.controller.plugin import MSG_ANNOUNCE, MSG_BURST, register_messages
-    from swarmscope.process import SwarmscopeProcess
-    from swarmscope.workers.exec_user import ExecStormUser
 
-    env = Environment(user_classes=[ExecStormUser])
-    distributed = cfg["mode"] == "distributed"
-    max_nodes = max(cfg["nodes"])
-    workers: list[subprocess.Popen[bytes]] = []
-    runner: Any
-    if distributed:
-        host, port = cfg["master_bind"].rsplit(":", 1)
-        runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
-        proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
-    else:
-        runner = env.create_local_runner()
-        proc = SwarmscopeProcess.make(cfg, kind, role="local", sim_nodes=max_nodes, run_id=run_id)
-    env.swarmscope = proc  # type: ignore[attr-defined]
-    register_messages(proc, runner)
-    assert proc.run is not None and proc.controller is not None
-    ctl = proc.controller
-    print(f"swarmscope: run {proc.run.run_id} -> {proc.run.run_dir}", file=sys.stderr)
-    status = "failed"
-    progress = Progress(sum(cfg["iterations"] for _ in cfg["nodes"]))
+class Sweep:
+    """One ``swarmscope run`` of a window-pipeline kind, on a made process and Locust runner."""
 
-    def worker_alive(client_id: str) -> bool:
-        c = runner.clients.get(client_id) if distributed else None
-        return (not distributed) or (c is not None and c.state != STATE_MISSING)
+    def __init__(self, proc: Any, runner: Any, distributed: bool):
+        self.proc = proc
+        self.runner = runner
+        self.distributed = distributed
+        self.kind = proc.kind
+        self.cfg = proc.cfg
 
-    try:
+    def _worker_alive(self, client_id: str) -> bool:
+        from locust.runners import STATE_MISSING
+
+        if not self.distributed:
+            return True
+        c = self.runner.clients.get(client_id)
+        return c is not None and c.state != STATE_MISSING
+
+    def run(self) -> None:
+        """Run every point; raises on failure (the caller closes the process either way)."""
+        proc, kind, cfg, ctl = self.proc, self.kind, self.cfg, self.proc.controller
+        points = kind.points(cfg)
         if cfg["probe"] == "external":
             print(
                 f"swarmscope: waiting for {cfg['expect_probes']} probe(s) on {proc.fleet.address}",
                 file=sys.stderr,
             )
             proc.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
-        if distributed:
-            if cfg["spawn_workers"]:
-                per_worker = math.ceil(max_nodes / cfg["workers"])
-                workers = _spawn_workers(kind, cfg, int(port), per_worker, proc.run.run_dir)
-            _wait_workers(runner, ctl, cfg, max_nodes, MSG_ANNOUNCE)
+        workers = int(cfg["workers"]) if self.distributed else 1
+        per_worker = math.ceil(kind.sim_nodes(cfg) / workers)
+        infos = set_up_workers(self.runner, ctl, cfg, per_worker, workers, float(cfg["worker_timeout_s"]))
+        shared = kind.shared(cfg, infos)
         by_worker: dict[str, list[str]] = {}
         for d in ctl.nodes.values():
             by_worker.setdefault(d.worker, []).append(d.name)
-        for pi, n in enumerate(cfg["nodes"]):
-            point = PointInfo(pi, {"nodes": n}, cfg["iterations"])
+        ordered = spread(by_worker, len(ctl.nodes))
+        progress = Progress(sum(p.iterations for p in points))
+        for point in points:
             proc.events.point_started.fire(run=proc.run, point=point)
-            names = spread(by_worker, n)
+            names = kind.window_nodes(cfg, point, ordered)
             results = []
-            for it in range(1, cfg["iterations"] + 1):
-                win = ctl.open_window(point, it, names)
-                burst = {
+            for it in range(1, point.iterations + 1):
+                win = ctl.open_window(point, it, names, programs=kind.programs(cfg, shared))
+                msg = {
                     "window_id": win.window_id,
                     "nodes": names,
-                    "duration_s": cfg["burst_s"],
-                    "concurrency": cfg["concurrency"],
-                    "rate": cfg["rate_per_node"],
+                    "payload": kind.payload(cfg, point, it, shared),
+                    "traceparent": win.traceparent,
                 }
-                runner.send_message(MSG_BURST, burst)  # embedded: runs the bursts and returns after them
+                self.runner.send_message(M.RUN, msg)  # embedded: runs the window and returns after it
                 results.append(
                     ctl.close_window(
                         win,
                         point,
-                        generated_timeout_s=cfg["burst_s"] + cfg["window_timeout_s"],
-                        alive=worker_alive,
-                        expected_per_node=cfg["rate_per_node"] * cfg["burst_s"] or None,
+                        timeout_s=kind.window_timeout_s(cfg, point),
+                        alive=self._worker_alive,
                     )
                 )
-                progress.step(f"nodes={n} iteration {it}")
-                if cfg["pause_s"]:
+                params = " ".join(f"{k}={v}" for k, v in point.params.items())
+                progress.step(f"{params} iteration {it}")
+                if cfg.get("pause_s"):
                     time.sleep(cfg["pause_s"])
             proc.events.point_done.fire(run=proc.run, point=point, results=results)
-        status = "ok"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        report = proc.close(status)
-        runner.quit()
-        for w in workers:
-            if w.poll() is None:
-                w.terminate()
-        for w in workers:
-            try:
-                w.wait(15)
-            except subprocess.TimeoutExpired:
-                w.kill()
-    return report
-
-
-def _wait_workers(runner: Any, ctl: Any, cfg: Any, max_nodes: int, announce: str) -> None:
-    deadline = time.monotonic() + cfg["worker_timeout_s"]
-    asked = 0.0
-    while True:
-        if runner.worker_count >= cfg["workers"] and len(ctl.nodes) >= max_nodes:
-            return
-        if time.monotonic() - asked > 1.0:
-            runner.send_message(announce, {})
-            asked = time.monotonic()
-        if time.monotonic() > deadline:
-            port = cfg["master_bind"].rsplit(":", 1)[1]
-            raise FleetError(
-                f"timed out after {cfg['worker_timeout_s']:.0f}s: {runner.worker_count}/{cfg['workers']} "
-                f"workers connected with {len(ctl.nodes)}/{max_nodes} nodes (start them with "
-                f"`swarmscope worker --controller <this host> --locust-port {port}`)"
-            )
-        time.sleep(0.1)

@@ -5,10 +5,12 @@
 
 It loads its programs (from the closed registry only), registers with a random nonce and
 refuses a controller whose proof is not HMAC-SHA256(token, nonce), then keeps one Session
-stream: OpenWindow -> snapshot every program, WindowAck; CloseWindow -> snapshot again, one
-Reading per node of the window (exact counter deltas, plus the gauges of programs that have
-``window_gauges``, e.g. procstat) inside one WindowDone; Shutdown -> return. A
-heartbeat with the agent's own CPU % and RSS goes up every ``heartbeat_interval_s``.
+stream: OpenWindow -> check its ``options`` against the programs' declared params, apply them
+(``configure``), snapshot every program, WindowAck; CloseWindow -> snapshot again, one Reading
+per node of the window (exact counter deltas, plus the gauges of programs that have
+``window_gauges``, e.g. procstat, and the samples of those with ``window_samples``, e.g.
+map_update) inside one WindowDone; Shutdown -> return. A heartbeat with the agent's own CPU %
+and RSS goes up every ``heartbeat_interval_s``.
 
 Caveats: plain threads (a probe is its own process, never gevent-patched). When the
 controller goes away the agent re-registers with bounded, exponentially backed-off retries and
@@ -18,7 +20,9 @@ inode numbers); one that does not resolve gets a Reading with ``error`` and no c
 Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta. A
 program that cannot be read yields Readings with ``error`` set, never silent zeros. A dead
 TCP peer that sends no RST is only noticed when a write fails (no keepalive pings are used, so
-the controller needs no ping policy).
+the controller needs no ping policy). Options apply to programs, not windows: a window whose
+options change a program while another window reading it is open marks that other window's
+readings with an error; bad options fail the ack (naming the key) and the window reads nothing.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ from typing import Any
 
 import grpc
 import psutil
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 
 from swarmscope import __version__, auth
-from swarmscope.errors import FleetError, SwarmscopeError
-from swarmscope.probes.cgroups import resolve_cgroup_id
+from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
+from swarmscope.probes.programs.params import window_options
+from swarmscope.sys import otel
+from swarmscope.sys.cgroups import resolve_cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 
@@ -108,13 +114,17 @@ class ProbeAgent:
         self.rpc_timeout_s = rpc_timeout_s
         self._token = token
         self._factory = program_factory
-        # The global tracer is a no-op unless the process set up an SDK provider (see cli.py).
-        self._tracer = tracer or trace.get_tracer("swarmscope.probes")
+        # The global tracer is a no-op unless the process set up an SDK provider (cli.py does,
+        # through swarmscope.sys.otel, when an OTLP endpoint is set).
+        self._tracer = tracer or otel.tracer("swarmscope.probes")
         self._programs: dict[str, Program] = {}
         # Optional self-metrics sink (probes.selfmetrics.ProbeSelfMetrics): window_opened(),
         # window_closed(readings).
         self.metrics = metrics
         self._windows: dict[tuple[str, str], _Window] = {}
+        # The options each program was last configured with ({} = start-up settings; None =
+        # unknown after a failed configure, so the next window configures it again).
+        self._applied: dict[str, dict[str, Any] | None] = {}
         self._stop = threading.Event()
         self._call: grpc.Future | None = None
         self._out: queue.Queue[pb.ProbeMessage | None] | None = None
@@ -316,7 +326,7 @@ class ProbeAgent:
     def _open(self, cmd: pb.OpenWindow) -> pb.WindowAck:
         start = time.time_ns()
         # The window span is a child of the controller's window span (W3C traceparent).
-        parent = propagate.extract({"traceparent": cmd.traceparent}) if cmd.traceparent else None
+        parent = otel.extract(cmd.traceparent)
         span = self._tracer.start_span(
             "probe window",
             context=parent,
@@ -340,10 +350,21 @@ class ProbeAgent:
                 except SwarmscopeError as e:
                     w.node_errors[n.name] = f"node {n.name}: {e}"
             w.nodes.append(n)
-        for name in list(cmd.programs) or list(self._programs):
+        names = list(cmd.programs) or list(self._programs)
+        try:
+            options = window_options(cmd.options, names, self._programs)
+        except ConfigError as e:
+            # Nothing is applied or read: readings under settings the controller did not ask
+            # for would be mislabelled.
+            w.errors["options"] = "bad options: " + "; ".join(f"{p.key}: {p.reason}" for p in e.problems)
+            names = []
+            options = {}
+        for name in names:
             prog = self._programs.get(name)
             if prog is None:
                 w.errors[name] = f"{name}: not loaded on this probe (loaded: {', '.join(self._programs)})"
+                continue
+            if not self._configure(w, name, prog, options.get(name, {})):
                 continue
             try:
                 w.before[name] = prog.snapshot()
@@ -362,6 +383,25 @@ class ProbeAgent:
             log.warning("probe: window %s opened with errors: %s", cmd.window_id, err)
         return pb.WindowAck(run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=start)
 
+    def _configure(self, w: _Window, name: str, prog: Program, options: dict[str, Any]) -> bool:
+        """Apply this window's options to ``prog`` if they differ from the last ones; False if it failed."""
+        configure = getattr(prog, "configure", None)  # Configurable programs (procstat, map_update)
+        if configure is None or self._applied.get(name, {}) == options:
+            return True
+        for other in self._windows.values():
+            if name in other.before:
+                other.errors[name] = _join(
+                    other.errors.get(name, ""), f"{name}: options changed by window {w.window_id} while open"
+                )
+        try:
+            configure(options)
+        except Exception as e:
+            self._applied[name] = None
+            w.errors[name] = f"{name}: applying options failed: {e}"
+            return False
+        self._applied[name] = options
+        return True
+
     def _close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:
         end = time.time_ns()
         w = self._windows.pop((cmd.run_id, cmd.window_id), None)
@@ -378,6 +418,7 @@ class ProbeAgent:
             ]
         counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
         gauges: dict[str, dict[str, float]] = {n.name: {} for n in w.nodes}
+        samples: dict[str, list[pb.Sample]] = {n.name: [] for n in w.nodes}
         errors = dict(w.errors)
         # A node whose cgroup could not be resolved gets no counters (never the host's).
         measurable = [n for n in w.nodes if n.name not in w.node_errors]
@@ -397,6 +438,27 @@ class ProbeAgent:
                         gauges[node].update(gs)
                 except Exception as e:
                     errors[name] = f"{name}: gauges at close failed: {e}"
+            window_samples = getattr(prog, "window_samples", None)  # SampleSource programs (map_update)
+            if window_samples is not None:
+                try:
+                    got = window_samples(w.start_ns, end, measurable)
+                except IncompleteSamplesError as e:  # what it has, with the reason it is not all
+                    got = e.samples
+                    errors[name] = _join(errors.get(name, ""), str(e))
+                except Exception as e:
+                    got = {}
+                    errors[name] = _join(errors.get(name, ""), f"{name}: samples at close failed: {e}")
+                for node, ss in got.items():
+                    samples[node] += [
+                        pb.Sample(
+                            series=x.series,
+                            start_ns=x.start_ns,
+                            end_ns=x.end_ns,
+                            value=x.value,
+                            labels=x.labels,
+                        )
+                        for x in ss
+                    ]
         readings = [
             pb.Reading(
                 run_id=w.run_id,
@@ -405,6 +467,7 @@ class ProbeAgent:
                 node=n.name,
                 counters=counters[n.name],
                 gauges=gauges[n.name],
+                samples=samples[n.name],
                 start_unix_ns=w.start_ns,
                 end_unix_ns=end,
                 error="; ".join(
@@ -426,3 +489,7 @@ class ProbeAgent:
             w.span.set_status(trace.Status(trace.StatusCode.ERROR, "a reading has an error"))
         w.span.end(end_time=end)
         return readings
+
+
+def _join(*errors: str) -> str:
+    return "; ".join(e for e in errors if e)

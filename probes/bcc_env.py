@@ -12,7 +12,6 @@ saying what to run, instead of a traceback from deep inside BCC.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import pathlib
 import subprocess
@@ -109,20 +108,3 @@ def percpu_sum(table: Any) -> dict[int, int]:
         key = k.value if hasattr(k, "value") else int(k)
         out[key] = int(sum(v))
     return out
-
-
-def cgroup_id(path: str | os.PathLike[str]) -> int:
-    """The v2 cgroup id of a cgroup directory: its inode number (what bpf_get_current_cgroup_id returns)."""
-    return os.stat(path).st_ino
-
-
-def enable_stats() -> Any:
-    """Turn on BPF run statistics (BPF_ENABLE_STATS) for as long as the returned fd stays open."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    BPF_ENABLE_STATS = 32  # enum bpf_cmd
-    attr = (ctypes.c_uint32 * 2)(0, 0)  # type = BPF_STATS_RUN_TIME (0)
-    fd = libc.syscall(321, BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise ProbeError(f"BPF_ENABLE_STATS failed: {os.strerror(err)}")
-    return fd

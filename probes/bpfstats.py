@@ -1,49 +1,43 @@
-"""Run statistics of every BPF program on the node, read with bpf() syscalls through ctypes.
+"""Run statistics of every BPF program on the node, read through swarmscope.sys.bpf (libbpf).
 
     from swarmscope.probes import bpfstats
-    with bpfstats.stats_enabled():             # BPF_ENABLE_STATS only while measuring
+    from swarmscope.sys import bpf
+    with bpf.stats_enabled():                  # BPF_ENABLE_STATS only while measuring
         before = bpfstats.list_programs()
         time.sleep(1)
         after = bpfstats.list_programs(owners=True)
     for r in bpfstats.rates(before, after, elapsed_ns=1_000_000_000):
         print(r.prog.id, r.prog.name, r.d_run_cnt, r.avg_ns, r.cpu_pct)
 
-Programs are walked with BPF_PROG_GET_NEXT_ID / BPF_PROG_GET_FD_BY_ID / BPF_OBJ_GET_INFO_BY_FD
-(no bpftool at run time). The name is the full function name from the program's BTF func info
-when the kernel's 15-character ``name`` is a truncation of it; map memory is the ``memlock:``
-line of each map's fdinfo; owners come from walking ``/proc/*/fdinfo`` for ``prog_id:`` (prog
-and link fds). ``BpfStats`` is the registry Program ``bpf_stats``: one host-level (cgroup 0)
-snapshot with counters ``prog.<id>.<name>.{run_cnt,run_time_ns,recursion_misses}``.
+Programs are walked with libbpf's bpf_prog_get_next_id / bpf_prog_get_fd_by_id /
+bpf_obj_get_info_by_fd (no bpftool at run time). The name is the full function name from the
+program's BTF func info when the kernel's 15-character ``name`` is a truncation of it; map
+memory is the ``memlock:`` line of each map's fdinfo; owners come from walking
+``/proc/*/fdinfo`` for ``prog_id:`` (prog and link fds). ``BpfStats`` is the registry Program
+``bpf_stats``: one host-level (cgroup 0) snapshot with counters
+``prog.<id>.<name>.{run_cnt,run_time_ns,recursion_misses}``.
 
-Caveats: needs root (CAP_SYS_ADMIN for GET_FD_BY_ID). run_cnt/run_time_ns only grow while
-statistics are on (this module's fd, or ``kernel.bpf_stats_enabled``); run_time_ns includes
-the kernel's own timing overhead (tens of ns per run). CPU % is of one CPU (100 = one core
-busy). A program unloaded between two snapshots keeps its last value in ``BpfStats`` (its
-window delta is then what it ran before it went), so programs coming and going never make a
-window fail. Programs pinned only in bpffs with no process holding them have no owners.
+Caveats: needs root (CAP_SYS_ADMIN for GET_FD_BY_ID, docs/platform.md#bpf-statistics).
+run_cnt/run_time_ns only grow while statistics are on (this module's fd, or
+``kernel.bpf_stats_enabled``); run_time_ns includes the kernel's own timing overhead (tens of
+ns per run). CPU % is of one CPU (100 = one core busy). A program unloaded between two
+snapshots keeps its last value in ``BpfStats`` (its window delta is then what it ran before
+it went), so programs coming and going never make a window fail.
+Programs pinned only in bpffs with no process holding them have no owners.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import errno
 import os
 import re
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from swarmscope.errors import ProbeError
-from swarmscope.probes.bcc_env import enable_stats
 from swarmscope.probes.programs.base import Snapshot
-
-SYS_BPF = 321  # x86_64
-BPF_PROG_GET_NEXT_ID = 11
-BPF_PROG_GET_FD_BY_ID = 13
-BPF_MAP_GET_FD_BY_ID = 14
-BPF_OBJ_GET_INFO_BY_FD = 15
-BPF_BTF_GET_FD_BY_ID = 19
+from swarmscope.sys import bpf
+from swarmscope.sys.bpf import BtfInfo, ProgInfo
 
 # enum bpf_prog_type, in order (include/uapi/linux/bpf.h).
 PROG_TYPES = (
@@ -52,65 +46,6 @@ PROG_TYPES = (
     "cgroup_sock_addr lwt_seg6local lirc_mode2 sk_reuseport flow_dissector cgroup_sysctl "
     "raw_tracepoint_writable cgroup_sockopt tracing struct_ops ext lsm sk_lookup syscall netfilter"
 ).split()
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-class ProgInfo(ctypes.Structure):
-    """struct bpf_prog_info (uapi); the kernel fills at most sizeof of what we pass."""
-
-    _fields_ = [  # noqa: RUF012 (ctypes reads it at class creation)
-        ("type", ctypes.c_uint32),
-        ("id", ctypes.c_uint32),
-        ("tag", ctypes.c_uint8 * 8),
-        ("jited_prog_len", ctypes.c_uint32),
-        ("xlated_prog_len", ctypes.c_uint32),
-        ("jited_prog_insns", ctypes.c_uint64),
-        ("xlated_prog_insns", ctypes.c_uint64),
-        ("load_time", ctypes.c_uint64),
-        ("created_by_uid", ctypes.c_uint32),
-        ("nr_map_ids", ctypes.c_uint32),
-        ("map_ids", ctypes.c_uint64),
-        ("name", ctypes.c_char * 16),
-        ("ifindex", ctypes.c_uint32),
-        ("gpl_compatible", ctypes.c_uint32),
-        ("netns_dev", ctypes.c_uint64),
-        ("netns_ino", ctypes.c_uint64),
-        ("nr_jited_ksyms", ctypes.c_uint32),
-        ("nr_jited_func_lens", ctypes.c_uint32),
-        ("jited_ksyms", ctypes.c_uint64),
-        ("jited_func_lens", ctypes.c_uint64),
-        ("btf_id", ctypes.c_uint32),
-        ("func_info_rec_size", ctypes.c_uint32),
-        ("func_info", ctypes.c_uint64),
-        ("nr_func_info", ctypes.c_uint32),
-        ("nr_line_info", ctypes.c_uint32),
-        ("line_info", ctypes.c_uint64),
-        ("jited_line_info", ctypes.c_uint64),
-        ("nr_jited_line_info", ctypes.c_uint32),
-        ("line_info_rec_size", ctypes.c_uint32),
-        ("jited_line_info_rec_size", ctypes.c_uint32),
-        ("nr_prog_tags", ctypes.c_uint32),
-        ("prog_tags", ctypes.c_uint64),
-        ("run_time_ns", ctypes.c_uint64),
-        ("run_cnt", ctypes.c_uint64),
-        ("recursion_misses", ctypes.c_uint64),
-        ("verified_insns", ctypes.c_uint32),
-        ("attach_btf_obj_id", ctypes.c_uint32),
-        ("attach_btf_id", ctypes.c_uint32),
-        ("_pad", ctypes.c_uint32),
-    ]
-
-
-class BtfInfo(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012 (ctypes reads it at class creation)
-        ("btf", ctypes.c_uint64),
-        ("btf_size", ctypes.c_uint32),
-        ("id", ctypes.c_uint32),
-        ("name", ctypes.c_uint64),
-        ("name_len", ctypes.c_uint32),
-        ("kernel_btf", ctypes.c_uint32),
-    ]
 
 
 @dataclass
@@ -136,85 +71,15 @@ class ProgRate:
     cpu_pct: float  # of one CPU
 
 
-def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char] | ctypes.Structure) -> int:
-    r: int = _libc.syscall(SYS_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
-    if r < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    return r
-
-
-def _id_attr(value: int) -> ctypes.Array[ctypes.c_char]:
-    # start_id / prog_id / map_id / btf_id are all the first u32 of the attr; next_id, open_flags follow.
-    buf = ctypes.create_string_buffer(16)
-    struct.pack_into("<I", buf, 0, value)
-    return buf
-
-
-def next_prog_id(start: int) -> int | None:
-    """The next program id after ``start``, or None at the end."""
-    attr = _id_attr(start)
-    try:
-        _bpf(BPF_PROG_GET_NEXT_ID, attr)
-    except OSError as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise ProbeError(f"BPF_PROG_GET_NEXT_ID: {e.strerror} (root needed)") from e
-    return int(struct.unpack_from("<I", attr, 4)[0])
-
-
-def _fd_by_id(cmd: int, obj_id: int) -> int | None:
-    try:
-        return _bpf(cmd, _id_attr(obj_id))
-    except OSError as e:
-        if e.errno == errno.ENOENT:  # unloaded since we listed it
-            return None
-        raise ProbeError(f"bpf get fd by id {obj_id}: {e.strerror}") from e
-
-
-def _info(fd: int, info: ctypes.Structure) -> None:
-    attr = ctypes.create_string_buffer(16)
-    struct.pack_into("<IIQ", attr, 0, fd, ctypes.sizeof(info), ctypes.addressof(info))
-    _bpf(BPF_OBJ_GET_INFO_BY_FD, attr)
-
-
-def prog_info(fd: int) -> ProgInfo:
-    info = ProgInfo()
-    _info(fd, info)
-    return info
-
-
 def prog_map_ids(fd: int, info: ProgInfo | None = None) -> list[int]:
     """Ids of the maps program ``fd`` uses."""
-    n = (info or prog_info(fd)).nr_map_ids
+    n = (info or bpf.prog_info(fd)).nr_map_ids
     if not n:
         return []
     arr = (ctypes.c_uint32 * n)()
     q = ProgInfo(nr_map_ids=n, map_ids=ctypes.addressof(arr))
-    _info(fd, q)
+    bpf.obj_info(fd, q)
     return list(arr[: min(n, q.nr_map_ids)])
-
-
-class MapInfo(ctypes.Structure):
-    """struct bpf_map_info (uapi), the fields up to map_extra."""
-
-    _fields_ = [  # noqa: RUF012 (ctypes reads it at class creation)
-        ("type", ctypes.c_uint32),
-        ("id", ctypes.c_uint32),
-        ("key_size", ctypes.c_uint32),
-        ("value_size", ctypes.c_uint32),
-        ("max_entries", ctypes.c_uint32),
-        ("map_flags", ctypes.c_uint32),
-        ("name", ctypes.c_char * 16),
-        ("ifindex", ctypes.c_uint32),
-        ("btf_vmlinux_value_type_id", ctypes.c_uint32),
-        ("netns_dev", ctypes.c_uint64),
-        ("netns_ino", ctypes.c_uint64),
-        ("btf_id", ctypes.c_uint32),
-        ("btf_key_type_id", ctypes.c_uint32),
-        ("btf_value_type_id", ctypes.c_uint32),
-        ("_pad", ctypes.c_uint32),
-        ("map_extra", ctypes.c_uint64),
-    ]
 
 
 @dataclass
@@ -226,7 +91,6 @@ class MapFill:
     max_entries: int
 
 
-BPF_MAP_GET_NEXT_KEY = 4
 # Map types whose every slot always exists (array, percpu array, prog array, perf event
 # array, cgroup array, array of maps): their "entries" is max_entries.
 _ARRAY_TYPES = {2, 3, 4, 6, 8, 12}
@@ -234,33 +98,21 @@ MAX_WALK = 1_000_000
 
 
 def map_fill(map_id: int) -> MapFill | None:
-    """A map's name, entries (walked with GET_NEXT_KEY, capped at MAX_WALK) and max_entries."""
-    fd = _fd_by_id(BPF_MAP_GET_FD_BY_ID, map_id)
+    """A map's name, entries (walked key by key, capped at MAX_WALK) and max_entries."""
+    fd = bpf.map_fd_by_id(map_id)
     if fd is None:
         return None
     try:
-        info = MapInfo()
-        _info(fd, info)
+        info = bpf.map_info(fd)
         name = info.name.decode(errors="replace")
         if info.type in _ARRAY_TYPES or info.key_size == 0:
             return MapFill(map_id, name, info.type, info.max_entries, info.max_entries)
         key = ctypes.create_string_buffer(info.key_size)
         nxt = ctypes.create_string_buffer(info.key_size)
-        attr = ctypes.create_string_buffer(24)
-        n, first = 0, True
-        while n < MAX_WALK:
-            # key = NULL asks for the first key.
-            struct.pack_into(
-                "<IIQQ", attr, 0, fd, 0, 0 if first else ctypes.addressof(key), ctypes.addressof(nxt)
-            )
-            try:
-                _bpf(BPF_MAP_GET_NEXT_KEY, attr)
-            except OSError as e:
-                if e.errno == errno.ENOENT:
-                    break
-                raise ProbeError(f"BPF_MAP_GET_NEXT_KEY on map {map_id}: {e.strerror}") from e
+        n = 0
+        while n < MAX_WALK and bpf.map_next_key(fd, key if n else None, nxt):
             ctypes.memmove(key, nxt, info.key_size)
-            n, first = n + 1, False
+            n += 1
         return MapFill(map_id, name, info.type, n, info.max_entries)
     finally:
         os.close(fd)
@@ -268,15 +120,15 @@ def map_fill(map_id: int) -> MapFill | None:
 
 def _btf_names(btf_id: int) -> dict[int, str]:
     """{type id: name} of every named type in BTF object ``btf_id`` (a program's own BTF)."""
-    fd = _fd_by_id(BPF_BTF_GET_FD_BY_ID, btf_id)
+    fd = bpf.btf_fd_by_id(btf_id)
     if fd is None:
         return {}
     try:
         info = BtfInfo()
-        _info(fd, info)
+        bpf.obj_info(fd, info)
         raw = ctypes.create_string_buffer(info.btf_size)
         info2 = BtfInfo(btf=ctypes.addressof(raw), btf_size=info.btf_size)
-        _info(fd, info2)
+        bpf.obj_info(fd, info2)
     finally:
         os.close(fd)
     return parse_btf_names(raw.raw)
@@ -331,10 +183,10 @@ def _btf_full_name(fd: int, info: ProgInfo, short: str) -> str:
     buf = ctypes.create_string_buffer(rec)
     q = ProgInfo(nr_func_info=1, func_info_rec_size=rec, func_info=ctypes.addressof(buf))
     try:
-        _info(fd, q)
+        bpf.obj_info(fd, q)
         _insn_off, type_id = struct.unpack_from("<II", buf, 0)
         name = _btf_names(info.btf_id).get(type_id, "")
-    except (OSError, ProbeError, ValueError, struct.error):
+    except (ProbeError, ValueError, struct.error):
         return short
     # Not a prefix test: BCC names a tracepoint program 'sched__sched_pr...' in the kernel
     # but 'tracepoint__sched__sched_process_exec' in BTF (bpftool shows the BTF one too).
@@ -343,7 +195,7 @@ def _btf_full_name(fd: int, info: ProgInfo, short: str) -> str:
 
 def _map_memlock(map_id: int, cache: dict[int, int]) -> int:
     if map_id not in cache:
-        fd = _fd_by_id(BPF_MAP_GET_FD_BY_ID, map_id)
+        fd = bpf.map_fd_by_id(map_id)
         mem = 0
         if fd is not None:
             try:
@@ -393,17 +245,15 @@ def list_programs(*, owners_too: bool = False, maps: bool = True) -> dict[int, P
     memlock: dict[int, int] = {}
     who = owners() if owners_too else {}
     cur: int | None = 0
-    while cur is not None and (nxt := next_prog_id(cur)) is not None:
+    while cur is not None and (nxt := bpf.prog_next_id(cur)) is not None:
         pid = cur = nxt
-        fd = _fd_by_id(BPF_PROG_GET_FD_BY_ID, pid)
+        fd = bpf.prog_fd_by_id(pid)
         if fd is None:
             continue
         try:
-            info = prog_info(fd)
+            info = bpf.prog_info(fd)
             map_ids = prog_map_ids(fd, info) if maps else []
             name = full_name(fd, info)
-        except OSError as e:
-            raise ProbeError(f"BPF_OBJ_GET_INFO_BY_FD on program {pid}: {e.strerror}") from e
         finally:
             os.close(fd)
         found[pid] = ProgStats(
@@ -440,16 +290,6 @@ def rates(before: dict[int, ProgStats], after: dict[int, ProgStats], elapsed_ns:
     return out
 
 
-@contextlib.contextmanager
-def stats_enabled() -> Iterator[None]:
-    """BPF run statistics on (BPF_ENABLE_STATS) for the duration of the block, then off again."""
-    fd = enable_stats()
-    try:
-        yield
-    finally:
-        os.close(fd)
-
-
 def safe_name(name: str) -> str:
     """A program name usable inside a dotted counter name."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
@@ -473,7 +313,7 @@ class BpfStats:
 
     def load(self) -> None:
         if self._fd is None:
-            self._fd = enable_stats()
+            self._fd = bpf.enable_stats()
 
     def snapshot(self) -> Snapshot:
         if self._fd is None:

@@ -4,7 +4,9 @@
     swarmscope probe --once --seconds 5            # table of per-cgroup deltas
     swarmscope probe --once --seconds 1 --json     # the same as JSON
 
-Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
+Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. ``--help``
+lists every program with its params (declared next to its code; start-up values from their env
+vars, per-window ones from the controller's OpenWindow.options).
 Settings: ``--controller`` else $SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN
 (never the token itself on the command line: /proc shows arguments to every user); ``--node``
 else $NODE_NAME else the hostname. Caveats: needs root and BCC; a missing piece comes out as one
@@ -28,25 +30,28 @@ ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
 
 
 def register(subparsers: Any) -> None:
+    from swarmscope.probes.programs.params import describe_program_params
+
     p = subparsers.add_parser(
         "probe",
         help="run the node probe agent (or --once: count for S seconds and print)",
         description="The swarmscope node agent: loads programs from bpf/ and serves an "
         "authenticated controller. With --once it runs standalone and prints per-cgroup deltas.",
+        epilog="programs and their params (KEY (type, default, $ENV at start-up, scope): help):\n"
+        + describe_program_params(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--controller", metavar="HOST:PORT", help=f"controller address (else ${ENV_CONTROLLER})")
     p.add_argument(
         "--token-file", metavar="FILE", help="file holding the shared token (else $SWARMSCOPE_TOKEN)"
     )
     p.add_argument("--node", metavar="NAME", help="node name (else $NODE_NAME, else the hostname)")
-    from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS
+    from swarmscope.probes.programs.base import PROGRAMS
 
-    # argparse %-formats help strings: a literal "%" (CPU %) must be doubled.
-    listing = "; ".join(f"{n}: {DESCRIPTIONS.get(n, '')}" for n in PROGRAMS).replace("%", "%%")
     p.add_argument(
         "--programs",
         default="exec_count",
-        help=f"comma-separated programs (default: exec_count). Known: {listing}",
+        help=f"comma-separated programs (default: exec_count). Known: {', '.join(PROGRAMS)} (below)",
     )
     p.add_argument(
         "--heartbeat", type=float, default=1.0, help="heartbeat seconds if the controller sets none"
@@ -95,6 +100,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     from swarmscope import auth
     from swarmscope.probes import bcc_env
     from swarmscope.probes.agent import ProbeAgent
+    from swarmscope.sys import bpf
 
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
     if not controller:
@@ -109,7 +115,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
 
         metrics = ProbeSelfMetrics()
         # Run statistics on for the probe's lifetime, so its programs' own cost is visible.
-        stats_fd = bcc_env.enable_stats()
+        stats_fd = bpf.enable_stats()
         server = serve(metrics.registry, args.metrics_port)
     agent = ProbeAgent(
         controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics
@@ -134,35 +140,16 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
 def _otlp_provider(node: str) -> Any:
     """With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, export window spans over OTLP.
 
-    Follows the standard OTEL_* variables (protocol grpc, or http/protobuf). Without an
-    endpoint nothing is set up and the agent's spans are no-ops.
+    Set up by swarmscope.sys.otel. Without an endpoint nothing is installed and the agent's
+    spans are no-ops (a probe keeps no trace of its own).
     """
-    if not (
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    ):
+    from swarmscope.sys import otel
+
+    if not otel.otlp_endpoint():
         return None
-    from opentelemetry import trace
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    proto = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
-    )
-    exporter: Any
-    if proto == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-        exporter = GrpcExporter()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-        exporter = HttpExporter()
-    resource = Resource.create({"service.name": "swarmscope-probe", "host.name": node})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    return provider
+    # service.name given as an attribute wins over OTEL_SERVICE_NAME: a probe started from the
+    # controller's environment must still show as its own service in the trace.
+    return otel.install_provider("swarmscope-probe", {"service.name": "swarmscope-probe", "host.name": node})
 
 
 class _HostNode:
@@ -174,8 +161,8 @@ def once(programs: list[str], seconds: float) -> dict[str, Any]:
     """Load ``programs``, count for ``seconds``, return per-cgroup deltas (JSON-ready)."""
     from swarmscope.errors import SetupError
     from swarmscope.probes import bcc_env
-    from swarmscope.probes.cgroups import cgroup_paths
     from swarmscope.probes.programs.base import Program, delta_by_cgroup, get_program
+    from swarmscope.sys.cgroups import cgroup_paths
 
     bcc_env.check()
     loaded: list[Program] = []

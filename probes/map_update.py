@@ -11,12 +11,14 @@ Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints). 
 bpf_ktime_get_ns(), i.e. CLOCK_MONOTONIC, comparable with time.monotonic_ns() on this host.
 The map is not known in the kernel (no kprobes, no struct reads): events carry (tgid, map_fd)
 and :func:`map_id` resolves it through /proc while the process lives. ``pids`` restricts
-recording to those tgids (more can be added with :meth:`add_pid`); None records every process.
+recording to those tgids (more can be added with :meth:`add_pid`, all replaced while attached with
+:meth:`set_pids`); None records every process.
 Events come through a ring buffer; :meth:`dropped` says how many it refused (0 means complete).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 from collections.abc import Iterable
@@ -62,17 +64,31 @@ class MapUpdateTracer:
     def load(self) -> None:
         from swarmscope.probes.bcc_env import load_program
 
-        cflags = [f"-DSS_RINGBUF_PAGES={self.ringbuf_pages}"]
-        if self.pids is not None:
-            cflags.append("-DSS_FILTER_PIDS=1")
-        self.bpf = load_program("map_update", cflags)
-        for p in self.pids or ():
-            self.add_pid(p)
+        self.bpf = load_program("map_update", [f"-DSS_RINGBUF_PAGES={self.ringbuf_pages}"])
+        pids, self.pids = self.pids, []  # set_pids compares with what is in the kernel: nothing yet
+        self.set_pids(pids)
         self.bpf[b"mu_events"].open_ring_buffer(self._on_event)
 
     def add_pid(self, pid: int) -> None:
         self._need()
         self.bpf[b"mu_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        if self.pids is not None and pid not in self.pids:
+            self.pids.append(pid)
+
+    def set_pids(self, pids: Iterable[int] | None) -> None:
+        """Record only ``pids`` from now on (None: every process), without reloading."""
+        self._need()
+        want = None if pids is None else list(dict.fromkeys(int(p) for p in pids))
+        table, all_ = self.bpf[b"mu_pids"], self.bpf[b"mu_record_all"]
+        # Add before removing, and widen before narrowing, so a pid kept across the change is
+        # never unrecorded for a moment.
+        for p in want or ():
+            table[ctypes.c_uint32(p)] = ctypes.c_uint8(1)
+        all_[ctypes.c_int(0)] = ctypes.c_uint8(1 if want is None else 0)
+        for p in (self.pids or []) if want is None else set(self.pids or ()) - set(want):
+            with contextlib.suppress(KeyError):
+                del table[ctypes.c_uint32(p)]
+        self.pids = want
 
     def _need(self) -> None:
         if self.bpf is None:
@@ -128,10 +144,3 @@ def _merge(a: MapUpdateTotal | None, b: MapUpdateTotal) -> MapUpdateTotal:
     return MapUpdateTotal(
         a.calls + b.calls, a.entries + b.entries, min(a.first_ns, b.first_ns), max(a.last_ns, b.last_ns)
     )
-
-
-def map_id(pid: int, fd: int) -> int | None:
-    """Map id behind ``fd`` of process ``pid`` (from /proc/<pid>/fdinfo), None if not a map."""
-    from swarmscope.targets.neighbors.bpfmap import map_id as _map_id
-
-    return _map_id(pid, fd)

@@ -34,7 +34,9 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from swarmscope.errors import ProbeError
 from swarmscope.probes import bpfstats
+from swarmscope.sys import bpf
 
 
 def serve(registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
@@ -130,8 +132,8 @@ class _ProgramCollector:
             map_ids: set[int] = set()
             for fname, fn in dict(getattr(b, "funcs", {}) or {}).items():
                 try:
-                    info = bpfstats.prog_info(fn.fd)
-                except OSError:
+                    info = bpf.prog_info(fn.fd)
+                except ProbeError:
                     continue
                 label = [pname, fname.decode() if isinstance(fname, bytes) else str(fname)]
                 runs.add_metric(label, info.run_cnt)

@@ -39,6 +39,7 @@ from typing import Any
 from swarmscope.errors import ConfigError, Problem
 from swarmscope.probes import bpfstats
 from swarmscope.probes.bpfstats import ProgRate, ProgStats
+from swarmscope.sys import bpf
 
 SORT_KEYS = {
     "cpu": lambda r: -r.cpu_pct,
@@ -104,7 +105,7 @@ def _filters(args: argparse.Namespace) -> Filters:
 
 def measure(delay_s: float, filters: Filters, sort: str = "cpu") -> tuple[list[ProgRate], float]:
     """One interval with statistics on: sorted, filtered per-program rates and the seconds measured."""
-    with bpfstats.stats_enabled():
+    with bpf.stats_enabled():
         before = bpfstats.list_programs(maps=False)
         t0 = time.monotonic_ns()
         time.sleep(delay_s)
@@ -281,7 +282,7 @@ def _exporter(port: int, bind: str, filters: Filters) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with bpfstats.stats_enabled():
+    with bpf.stats_enabled():
         server = serve(registry, port, bind)
         print(f"top-ebpf exporter on http://{bind}:{server.server_address[1]}/metrics", flush=True)
         try:

@@ -6,7 +6,9 @@ what the workers generated, what the kernel counted and what the tracer under te
 (``--ss-tracer bpftrace``). Options: ``locust -f scenarios/exec_storm.py --help`` (``--ss-*``).
 """
 
-from swarmscope.controller import plugin  # noqa: F401  (registers swarmscope's Locust hooks)
+from swarmscope import plugin
 from swarmscope.workers.exec_user import ExecStormUser
+
+plugin.install("exec_storm")
 
 __all__ = ["ExecStormUser"]

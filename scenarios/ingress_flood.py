@@ -1,13 +1,18 @@
 """Locustfile for the ingress flood: steps of users (closed) or arrival rates (open).
 
-    locust -f scenarios/ingress_flood.py --host http://127.0.0.1:8080 --ss-steps 100,200,300 \\
-        --ss-step-duration 30 --headless --ss-out steps.json
-    locust -f scenarios/ingress_flood.py --ss-model open --ss-steps 500,1000 ...   # req/s
+    locust -f scenarios/ingress_flood.py --headless --ss-steps 10,50 --ss-step-duration 5 \\
+        --stop-timeout 5                       # no --host: a worker starts the local nginx target
+    locust -f scenarios/ingress_flood.py --master --headless --expect-workers 2 --stop-timeout 5
+    locust -f scenarios/ingress_flood.py --worker                            # (twice)
 
-User and shape come from swarmscope.workers.http_users; each worker keeps one HdrHistogram per
-step and the master merges them exactly (written to --ss-out as per-step rows).
+Each test start/stop is one window; the workers' HdrHistograms are merged exactly on the
+master and the report (per-step rows, faults, the nginx log check) goes in the run directory.
+Options: ``--help`` lists every ``--ss-*`` option of the scenario kind.
 """
 
+from swarmscope import plugin
 from swarmscope.workers.http_users import FloodUser, StepShape
+
+plugin.install("ingress_flood")
 
 __all__ = ["FloodUser", "StepShape"]

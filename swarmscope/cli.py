@@ -21,8 +21,8 @@ from swarmscope.errors import SwarmscopeError
 
 # name -> module with register(subparsers). Order is the order in --help.
 COMMAND_MODULES = [
-    "swarmscope.controller.cli",
-    "swarmscope.controller.locust_cli",
+    "swarmscope.commands.run",
+    "swarmscope.commands.roles",
     "swarmscope.probes.cli",
     "swarmscope.probes.top_ebpf",
     "swarmscope.controller.report_cli",
@@ -52,21 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 GEVENT_COMMANDS = {"run", "controller", "worker"}
 
 
-def _needs_gevent(words: list[str]) -> bool:
-    """`run` of a kind that measures with its own machinery (threads, grpc) must not be patched."""
-    if "run" not in words[:3]:
-        return True
-    from swarmscope.controller.scenario import kind_name, uses_locust
-
-    rest = words[words.index("run") + 1 :]
-    path = next((w for w in rest if not w.startswith("-") and w.endswith((".yaml", ".yml"))), None)
-    sets = [rest[i + 1] for i, w in enumerate(rest[:-1]) if w == "--set"]
-    return uses_locust(kind_name(path, sets))
-
-
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    if GEVENT_COMMANDS & set(words[:3]) and _needs_gevent(words):
+    if GEVENT_COMMANDS & set(words[:3]):  # every kind runs its windows through Locust
         from gevent import monkey
 
         monkey.patch_all()

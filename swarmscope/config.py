@@ -204,7 +204,10 @@ class Schema:
         env: Mapping[str, str] | None = None,
         sets: Iterable[str] = (),
         data: Mapping[str, Any] | None = None,
+        text: str | None = None,
     ) -> Config:
+        """``text`` is the file's content when the caller has read it already (the file is
+        read once per run); ``file`` still names it in every problem's location."""
         problems: list[Problem] = []
         values = {k: f.default for k, f in self.fields.items()}
         sources = dict.fromkeys(self.fields, "default")
@@ -214,8 +217,9 @@ class Schema:
         if file is not None:
             path = os.fspath(file)
             try:
-                with open(path, encoding="utf-8") as fh:
-                    raw = yaml.safe_load(fh)
+                if text is None:
+                    text = read_text(path)
+                raw = yaml.safe_load(text)
             except OSError as e:
                 raise ConfigError([Problem(path, "-", f"cannot read: {e.strerror}")]) from e
             except yaml.YAMLError as e:
@@ -227,7 +231,7 @@ class Schema:
             if not isinstance(raw, dict):
                 raise ConfigError([Problem(path, "-", "must be a YAML mapping of keys to values")])
             layers.append((path, flatten(raw, known=self.fields), False))
-            key_lines = _key_lines(path, self.fields)
+            key_lines = _key_lines(text, self.fields)
         if data:
             layers.append(("arguments", flatten(data, known=self.fields), False))
         env = os.environ if env is None else env
@@ -282,12 +286,16 @@ class Schema:
         return "\n".join(rows)
 
 
-def _key_lines(path: str, known: Mapping[str, Any]) -> dict[str, int]:
-    """Dotted key -> 1-based line of the key in the YAML file (for error locations)."""
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _key_lines(text: str, known: Mapping[str, Any]) -> dict[str, int]:
+    """Dotted key -> 1-based line of the key in the YAML text (for error locations)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            root = yaml.compose(fh)
-    except (OSError, yaml.YAMLError):
+        root = yaml.compose(text)
+    except yaml.YAMLError:
         return {}
     out: dict[str, int] = {}
 

@@ -12,6 +12,7 @@ boundary where we know what the user was trying to do, so the message says that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class SwarmscopeError(Exception):
@@ -51,6 +52,25 @@ class ConfigError(SwarmscopeError):
 
 class ProbeError(SwarmscopeError):
     """A BPF program failed to compile, load, attach or be read."""
+
+
+class IncompleteSamplesError(ProbeError):
+    """A program's per-event samples of a window are incomplete (ring buffer drops, truncation).
+
+    ``samples`` holds what it does have (by node name), so a reading can carry them with the error.
+    """
+
+    def __init__(self, message: str, samples: dict[str, list[Any]]):
+        super().__init__(message)
+        self.samples = samples
+
+
+class BpfError(ProbeError):
+    """A bpf() call failed; ``errno`` is the kernel's (e.g. errno.EPERM when not root)."""
+
+    def __init__(self, message: str, errno: int = 0):
+        super().__init__(message)
+        self.errno = errno
 
 
 class FleetError(SwarmscopeError):

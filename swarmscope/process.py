@@ -1,14 +1,17 @@
 """One object owns the wiring of a swarmscope process (like Locust's Environment).
 
-    proc = SwarmscopeProcess.make(cfg, kind, role="local", locust_env=env)
-    proc.controller.open_window(...)      # controller side (master or local)
-    proc.worker.burst(...)                # worker side (worker or local)
-    proc.close("ok")                      # run_finished, report, probes and nodes torn down
+    proc = SwarmscopeProcess.make(cfg, kind, role="local")
+    proc.controller.open_window(...)           # controller side (master or local)
+    proc.set_up_worker(cfg, sim_nodes=2)       # worker side (worker or local), on swarmscope:setup
+    proc.worker.run_window(...)                # the kind's driver
+    proc.close("ok")                           # run_finished, report, probes and nodes torn down
 
 ``make`` is the factory: it builds the run's events and their listeners (result store, OTel
 spans, Prometheus metrics, console), the probe fleet and the embedded probe, the tracer under
-test and the roles this process plays, exactly once. The Locust plug-in and ``swarmscope run``
-both call it; nothing else constructs these pieces.
+test and the controller role, exactly once; ``set_up_worker`` makes the kind's driver once,
+from the config the master sent. The Locust plug-in and ``swarmscope run`` both call them;
+nothing else constructs these pieces. A worker process gets its config only over the network,
+so ``make(None, kind, role="worker")`` is valid.
 """
 
 from __future__ import annotations
@@ -18,12 +21,11 @@ import os
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from swarmscope import auth
-from swarmscope.controller.model import RunInfo
+from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.events import RunEvents
 
 log = logging.getLogger(__name__)
@@ -31,16 +33,12 @@ log = logging.getLogger(__name__)
 ROLES = ("local", "master", "worker")
 
 
-def new_run_id(scenario: str) -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + f"-{scenario}-{uuid.uuid4().hex[:4]}"
-
-
 class SwarmscopeProcess:
-    def __init__(self, role: str, cfg: Mapping[str, Any], kind: Any):
+    def __init__(self, role: str, cfg: Mapping[str, Any] | None, kind: Any):
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
         self.role = role
-        self.cfg = cfg
+        self.cfg: Mapping[str, Any] = cfg or {}
         self.kind = kind
         self.events = RunEvents()
         self.run: RunInfo | None = None
@@ -59,33 +57,22 @@ class SwarmscopeProcess:
     @classmethod
     def make(
         cls,
-        cfg: Mapping[str, Any],
+        cfg: Mapping[str, Any] | None,
         kind: Any,
         role: str = "local",
-        sim_nodes: int = 0,
-        node_prefix: str = "",
         run_id: str | None = None,
     ) -> SwarmscopeProcess:
         proc = cls(role, cfg, kind)
-        need_root = []
-        if role in ("local", "master") and cfg.get("probe") == "embedded":
-            need_root.append("the embedded probe loads eBPF programs")
-        if role in ("local", "worker") and sim_nodes > 0:
-            need_root.append("simulated nodes are cgroups this process creates")
-        if need_root and os.geteuid() != 0:
+        if role in ("local", "master") and proc.cfg.get("probe") == "embedded" and os.geteuid() != 0:
             from swarmscope.errors import SetupError
 
             raise SetupError(
-                f"needs root: {'; '.join(need_root)}. Run it as root (sudo), or in a cluster with "
-                "probe=external and real nodes (NODE_NAME set)."
+                "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
+                "a cluster with probe=external and real nodes (NODE_NAME set)."
             )
         try:
             if role in ("local", "master"):
                 proc._make_controller(run_id)
-            if role in ("local", "worker"):
-                proc._make_worker(sim_nodes, node_prefix)
-            if role == "local":
-                proc.controller.add_nodes("local", proc.worker.describe())
         except BaseException:
             proc.close("failed", write_report=False)
             raise
@@ -100,6 +87,7 @@ class SwarmscopeProcess:
         from swarmscope.controller.tracers.base import make_tracer
 
         cfg, kind = self.cfg, self.kind
+        assert cfg, "the controller needs the run's config"
         rid = run_id or new_run_id(kind.name)
         out = os.path.abspath(cfg["out"])
         run_dir = os.path.join(out, rid)
@@ -135,7 +123,7 @@ class SwarmscopeProcess:
                 f"127.0.0.1:{self.fleet.port}",
                 token,
                 os.path.join(run_dir, "probe.log"),
-                programs=kind.programs,
+                programs=sorted(kind.programs(cfg, {})),
             )
             self.probe.wait_registered(self.fleet, cfg["probe_timeout_s"])
         # With external probes (a cluster) nothing waits here: a controller must come up (and
@@ -148,34 +136,50 @@ class SwarmscopeProcess:
             self.run,
             self.fleet,
             self.events,
+            reconcile=lambda *a: kind.reconcile(cfg, *a),
             tracer=self.tracer,
-            programs=kind.programs,
             window_timeout_s=cfg["window_timeout_s"],
         )
         self.events.run_started.fire(run=self.run)
 
-    def _make_worker(self, sim_nodes: int, node_prefix: str) -> None:
-        from swarmscope.workers.role import WorkerRole
+    def set_up_worker(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str = "") -> Any:
+        """Make the kind's driver (once): ``sim_nodes`` simulated nodes, or the real node (0)."""
+        if self.worker is not None:
+            return self.worker
+        if sim_nodes > 0 and os.geteuid() != 0:
+            from swarmscope.errors import SetupError
 
-        cfg = self.cfg
-        group = f"{node_prefix or 'local'}-{os.getpid()}"
-        self.worker = WorkerRole.create(
-            sim_nodes,
-            group=group,
-            pids_max=int(cfg.get("pids_max", 256)),
-            max_execs=int(cfg.get("max_execs", 1_000_000)),
-            prefix=node_prefix,
-        )
+            raise SetupError(
+                "needs root: simulated nodes are cgroups this process creates. Run it as root "
+                "(sudo), or in a cluster on real nodes (NODE_NAME set)."
+            )
+        if self.role == "worker":
+            self.cfg = cfg
+        self.worker = self.kind.make_driver(cfg, sim_nodes, prefix)
+        return self.worker
 
     # -- teardown -------------------------------------------------------------------------------
+    def _store_kind_sections(self) -> None:
+        """The kind's report sections from every window measured (also in a failed run)."""
+        assert self.run is not None
+        self.kind.register_renderers()
+        sections = self.kind.sections(self.cfg, list(self.controller.results), self.run.run_dir)
+        for name, data in sections.items():
+            self.store.add_section(self.run.run_id, name, data)
+
     def close(self, status: str = "ok", write_report: bool = True) -> dict[str, Any] | None:
-        """Finish the run (events, report), then tear down probe, fleet and nodes. Idempotent."""
+        """Finish the run (the kind's sections, events, report), then tear down probe, fleet and
+        nodes. Idempotent."""
         if self._closed:
             return self.report
         self._closed = True
         try:
             if self.run is not None:
-                self.events.run_finished.fire(run=self.run, status=status)
+                try:
+                    if write_report and self.store is not None and self.controller is not None:
+                        self._store_kind_sections()
+                finally:
+                    self.events.run_finished.fire(run=self.run, status=status)
                 if write_report and self.store is not None:
                     from swarmscope.controller.report import write_report as _write
 

@@ -22,6 +22,7 @@ class FakeProbe:
     def __init__(self, address: str, token: str, node: str, counters: dict[str, int] | None = None):
         self.address, self.token, self.node = address, token, node
         self.counters = counters or {"exec": 7}
+        self.samples: list[pb.Sample] = []  # put in every reading
         self.out: queue.Queue[pb.ProbeMessage | None] = queue.Queue()
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.ProbeControlStub(self.channel)
@@ -82,6 +83,7 @@ class FakeProbe:
                             probe_id=f"fake-{self.node}",
                             node=n.name,
                             counters=self.counters,
+                            samples=self.samples,
                         )
                         for n in nodes
                     ]

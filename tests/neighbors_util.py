@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from swarmscope.targets.neighbors.sweep import start_server, stop
+from swarmscope.targets.neighbors.server import start_server, stop
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF / makes namespaces: needs root")
@@ -50,3 +50,38 @@ def agent_cmd(addr: str, pins: str) -> list[str]:
         "--pin-dir",
         pins,
     ]
+
+
+def check_neighbor_points(rep: dict, ns: list[int], workers: int, page: int, batch: int) -> list[dict]:
+    """Every point of a pipeline report verified and exact; the kernel clock is the probe's.
+
+    The update calls are known in advance: one per List page of a worker's share
+    (list_program), one per put-batch transaction of it (write_watch_program); only the probe's
+    map_update samples of the agents' pids and maps can produce that count."""
+    from swarmscope.kinds.neighbor_writes.results import percentile, shares
+
+    pts = rep["neighbors"]["points"]
+    assert [(p["neighbors"], p["mode"]) for p in pts] == [
+        (n, m) for n in ns for m in ("list_program", "write_watch_program")
+    ]
+    by_point = {it["window_id"]: it for pt in rep["points"] for it in pt["iterations"]}
+    assert len(by_point) == len(pts)
+    for p, it in zip(pts, by_point.values(), strict=True):
+        n = p["neighbors"]
+        assert p["verified"] is True, p["problems"]
+        assert p["generated"] == p["kernel_entries"] == p["reported"] == n
+        assert (it["generated"], it["kernel"], it["reported"]) == (n, n, n)
+        assert p["workers"] == workers == len(it["per_node"])
+        per = page if p["mode"] == "list_program" else batch
+        counts = [c for _, c in shares(n, [w["node"] for w in it["per_node"]]).values()]
+        assert p["update_calls"] == sum(-(-c // per) for c in counts)
+        ws = it["extra"]["workers"]
+        assert sum(w["update_calls"] for w in ws.values()) == p["update_calls"]
+        assert all(w["pid_samples"] > w["update_calls"] for w in ws.values() if w["generated"])
+        assert 0 < p["p50_us"] <= p["p99_us"]
+        # the percentiles are those of all workers' per-entry latencies pooled
+        pooled = [tuple(x) for lat in it["extra"]["latencies_ns"].values() for x in lat]
+        assert sum(w for _, w in pooled) == n
+        assert p["p50_us"] == round(percentile(pooled, 0.5) / 1000, 3)
+        assert p["p99_us"] == round(percentile(pooled, 0.99) / 1000, 3)
+    return pts

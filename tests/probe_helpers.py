@@ -9,12 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import secrets
 import subprocess
-import time
-from collections.abc import Iterator
 
-from swarmscope.probes.cgroups import cgroup2_mount
+from swarmscope.sys import cgroups
 
 # Moves itself into cgroup $1, then runs /bin/true exactly $2 times. Everything else it uses
 # (echo, [, $((...))) is a dash/bash builtin, so the only execs inside the cgroup are the
@@ -25,28 +22,11 @@ EXEC_LOOP = (
 )
 
 
-@contextlib.contextmanager
-def temp_cgroup(name: str, parent: pathlib.Path | None = None) -> Iterator[pathlib.Path]:
-    base = parent or pathlib.Path(cgroup2_mount())
-    path = base / f"swarmscope-test-{os.getpid()}-{name}-{secrets.token_hex(3)}"
-    path.mkdir()
-    try:
-        yield path
-    finally:
-        _remove(path)
-
-
-def _remove(path: pathlib.Path) -> None:
-    for child in path.iterdir():
-        if child.is_dir():
-            _remove(child)
-    for _ in range(50):  # a just-exited process can linger in cgroup.procs for a moment
-        try:
-            path.rmdir()
-            return
-        except OSError:
-            time.sleep(0.05)
-    path.rmdir()
+def temp_cgroup(
+    name: str, parent: pathlib.Path | None = None
+) -> contextlib.AbstractContextManager[pathlib.Path]:
+    """A throw-away child cgroup named after this test process (see swarmscope.sys.cgroups)."""
+    return cgroups.temp_cgroup(f"swarmscope-test-{os.getpid()}-{name}", parent)
 
 
 def exec_in_cgroup(cg: pathlib.Path, n: int) -> None:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import pytest
 from net_helpers import send, veth_pair
 
-from swarmscope.probes import bcc_env, bpfstats
+from swarmscope.probes import bpfstats
 from swarmscope.probes.bpfstats import BpfStats, parse_btf_names
 from swarmscope.probes.programs.base import delta_by_node, get_program
 from swarmscope.probes.programs.pkt_count import PktCount
+from swarmscope.sys import bpf
 
 SWARMSCOPE = [str(pathlib.Path(sys.executable).parent / "swarmscope")]
 
@@ -52,7 +53,7 @@ def test_parse_btf_names() -> None:
 @pytest.fixture(scope="module")
 def xdp() -> Iterator[tuple[str, int]]:
     """(sender namespace, XDP program id) with run statistics on for the whole module."""
-    fd = bcc_env.enable_stats()
+    fd = bpf.enable_stats()
     try:
         with veth_pair() as (a, b):
             prog = PktCount(["ssb"], netns=b)

@@ -232,6 +232,8 @@ def test_controller_wiring(tools: Tools, tmp_path: Path) -> None:
         "t-swarmscope-controller.t.svc",
         "--locust-port",
         "5557",
+        "--kind",
+        "exec_storm",
     ]
     assert w["automountServiceAccountToken"] is False
     # http/protobuf goes to Jaeger's OTLP/HTTP port

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
 
-from swarmscope.workers.nodes import cgroup2_mount
+from swarmscope.sys.cgroups import cgroup2_mount
 
 pytestmark = [
     pytest.mark.root,

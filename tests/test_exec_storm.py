@@ -20,6 +20,8 @@ import pytest
 
 from swarmscope.errors import LoadGenError
 from swarmscope.probes.bcc_env import load_program, percpu_sum
+from swarmscope.sys import cgroups
+from swarmscope.sys.cgroups import cgroup2_mount
 from swarmscope.workers import native, nodes
 from swarmscope.workers.exec_storm import BurstResult, check_bounds, run_burst, start_burst
 from swarmscope.workers.native import NativeTools, ensure_built
@@ -208,7 +210,7 @@ def test_cleanup_stale_only_removes_dead_owners(group: str) -> None:
     nodes._owner_file(dead).write_text("999999999 1\n")
     removed = nodes.cleanup_stale()
     assert dead in removed and group not in removed
-    assert not (nodes.cgroup2_mount() / nodes.ROOT_NAME / dead).exists()
+    assert not (cgroup2_mount() / nodes.ROOT_NAME / dead).exists()
     assert live[0].cgroup_path is not None and live[0].cgroup_path.is_dir()
 
 
@@ -219,8 +221,8 @@ def test_pure_v2_host_uses_v2_pids_controller(
     root = tmp_path / "cgroup"
     root.mkdir()
     (root / "cgroup.controllers").write_text("cpu io memory pids\n")
-    monkeypatch.setattr(nodes, "cgroup2_mount", lambda: root)
-    monkeypatch.setattr(nodes, "pids_v1_mount", lambda: None)
+    monkeypatch.setattr(cgroups, "cgroup2_mount", lambda: root)
+    monkeypatch.setattr(cgroups, "pids_v1_mount", lambda: None)
     monkeypatch.setattr(nodes, "OWNER_DIR", tmp_path / "owners")
     (n,) = create_sim_nodes("g", ["n1"], pids_max=42)
     for d in (root, root / "swarmscope", root / "swarmscope" / "g"):
@@ -268,7 +270,7 @@ def test_bounds_rejected(tools: NativeTools, duration: float, conc: int, max_exe
 
 
 def test_missing_cgroup_is_a_load_gen_error(tools: NativeTools) -> None:
-    ghost = SimNode("ghost", nodes.cgroup2_mount() / "swarmscope" / "no-such-group" / "x", 1, None)
+    ghost = SimNode("ghost", cgroup2_mount() / "swarmscope" / "no-such-group" / "x", 1, None)
     with pytest.raises(LoadGenError, match=r"ghost.*cgroup.procs"):
         run_burst(tools, ghost, 0.2, 1, 10)
 

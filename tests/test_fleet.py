@@ -103,3 +103,27 @@ def test_open_window_without_probe_for_host_reports_it(fleet: Fleet) -> None:
 def test_wait_for_probes_times_out_with_hint(fleet: Fleet) -> None:
     with pytest.raises(FleetError, match="swarmscope probe --controller"):
         fleet.wait_for_probes(1, timeout_s=0.3)
+
+
+def test_options_go_down_and_samples_come_up(fleet: Fleet) -> None:
+    from swarmscope.controller.model import ReadingSample
+
+    a = FakeProbe(fleet.address, "secret-token", "host-a").start()
+    # Past gRPC's 4 MiB default: a window of many map-update calls is one big WindowDone.
+    n = 60_000
+    labels = {"pid": "4242", "cmd": "elem", "map_id": "17"}
+    a.samples = [
+        pb.Sample(series="map_update.call", start_ns=i, end_ns=i + 5, value=1, labels=labels)
+        for i in range(n)
+    ]
+    fleet.wait_for_probes(1, timeout_s=10)
+    opts = {"procstat.pids": "1,2", "map_update.pids": "4242"}
+    assert fleet.open_window("r1", "w-opt", {"host-a": nodes("n1")}, options=opts) == {}
+    readings, missing = fleet.close_window("r1", "w-opt", timeout_s=30)
+    (open_cmd,) = [c.open for c in a.commands if c.WhichOneof("kind") == "open"]
+    assert dict(open_cmd.options) == opts
+    assert missing == [] and len(readings) == 1
+    (r,) = readings
+    assert len(r.samples) == n
+    assert r.samples[7] == ReadingSample("map_update.call", 7, 12, 1, labels)
+    a.stop()

@@ -1,7 +1,8 @@
 """Ingress flood: real nginx in our own netns, real Locust and k6, real faults.
 
-The flood runs as a subprocess (``python -m swarmscope.targets.ingress.flood``) because Locust
-monkey-patches the process with gevent, which must not leak into the rest of the suite.
+Runs go through ``swarmscope run`` (embedded and distributed) and ``locust -f`` as
+subprocesses, because Locust monkey-patches the process with gevent, which must not leak into
+the rest of the suite.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import threading
 import time
 
 import pytest
+from hdrh.histogram import HdrHistogram
+from helpers import free_port, load_report, only_run_dir, run_cli
 
 from swarmscope.config import Config
 from swarmscope.controller.faults import make_fault, names
 from swarmscope.errors import ConfigError
+from swarmscope.kinds.ingress_flood import KIND
+from swarmscope.kinds.ingress_flood.config import preflight
 from swarmscope.probes.procstat import ProcSampler
-from swarmscope.targets.ingress.flood import SCHEMA, preflight
 from swarmscope.workers.http_stats import PERCENTILES, StepRecorder, downtime, new_histogram, pct_key
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -31,20 +35,44 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, ve
 
 
 def flood(tmp: pathlib.Path, *sets: str, expect_rc: int = 0) -> dict:
-    tmp.mkdir(parents=True, exist_ok=True)
-    out = tmp / "run"
-    p = subprocess.run(
-        [sys.executable, "-m", "swarmscope.targets.ingress.flood", str(SCENARIO), "--out", str(out)]
-        + [a for s in sets for a in ("--set", s)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp,
+    """``swarmscope run scenarios/ingress_flood.yaml --set ...``; its report (run_dir added)."""
+    out = tmp / "results"
+    p = run_cli(
+        "run", str(SCENARIO), "--out", str(out), *(a for s in sets for a in ("--set", s)), timeout=180
     )
     assert p.returncode == expect_rc, p.stderr[-3000:]
     if expect_rc:
         return {"stderr": p.stderr}
-    return json.loads((out / "report.json").read_text())
+    run_dir = only_run_dir(out)
+    return {**load_report(run_dir), "run_dir": run_dir}
+
+
+def windows(rep: dict) -> list[dict]:
+    """Each window's reconciled data (extra), in step order."""
+    return [p["iterations"][0]["extra"] for p in rep["points"]]
+
+
+def assert_exact_per_step(rep: dict) -> None:
+    """Every window: client successes == the access-log lines nginx wrote in it."""
+    for w, p in zip(windows(rep), rep["points"], strict=True):
+        assert w["successes"] > 0
+        assert w["server_requests"] == w["successes"], w
+        assert sum(n["generated"] for n in p["iterations"][0]["per_node"]) == w["successes"]
+        assert not [f for f in p["iterations"][0]["flags"] if f.startswith("server-mismatch")]
+
+
+def assert_merged_equals_one_histogram(steps: list[dict], recorders: list[dict]) -> None:
+    """Merged per-step percentiles == those of one HdrHistogram of every worker's samples."""
+    for row in steps:
+        key = str(row["step"]) if any(len(b["steps"]) > 1 for b in recorders) else "0"
+        single = new_histogram()
+        for blob in recorders:
+            if key in blob["steps"]:
+                single.add(HdrHistogram.decode(blob["steps"][key]["hist"]))
+        assert single.get_total_count() == row["requests"]
+        for p in PERCENTILES:
+            assert row["latency_ms"][pct_key(p)] == single.get_value_at_percentile(p) / 1000.0
+        assert row["latency_ms"]["max"] == single.get_max_value() / 1000.0
 
 
 def share_above(step: dict, ms: float) -> float:
@@ -140,13 +168,13 @@ def test_procstat_sees_a_busy_process() -> None:
 # -- bad input is rejected before any load ------------------------------------------------------
 def test_hosts_outside_loopback_need_allow_list() -> None:
     with pytest.raises(ConfigError, match="allow_hosts"):
-        SCHEMA.load(env={}, sets=["host=http://192.0.2.10/"])
-    cfg: Config = SCHEMA.load(env={}, sets=["host=http://192.0.2.10/", "allow_hosts=192.0.2.10"])
+        KIND.schema.load(env={}, sets=["host=http://192.0.2.10/"])
+    cfg: Config = KIND.schema.load(env={}, sets=["host=http://192.0.2.10/", "allow_hosts=192.0.2.10"])
     assert cfg["host"] == "http://192.0.2.10/"
     with pytest.raises(ConfigError, match="http:// or https://"):
-        SCHEMA.load(env={}, sets=["host=ftp://127.0.0.1/"])
+        KIND.schema.load(env={}, sets=["host=ftp://127.0.0.1/"])
     with pytest.raises(ConfigError, match="needs the local target"):
-        SCHEMA.load(env={}, sets=["host=http://127.0.0.1/", "fault=kill-lb-local"])
+        KIND.schema.load(env={}, sets=["host=http://127.0.0.1/", "fault=kill-lb-local"])
 
 
 def test_preflight_unreachable_and_tls_errors() -> None:
@@ -169,26 +197,44 @@ def test_cli_rejects_bad_host_before_load(tmp_path: pathlib.Path) -> None:
     assert "allow_hosts" in r["stderr"]
     r = flood(tmp_path, "host=http://127.0.0.1:1/", "steps=10", "step_duration=1", expect_rc=2)
     assert "unreachable" in r["stderr"]
-    assert not (tmp_path / "run" / "report.json").exists()
 
 
 # -- real runs against the local nginx target ---------------------------------------------------
 @needs_root
-def test_locust_closed_steps_server_count_equals_client_count(tmp_path: pathlib.Path) -> None:
-    r = flood(tmp_path, "steps=10,50", "step_duration=3", "lb_workers=2")
+def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathlib.Path) -> None:
+    r = flood(tmp_path, "steps=5,10", "step_duration=2", "lb_workers=2")
     steps = r["steps"]
-    assert [s["users"] for s in steps] == [10, 50]
-    assert r["requests"] > 500 and all(s["requests"] > 100 for s in steps)
-    assert r["server_requests"] == r["requests"]  # every counted request is in nginx's log, no other
-    assert all(s["failures"] == 0 for s in steps)
+    assert [s["users"] for s in steps] == [5, 10]
+    assert_exact_per_step(r)
+    assert r["ingress"]["server_requests"] == r["ingress"]["successes"] == r["ingress"]["requests"]
+    assert r["ingress"]["exact"] is True and r["ingress"]["url"].startswith("http://10.201.")
     for s in steps:
+        assert s["requests"] > 100 and s["failures"] == 0
         lat = s["latency_ms"]
         assert 0 < lat["p10"] <= lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
         assert s["generator_cpu_pct"][0] > 0
+        # From the probe's procstat on the LB's pids: master + 2 workers, sampled in the window.
+        assert s["proxy"]["processes"] == 3 and s["proxy"]["ticks"] >= 1
         assert s["proxy"]["rss_kib_max"] > 0
-    assert any(s["proxy"]["cpu_pct_mean"] > 0 for s in steps)
+    assert any(s["proxy"]["cpu_pct"] > 0 for s in steps)
+    assert r["faults"] == []
     for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png"):
-        assert (tmp_path / "run" / f).stat().st_size > 1000
+        assert (r["run_dir"] / f).stat().st_size > 1000
+
+
+@needs_root
+def test_distributed_two_workers_exact_and_merged_equals_one_histogram(tmp_path: pathlib.Path) -> None:
+    r = flood(
+        tmp_path, "steps=5,10", "step_duration=2", "mode=distributed", "workers=2",
+        f"master_bind=127.0.0.1:{free_port()}",
+    )  # fmt: skip
+    assert r["status"] == "ok"
+    assert_exact_per_step(r)
+    for row, w in zip(r["steps"], windows(r), strict=True):
+        assert sorted(w["recorders"]) == ["w1-n1", "w2-n1"]  # two worker processes, one node each
+        assert all(b["steps"]["0"]["requests"] > 0 for b in w["recorders"].values())
+        assert len(row["generator_cpu_pct"]) == 2
+        assert_merged_equals_one_histogram([row], list(w["recorders"].values()))
 
 
 @needs_root
@@ -202,8 +248,8 @@ def test_open_model_shows_a_stall_the_closed_model_hides(tmp_path: pathlib.Path)
     # …but only the open model counts every request that should have been sent during the stall.
     assert share_above(o, 500) >= 0.10, o["latency_ms"]
     assert share_above(c, 500) < share_above(o, 500) / 5, (c["latency_ms"], o["latency_ms"])
-    assert opened["server_requests"] == opened["requests"]
-    assert closed["server_requests"] == closed["requests"]
+    assert_exact_per_step(opened)
+    assert_exact_per_step(closed)
 
 
 @needs_root
@@ -214,21 +260,17 @@ def test_kill_lb_downtime_matches_restart_delay(
     if engine == "k6":
         request.getfixturevalue("k6_bin")
     r = flood(
-        tmp_path, f"engine={engine}", "steps=20", "step_duration=7", "fault=kill-lb-local", "fault_at=2",
-        "restart_delay_s=1.5",
+        tmp_path, f"engine={engine}", "steps=10,20", "step_duration=4", "fault=kill-lb-local",
+        "fault_at=2", "restart_delay_s=1.0",
     )  # fmt: skip
-    (f,) = r["faults"]
+    (f,) = r["faults"]  # struck on the target's worker, sent back with its results
     assert f["name"] == "kill-lb-local" and len(f["restarts"]) == 1
-    # Client-observed outage ≈ restart delay (+ nginx start and the clients reconnecting).
-    assert 1.4 <= f["downtime_s"] <= 1.5 + 1.5, f
-    assert f["failed_requests"] > 0
-    # None = throughput not back to 80 % of the pre-fault level before the load ended (shared CPU).
-    assert f["recovery_s"] is None or f["recovery_s"] >= f["downtime_s"] - 0.5
-    ok = r["requests"] - r["steps"][0]["failures"]
-    # Successes are in the log; a response completed just as its worker was SIGKILLed may miss
-    # its log line, hence the small slack (measured: exact in every run so far).
-    assert ok - 20 <= r["server_requests"] <= r["requests"]
-    assert (tmp_path / "run" / "fault_0.png").exists()
+    # Client-observed outage: the restart delay, nginx's start and the clients reconnecting.
+    assert 1.0 <= f["downtime_s"] <= 1.0 + 0.5, f
+    assert f["failed_requests"] > 0 and f["first_success_after"] is not None
+    assert f["recovery_s"] is not None and f["recovery_s"] >= f["downtime_s"] - 0.5
+    assert_exact_per_step(r)
+    assert (r["run_dir"] / "fault_0.png").exists()
 
 
 @pytest.fixture(scope="session")
@@ -242,13 +284,12 @@ def k6_bin() -> str:
 @pytest.mark.timeout(1800)  # the first k6 test builds k6 on a fresh machine (~4.5 min, more when busy)
 def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> None:
     assert pathlib.Path(k6_bin).is_file()
-    r = flood(tmp_path, "engine=k6", "steps=5,20", "step_duration=2")
-    steps = r["steps"]
-    assert [s["users"] for s in steps] == [5, 20]
-    assert all(s["requests"] > 50 and s["failures"] == 0 for s in steps)
-    assert r["server_requests"] == r["requests"]
-    assert r["k6_dropped_iterations"] == 0
-    assert steps[0]["generator_cpu_pct"][0] > 0
+    r = flood(tmp_path, "engine=k6", "steps=5", "step_duration=2")
+    (step,) = r["steps"]
+    assert step["users"] == 5 and step["requests"] > 50 and step["failures"] == 0
+    assert_exact_per_step(r)
+    assert r["ingress"]["engine"] == "k6" and r["ingress"]["k6_dropped_iterations"] == 0
+    assert step["generator_cpu_pct"][0] > 0 and step["proxy"]["processes"] == 2
 
 
 def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,44 +304,45 @@ def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch:
 
 @needs_root
 def test_locustfile_distributed_master_merges_workers_exactly(tmp_path: pathlib.Path) -> None:
-    """locust -f scenarios/ingress_flood.py --master + 2 --worker: merged steps == nginx's log."""
-    from swarmscope.targets.ingress.local import LocalIngress
-
+    """locust -f scenarios/ingress_flood.py --master + 2 --worker: a worker starts the target;
+    merged steps == one histogram of both workers' samples, successes == nginx's log lines."""
     locust = str(pathlib.Path(sys.executable).parent / "locust")
-    common = [locust, "-f", str(ROOT / "scenarios" / "ingress_flood.py"), "--ss-steps", "5,10"]
-    common += ["--ss-step-duration", "2"]
-    out = tmp_path / "steps.json"
-    port = str(15600 + os.getpid() % 300)
-    with LocalIngress() as t:
-        before = t.access_log_count()
-        master = subprocess.Popen(
-            [*common, "--master", "--headless", "--expect-workers", "2", "--master-bind-port", port,
-             "--host", t.url.rstrip("/"), "--ss-out", str(out), "--only-summary", "--stop-timeout", "5"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        workers = [
-            subprocess.Popen(
-                [*common, "--worker", "--master-port", port],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for _ in range(2)
-        ]
-        try:
-            _, err = master.communicate(timeout=60)
-            for w in workers:
-                w.wait(timeout=20)
-        finally:
-            for p in (master, *workers):
-                if p.poll() is None:
-                    p.kill()
-        served = t.access_log_count() - before
+    common = [locust, "-f", str(ROOT / "scenarios" / "ingress_flood.py")]
+    out = tmp_path / "results"
+    port = str(free_port())
+    master = subprocess.Popen(
+        [*common, "--master", "--headless", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+         "--master-bind-port", port, "--ss-steps", "5,10", "--ss-step-duration", "2", "--ss-out", str(out),
+         "--only-summary", "--stop-timeout", "5"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    workers = [
+        subprocess.Popen(
+            [*common, "--worker", "--master-host", "127.0.0.1", "--master-port", port],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        _, err = master.communicate(timeout=90)
+        for w in workers:
+            w.wait(timeout=30)
+    finally:
+        for p in (master, *workers):
+            if p.poll() is None:
+                p.kill()
     assert master.returncode == 0, err[-2000:]
-    steps = json.loads(out.read_text())["steps"]
-    assert [s["step"] for s in steps] == [0, 1]
+    rep = load_report(only_run_dir(out))
+    (w,) = windows(rep)  # one test start/stop: one window holding both steps
+    steps = rep["steps"]
+    assert [s["step"] for s in steps] == [0, 1] and [s["users"] for s in steps] == [5, 10]
     assert all(len(s["generator_cpu_pct"]) == 2 for s in steps)  # one entry per worker
     assert all(s["requests"] > 100 and s["failures"] == 0 for s in steps)
-    assert sum(s["requests"] for s in steps) == served
+    assert sorted(w["recorders"]) == ["w1-n1", "w2-n1"]
+    assert_merged_equals_one_histogram(steps, list(w["recorders"].values()))
+    assert w["server_requests"] == w["successes"] == sum(s["requests"] for s in steps)
+    assert w["proxy"]["processes"] == 2
 
 
 def test_generator_bound_flag_from_worker_cpu() -> None:
@@ -321,4 +363,4 @@ def test_k6_open_model_keeps_the_arrival_rate(tmp_path: pathlib.Path, k6_bin: st
     assert [s["rate"] for s in steps] == [100, 300]
     for s in steps:  # constant-arrival-rate: rate × duration iterations, each one request
         assert abs(s["requests"] - s["rate"] * 2) <= 0.05 * s["rate"] * 2, s["requests"]
-    assert r["server_requests"] == r["requests"]
+    assert_exact_per_step(r)

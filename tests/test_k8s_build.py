@@ -40,9 +40,7 @@ def fake_env(tmp_path: Path) -> dict[str, str]:
     go.write_text(FAKE_GO)
     go.chmod(0o755)
     env = dict(os.environ)
-    env.update(
-        GO=str(go), FAKE_GO_LOG=str(tmp_path / "go.log"), SWARMSCOPE_TOOLS_CACHE=str(tmp_path / "cache")
-    )
+    env.update(GO=str(go), FAKE_GO_LOG=str(tmp_path / "go.log"), SWARMSCOPE_CACHE=str(tmp_path / "root"))
     return env
 
 
@@ -53,15 +51,14 @@ def test_parallel_builds_build_once_and_agree(tmp_path: Path) -> None:
     for r in results:
         assert r.returncode == 0, r.stderr
     dirs = {r.stdout.strip() for r in results}
-    assert dirs == {str(tmp_path / "cache" / "etcd-v3.6.8")}
+    assert dirs == {str(tmp_path / "root" / "tools" / "etcd-v3.6.8")}
     builds = [line for line in (tmp_path / "go.log").read_text().splitlines() if line.startswith("build")]
     assert len(builds) == 1, builds  # the other three waited on the lock and found the cache
-    etcd = tmp_path / "cache" / "etcd-v3.6.8" / "bin" / "etcd"
+    etcd = tmp_path / "root" / "tools" / "etcd-v3.6.8" / "bin" / "etcd"
     assert subprocess.run([str(etcd)], capture_output=True, text=True).stdout == "fake\n"
     # no temp dirs left behind
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".etcd.lock")) == [
-        "etcd-v3.6.8"
-    ]
+    tools = tmp_path / "root" / "tools"
+    assert sorted(p.name for p in tools.iterdir() if not p.name.startswith(".etcd.lock")) == ["etcd-v3.6.8"]
 
 
 def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
@@ -72,16 +69,17 @@ def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
     r = run_build(env, "etcd")
     assert r.returncode != 0
     assert "building etcd FAILED" in r.stderr
-    assert not (tmp_path / "cache" / "etcd-v3.6.8").exists()
-    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".etcd.") and p.is_dir()]
+    assert not (tmp_path / "root" / "tools" / "etcd-v3.6.8").exists()
+    tools = tmp_path / "root" / "tools"
+    assert not [p for p in tools.iterdir() if p.name.startswith(".etcd.") and p.is_dir()]
 
 
 def test_path_only_and_unknown_tool(tmp_path: Path) -> None:
     env = fake_env(tmp_path)
     r = run_build(env, "--path", "kube", "helm")
     assert r.stdout.split() == [
-        str(tmp_path / "cache" / "kube-v1.36.3"),
-        str(tmp_path / "cache" / "helm-v3.22.0"),
+        str(tmp_path / "root" / "tools" / "kube-v1.36.3"),
+        str(tmp_path / "root" / "tools" / "helm-v3.22.0"),
     ]
     assert not (tmp_path / "go.log").exists()  # --path builds nothing
     r = run_build(env, "kubectl")

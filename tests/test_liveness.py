@@ -111,7 +111,7 @@ def test_killed_worker_and_probe_are_missing_and_the_rest_is_kept(tmp_path: path
     rep = load_report(only_run_dir(out))
     its = rep["points"][0]["iterations"]
     assert len(its) == 8, "every iteration is kept, including the ones after the kills"
-    node_a = next(n["node"] for n in its[0]["per_node"] if n["node"].startswith("p"))  # names are p<pid>n1
+    node_a = next(n["node"] for n in its[0]["per_node"] if n["node"].startswith("w"))  # names are w<index>-n1
     by_host: dict[str, str] = {}
     for n in its[0]["per_node"]:
         by_host.setdefault("a" if n["node"] == node_a else "b", n["node"])

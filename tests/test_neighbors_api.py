@@ -9,8 +9,8 @@ import grpc
 import pytest
 from neighbors_util import control_plane
 
+from swarmscope.kinds.neighbor_writes.results import entry_latencies, percentile
 from swarmscope.targets.neighbors import records as R
-from swarmscope.targets.neighbors.sweep import entry_latencies, percentile
 from swarmscope.v1 import neighbors_pb2 as pb
 
 

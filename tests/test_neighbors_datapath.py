@@ -8,15 +8,16 @@ import time
 from pathlib import Path
 
 import pytest
-from neighbors_util import needs_root
+from helpers import load_report, only_run_dir, run_cli
+from neighbors_util import check_neighbor_points, needs_root
 
-from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer, map_id
+from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer
 from swarmscope.probes.neigh_events import NeighEventCounter
-from swarmscope.targets.neighbors import bpfmap
+from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.agent import KernelTarget, XdpTarget
 from swarmscope.targets.neighbors.netns import VethNetns
-from swarmscope.targets.neighbors.sweep import SCHEMA, run_sweep
+from swarmscope.targets.neighbors.sweep import run_sweep, schema
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -41,7 +42,7 @@ def test_map_update_tracer_counts_every_update_with_time(xdp: XdpTarget) -> None
         t0 = time.monotonic_ns()
         k, v = R.make_entries(20_000)
         for a in range(0, 20_000, 3000):  # 7 batch calls, the last one short
-            bpfmap.update_batch(xdp.fd, k[a * 4 : (a + 3000) * 4], v[a * 12 : (a + 3000) * 12])
+            bpf.map_update_batch(xdp.fd, k[a * 4 : (a + 3000) * 4], v[a * 12 : (a + 3000) * 12])
         for i in range(25):
             xdp.set_revision(i)  # 25 single-element updates of another map
         t1 = time.monotonic_ns()
@@ -51,7 +52,7 @@ def test_map_update_tracer_counts_every_update_with_time(xdp: XdpTarget) -> None
         assert [e.processed for e in batch] == [3000] * 6 + [2000]
         assert len(elem) == 25 and all(e.processed == 1 for e in elem)
         assert all(t0 <= e.enter_ns <= e.exit_ns <= t1 for e in ev)
-        assert {e.map_fd for e in batch} == {xdp.fd} and map_id(os.getpid(), xdp.fd)
+        assert {e.map_fd for e in batch} == {xdp.fd} and bpf.fd_map_id(os.getpid(), xdp.fd)
         tot = tr.snapshot()
         assert tot[(os.getpid(), CMD_UPDATE_BATCH)].entries >= 20_000
         assert tr.dropped() == 0
@@ -110,31 +111,26 @@ def test_kernel_neighbor_table_target_counted_by_tracepoints(tmp_path: Path) -> 
         ne.close()
 
 
-def test_sweep_small_points_verified(tmp_path: Path) -> None:
-    cfg = SCHEMA.load(
-        data={"neighbors": [1, 2000], "batch_size": 500, "page_size": 1000, "verify_packets": 8}
-    )
-    section = run_sweep(cfg, tmp_path)
-    pts = section["points"]
-    assert [(p["neighbors"], p["mode"]) for p in pts] == [
-        (1, "list_program"),
-        (1, "write_watch_program"),
-        (2000, "list_program"),
-        (2000, "write_watch_program"),
-    ]
+def test_pipeline_small_points_verified(tmp_path: Path) -> None:
+    """N=1 and 2000 through `swarmscope run`: a worker's agent, the probe's kernel clock."""
+    out = tmp_path / "out"
+    p = run_cli(
+        "run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1,2000", "--set", "batch_size=500",
+        "--set", "page_size=1000", "--set", "verify_packets=8", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    pts = check_neighbor_points(load_report(only_run_dir(out)), [1, 2000], workers=1, page=1000, batch=500)
     for p in pts:
-        assert p["verified"], p["problems"]
-        assert p["kernel_entries"] == p["neighbors"]
-        assert 0 < p["p50_us"] <= p["p99_us"] <= p["total_ms"] * 1000 + 1  # rounding
+        assert p["p99_us"] <= p["total_ms"] * 1000 + 1  # rounding
         if p["mode"] == "write_watch_program":  # write -> commit -> datapath, each stage > 0
             assert 0 < p["commit_p50_us"] <= p["commit_p99_us"] < p["p99_us"]
             assert 0 < p["commit_to_datapath_p50_us"] < p["p99_us"]
     assert [p["update_calls"] for p in pts if p["neighbors"] == 2000] == [2, 4]
-    assert (tmp_path / "neighbors.png").stat().st_size > 10_000
+    assert (only_run_dir(out) / "neighbors.png").stat().st_size > 10_000
 
 
 def test_sweep_kernel_table_target(tmp_path: Path) -> None:
-    cfg = SCHEMA.load(data={"neighbors": [700], "target": "kernel", "batch_size": 300, "plot": False})
+    cfg = schema().load(data={"neighbors": [700], "target": "kernel", "batch_size": 300, "plot": False})
     pts = run_sweep(cfg, tmp_path)["points"]
     assert [p["mode"] for p in pts] == ["list_program", "write_watch_program"]
     for p in pts:

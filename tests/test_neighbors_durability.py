@@ -13,7 +13,7 @@ import grpc
 import pytest
 from neighbors_util import agent_cmd, control_plane, needs_root, pin_dir
 
-from swarmscope.targets.neighbors import bpfmap
+from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.v1 import neighbors_pb2 as pb
 
@@ -69,10 +69,10 @@ def test_agent_sigkill_resumes_and_converges(tmp_path: Path) -> None:
         try:
             lines = [agent.stdout.readline().strip() for _ in range(2)]
             assert lines == ["LISTED 0 0", "WATCHING 0"], lines
-            meta = bpfmap.obj_get(f"{pins}/neigh_meta")
+            meta = bpf.obj_get(f"{pins}/neigh_meta")
 
             def programmed() -> int:
-                v = bpfmap.lookup_elem(meta, b"\0\0\0\0", 8)
+                v = bpf.map_lookup_elem(meta, b"\0\0\0\0", 8)
                 return int.from_bytes(v or b"\0" * 8, "little")
 
             done = threading.Event()
@@ -107,7 +107,7 @@ def test_agent_sigkill_resumes_and_converges(tmp_path: Path) -> None:
                 time.sleep(0.02)
             assert programmed() == final
             _rev, want = state_of(stub)
-            got = bpfmap.read_all(bpfmap.obj_get(f"{pins}/neighbors"))
+            got = bpf.map_read_all(bpf.obj_get(f"{pins}/neighbors"))
             assert len(want) == 300_000 and got == want
         finally:
             agent.kill()

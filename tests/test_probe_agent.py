@@ -26,8 +26,8 @@ from probe_helpers import exec_in_cgroup, temp_cgroup
 from swarmscope import auth
 from swarmscope.errors import FleetError, ProbeError
 from swarmscope.probes.agent import ProbeAgent
-from swarmscope.probes.bcc_env import cgroup_id
 from swarmscope.probes.programs.base import Snapshot
+from swarmscope.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 

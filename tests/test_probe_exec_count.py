@@ -14,10 +14,9 @@ from probe_helpers import exec_in_cgroup, temp_cgroup
 
 from swarmscope import cli
 from swarmscope.errors import ProbeError, SetupError
-from swarmscope.probes.bcc_env import cgroup_id
-from swarmscope.probes.cgroups import cgroup2_mount, cgroup_paths, resolve_cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, delta_by_node, get_program
 from swarmscope.probes.programs.exec_count import ExecCount
+from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, cgroup_paths, pid_cgroup_path, resolve_cgroup_id
 
 
 @dataclass
@@ -35,9 +34,7 @@ def prog():
 
 
 def own_cgroup() -> pathlib.Path:
-    with open("/proc/self/cgroup", encoding="utf-8") as fh:
-        rel = next(line.split(":", 2)[2].strip() for line in fh if line.startswith("0::"))
-    return pathlib.Path(cgroup2_mount() + rel)
+    return pid_cgroup_path()
 
 
 @pytest.mark.root
@@ -146,9 +143,9 @@ def test_cgroup2_mount_from_mounts_file(tmp_path) -> None:
     mounts.write_text(
         "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\ncgroup2 /sys/fs/cgroup/my\\040v2 cgroup2 rw 0 0\n"
     )
-    assert cgroup2_mount(str(mounts)) == "/sys/fs/cgroup/my v2"
+    assert cgroup2_mount(str(mounts)) == pathlib.Path("/sys/fs/cgroup/my v2")
     mounts.write_text("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n")
-    with pytest.raises(SetupError, match="no cgroup v2 mount"):
+    with pytest.raises(SetupError, match="cgroup v2 is not mounted"):
         cgroup2_mount(str(mounts))
 
 

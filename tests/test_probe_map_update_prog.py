@@ -12,27 +12,24 @@ import pytest
 from probe_helpers import temp_cgroup
 
 from swarmscope.errors import ProbeError
-from swarmscope.probes.bcc_env import cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, get_program
 from swarmscope.probes.programs.map_update import MapUpdateCount
+from swarmscope.sys.cgroups import cgroup_id
 
 # argv: cgroup dir, N element updates, M batch entries. Prints "<pid> <map id>", then keeps
 # the map fd open until stdin closes (the pump resolves fd -> map id while it is open).
 CHILD = """
-import ctypes, os, struct, sys
-from swarmscope.targets.neighbors import bpfmap as bm
+import os, struct, sys
+from swarmscope.sys import bpf
 open(sys.argv[1] + "/cgroup.procs", "w").write("0")
 n, m = int(sys.argv[2]), int(sys.argv[3])
-create = ctypes.create_string_buffer(struct.pack("=IIII", 1, 4, 8, 4096), 72)  # HASH, k4, v8
-fd = bm._bpf(0, create)
-assert fd >= 0, fd
+fd = bpf.map_create(bpf.BPF_MAP_TYPE_HASH, "ss_test", 4, 8, 4096)
 for i in range(n):
-    k, v = struct.pack("=I", i), struct.pack("=Q", i)
-    assert bm._bpf(2, bm._ElemAttr(map_fd=fd, key=bm._addr(k), value=bm._addr(v))) == 0
+    bpf.map_update_elem(fd, struct.pack("=I", i), struct.pack("=Q", i))
 keys = b"".join(struct.pack("=I", 10000 + i) for i in range(m))
 vals = b"".join(struct.pack("=Q", i) for i in range(m))
-assert bm.update_batch(fd, keys, vals, 4, 8) == m
-print(os.getpid(), bm.map_id(os.getpid(), fd), flush=True)
+assert bpf.map_update_batch(fd, keys, vals, 4, 8) == m
+print(os.getpid(), bpf.fd_map_id(os.getpid(), fd), flush=True)
 sys.stdin.read()
 """
 
@@ -43,7 +40,9 @@ def test_env_pids(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(prog, MapUpdateCount)
     assert prog.tracer.pids == [12, 34]
     monkeypatch.setenv("SWARMSCOPE_MAP_UPDATE_PIDS", "x")
-    with pytest.raises(ProbeError, match="comma list of PIDs"):
+    with pytest.raises(
+        ProbeError, match=r"\$SWARMSCOPE_MAP_UPDATE_PIDS \(map_update.pids\): item 0: must be an integer"
+    ):
         get_program("map_update")
 
 

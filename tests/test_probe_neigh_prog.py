@@ -14,10 +14,10 @@ import pytest
 from probe_helpers import temp_cgroup
 
 from swarmscope.errors import ProbeError
-from swarmscope.probes.bcc_env import cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, get_program
 from swarmscope.probes.programs.neigh_events import NeighEvents
 from swarmscope.probes.programs.neigh_netlink import NeighNetlink
+from swarmscope.sys.cgroups import cgroup_id
 
 # $1 cgroup dir, $2 netns, $3 device, $4 count, $5 "add" or "del": moves itself into the
 # cgroup, then writes (or deletes) 10.77.0.10 .. 10.77.0.(9+count) with `ip neigh`.
@@ -62,7 +62,10 @@ def test_env_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(ev, NeighEvents) and not ev.counter.ipv4_only
     assert isinstance(nl, NeighNetlink) and nl.netns == "ss-x" and not nl.ipv4_only
     monkeypatch.setenv("SWARMSCOPE_NEIGH_FAMILY", "ipx")
-    with pytest.raises(ProbeError, match="'inet' or 'all'"):
+    with pytest.raises(
+        ProbeError,
+        match=r"\$SWARMSCOPE_NEIGH_FAMILY \(neigh_events.family\): 'ipx' is not one of 'inet', 'all'",
+    ):
         get_program("neigh_events")
 
 

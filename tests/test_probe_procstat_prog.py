@@ -20,11 +20,10 @@ import pytest
 from probe_helpers import temp_cgroup
 
 from swarmscope.errors import ProbeError
-from swarmscope.probes.bcc_env import cgroup_id
-from swarmscope.probes.cgroups import cgroup2_mount
 from swarmscope.probes.procstat import ProcSampler
 from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.procstat import GAUGES, ProcStat
+from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id
 
 # argv: cgroup dir ("" = stay), seconds. Touches 40 MiB, prints "ready", then alternates
 # 10 ms of spinning with 10 ms of sleep until the time is up.
@@ -69,7 +68,7 @@ def child_in_cgroup() -> Iterator[tuple[subprocess.Popen[str], int, str]]:
 
 
 def test_probe_help_lists_every_registry_program() -> None:
-    from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS
+    from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS, all_program_params
 
     out = subprocess.run(
         [sys.executable, "-m", "swarmscope.cli", "probe", "--help"],
@@ -84,6 +83,11 @@ def test_probe_help_lists_every_registry_program() -> None:
     for name in PROGRAMS:
         assert f"{name}: " in text
     assert "CPU %," in text
+    # Every declared param with its env var and scope, e.g. procstat.pids per window.
+    assert "procstat.pids (list of int, default None, $SWARMSCOPE_PROC_PIDS, per window)" in text
+    assert "procstat.interval (float, default 1.0, $SWARMSCOPE_PROC_INTERVAL, start-up)" in text
+    for f in all_program_params():
+        assert f"{f.key} (" in text and f"${f.env_var}," in text
 
 
 def test_env_selection(monkeypatch: pytest.MonkeyPatch) -> None:

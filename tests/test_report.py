@@ -133,11 +133,12 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
 def test_sections(store: ResultStore, tmp_path: Path) -> None:
     steps = [{"users": 100, "p99_ms": 3.5}, {"users": 1000, "p99_ms": 41.0}]
     store.add_section(RUN_ID, "steps", steps, renderer="test_report:render_steps")
-    store.add_section(RUN_ID, "neighbors", {"points": [{"n": 1000, "p50_us": 12}], "map": "xdp_neigh"})
+    # a name no kind registers a renderer for (kinds register theirs process-wide)
+    store.add_section(RUN_ID, "nested", {"points": [{"n": 1000, "p50_us": 12}], "map": "xdp_neigh"})
     store.add_section(RUN_ID, "plain", {"entries": 1000000, "map_bytes": 85_000_000})
     r = write_report(store, RUN_ID, tmp_path / "out")
     assert r["steps"] == steps and r["sections"]["steps"] == steps  # merged at the top level
-    assert r["neighbors"]["points"][0]["n"] == 1000 and r["points"][0]["index"] == 0
+    assert r["nested"]["points"][0]["n"] == 1000 and r["points"][0]["index"] == 0
     page = (tmp_path / "out" / "report.html").read_text()
     # the stored "module:function" renderer was imported and its plot inlined where it asked
     assert "<ul id='steps'><li>100 users: p99 3.5 ms</li>" in page and "{plot:" not in page

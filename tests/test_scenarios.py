@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from swarmscope.controller.scenario import KINDS, load_scenario
+from swarmscope.kinds import KINDS, load_scenario
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "scenarios").glob("*.yaml"))

@@ -21,9 +21,10 @@ import pytest
 
 from swarmscope.config import Schema
 from swarmscope.controller.tracers import TRACER_FIELDS, NodeKey, make_tracer, tracer_cross_check
-from swarmscope.controller.tracers.selfcheck import cgroup2_root, exec_in_cgroup, temp_cgroup
+from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.controller.tracers.stream import Collector, StreamTracer, attribute
 from swarmscope.errors import ConfigError, SetupError, TracerError
+from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
 from swarmscope.v1 import stream_pb2 as pb
 from swarmscope.v1 import stream_pb2_grpc as pb_grpc
 from swarmscope.workers.native import ensure_built
@@ -111,11 +112,11 @@ def node_cgroup() -> Iterator[tuple[pathlib.Path, int]]:
     if os.geteuid() != 0:
         pytest.skip("needs root to create cgroups and load BPF")
     try:
-        cgroup2_root()
+        cgroup2_mount()
     except SetupError:
         pytest.skip("no cgroup v2 mount on this kernel")
     with temp_cgroup("ss-stream-test") as cg:
-        yield cg
+        yield cg, cgroup_id(cg)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +171,8 @@ def test_throttled_loses_and_the_kernel_counts_every_drop(node_cgroup, tiny) -> 
 @pytest.mark.bpf
 def test_scope_nodes_ignores_the_rest_of_the_host_and_host_scope_sees_it(node_cgroup, tiny) -> None:
     cg, cgid = node_cgroup
-    with temp_cgroup("ss-stream-outside") as (out_cg, out_id):
+    with temp_cgroup("ss-stream-outside") as out_cg:
+        out_id = cgroup_id(out_cg)
         seen = {}
         for scope in ("nodes", "host"):
             tracer = StreamTracer(collector_rate=0, sentinel=tiny, scope=scope)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from swarmscope.controller.scenario import get_kind
 from swarmscope.controller.tracers import NodeKey, make_tracer
 from swarmscope.errors import ConfigError, TracerError
+from swarmscope.kinds import get_kind
 
 
 @pytest.fixture

@@ -30,8 +30,9 @@ from swarmscope.controller.tracers import (
 from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, command_argv
 from swarmscope.controller.tracers.command import CommandTracer
 from swarmscope.controller.tracers.parse import LineParser, json_path
-from swarmscope.controller.tracers.selfcheck import cgroup2_root, exec_in_cgroup, temp_cgroup
+from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.errors import ConfigError, SetupError, TracerError
+from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
 
 NODES = [
     NodeKey("n1", cgroup_id=4711, comm="ss-n1"),
@@ -192,11 +193,11 @@ def node_cgroup() -> Iterator[tuple[pathlib.Path, int]]:
     if os.geteuid() != 0:
         pytest.skip("needs root to create cgroups and load BPF")
     try:
-        cgroup2_root()
+        cgroup2_mount()
     except SetupError:
         pytest.skip("no cgroup v2 mount on this kernel")
     with temp_cgroup("ss-tracer-test") as cg:
-        yield cg
+        yield cg, cgroup_id(cg)
 
 
 def node_binary(tmp_path: pathlib.Path, name: str) -> pathlib.Path:

@@ -5,7 +5,7 @@
 #   IG_VERSION=v0.35.0 tools/build_ig.sh
 #
 # Caveats: needs Go and the Go module proxy. v0.35 is the newest that runs here without kprobes
-# (PLATFORM.md). The module zip is read-only, so it is copied to a writable dir before building.
+# (docs/platform.md#tool-builds). The module zip is read-only, so it is copied to a writable dir before building.
 # Concurrent callers are serialised with flock; the binary is installed atomically (mv).
 set -euo pipefail
 VER=${IG_VERSION:-v0.35.0}

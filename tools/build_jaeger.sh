@@ -5,11 +5,11 @@
 #   tools/build_jaeger.sh            # -> /var/cache/swarmscope/tools/jaeger-v1.76.0/jaeger
 #
 # `go install` fails on this module (replace directives), so download the module and build
-# ./cmd/jaeger inside it (PLATFORM.md). Its UI assets are not in the module: the query API
+# ./cmd/jaeger inside it (docs/platform.md#tool-builds). Its UI assets are not in the module: the query API
 # works, the UI page is a placeholder.
 set -euo pipefail
 VER=${JAEGER_VERSION:-v1.76.0}
-DEST=${SWARMSCOPE_TOOLS:-/var/cache/swarmscope/tools}/jaeger-$VER
+DEST=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools/jaeger-$VER
 BIN=$DEST/jaeger
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$DEST"

@@ -8,7 +8,7 @@
 # check the cached binary. The Go toolchain must be on PATH (or at /usr/local/go/bin).
 set -euo pipefail
 VER=${K6_VERSION:-v1.8.1}
-CACHE=${SWARMSCOPE_TOOL_CACHE:-/var/cache/swarmscope/tools}
+CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools
 DIR="$CACHE/k6-$VER"
 BIN="$DIR/k6"
 if [ -x "$BIN" ] && "$BIN" version >/dev/null 2>&1; then

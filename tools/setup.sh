@@ -7,7 +7,7 @@
 #   tools/setup.sh --print-packages   # list the Debian packages and exit (tools/image-install.sh)
 #
 # Caveats: needs root for apt, mounts and the header tree (CI and these machines are root).
-# What is verified to work here is written down in ../shared/PLATFORM.md; this script follows it.
+# What is verified to work here is written down in docs/platform.md; this script follows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +24,9 @@ done
 
 # Debian packages: BCC (python3-bpfcc, not PyPI's unrelated "bcc"), headers for BCC, the
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
-# helpers, nginx and sysstat for the ingress scenario and pidstat comparisons.
-PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf-dev
+# helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
+# shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
+PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
       gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
@@ -42,7 +43,7 @@ fi
 
 # One merged kernel-header tree for BCC (the -common dir overlaid by the -amd64 dir), cached by
 # header version. The running kernel is newer than any Debian headers: BCC code must use helpers
-# and tracepoint args only (PLATFORM.md), never read kernel structs.
+# and tracepoint args only (docs/platform.md#bcc-and-the-kernel-header-tree), never read kernel structs.
 HDR_ROOT=/var/lib/swarmscope/kernel-headers
 amd=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1 || true)
 if [ -n "$amd" ]; then

@@ -1,8 +1,9 @@
 """ExecStormUser: the Locust user of the exec storm.
 
     # scenarios/exec_storm.py
-    from swarmscope.controller import plugin  # noqa: F401  (registers swarmscope with Locust)
+    from swarmscope import plugin
     from swarmscope.workers.exec_user import ExecStormUser
+    plugin.install("exec_storm")
 
 Each user is bound to one node of its worker (round-robin) and runs back-to-back bursts of
 ``--ss-burst-s`` seconds with ``--ss-concurrency`` execs in flight, each burst one Locust

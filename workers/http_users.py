@@ -1,27 +1,31 @@
 """Locust users for the HTTP flood: closed model (N users) and open model (fixed arrival rate).
 
-    from swarmscope.workers import http_users as hu
-    hu.setup(steps=[100, 200], step_duration_s=30, model="closed")   # or model="open", steps = rates
-    env = Environment(user_classes=[hu.FloodUser], shape_class=hu.StepShape(), host=url)
+    load = WindowLoad(StepRecorder(2.0, t0, n_steps=1), "http://10.201.7.2:80", "/", "open",
+                      rate_at=lambda t: 200.0, users=50)
+    driver.active = load                 # every FloodUser of this process records into it
+    user = FloodUser(environment); user.start(group)   # or Locust spawns them (locust -f)
 
 Closed: each user sends the next request when the previous one returned (boom, Locust's
-default); latency is measured from the actual send. Open: requests are *scheduled* — each of
-``open_users`` users owns every ``open_users/rate``-th slot of a fixed timetable; a user that
-falls behind (stalled server) sends at once to catch up, and the latency is measured from the
+default); latency is measured from the actual send. Open: requests are *scheduled*: each of the
+``load.users`` users owns every ``users/rate``-th slot of a fixed timetable; a user that falls
+behind (stalled server) sends at once to catch up, and the latency is measured from the
 intended send time, so a stall shows in the percentiles (wrk2's rule, no coordinated omission).
 
-Every request is recorded in this process's :class:`StepRecorder` (one HdrHistogram per step);
-in a distributed run each worker sends its encoded recorder to the master at test stop
-(message ``ss_http_steps``) and the master merges them exactly (``MASTER_BLOBS``).
+Users find the window they count into through the process's swarmscope driver
+(``environment.swarmscope.worker.active``, a :class:`WindowLoad`), so a user that lives across
+windows (``locust -f``, where each test start/stop is one window) records into the right one.
+:class:`StepShape` drives a ``locust -f`` run through the scenario's steps.
 
 Caveats: importing this imports Locust, which monkey-patches the process with gevent. The open
-model needs enough users for the rate × latency (Little's law); a step where the schedule
-could not be kept shows up as latency, which is the point.
+model needs enough users for the rate × latency (Little's law); a step where the schedule could
+not be kept shows up as latency, which is the point. Stopping users with Locust's default
+``--stop-timeout`` 0 kills requests in flight, which nginx may still log: give it a few seconds.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -30,162 +34,154 @@ from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from swarmscope.workers.http_stats import StepRecorder
 
-# Run parameters, set by setup() (in-process) or from the command line (locust -f).
-PARAMS: dict[str, Any] = {
-    "steps": [100],
-    "step_duration_s": 10.0,
-    "model": "closed",
-    "open_users": 100,
-    "path": "/",
-    "spawn_rate": 1000.0,
-    "keep_timeline": False,
-}
-RECORDER: StepRecorder | None = None
-MASTER_BLOBS: list[dict[str, Any]] = []
-_CURRENT_RATE: list[float] = [0.0]
+
+class WindowLoad:
+    """One window's load in this process: where requests go and the recorder they go into."""
+
+    def __init__(
+        self,
+        recorder: StepRecorder,
+        base_url: str,
+        path: str,
+        model: str,
+        rate_at: Callable[[float], float] = lambda t: 0.0,
+        users: int = 1,
+    ):
+        self.recorder = recorder
+        self.base_url = base_url
+        self.path = path
+        self.model = model
+        self.rate_at = rate_at  # open model: requests/s of the timetable at wall time t
+        self.users = max(1, users)  # open model: users sharing that timetable
+        self.stopping = False
+        self._slots = 0
+        self._meter: gevent.Greenlet | None = None
+
+    def next_slot(self) -> int:
+        self._slots += 1
+        return self._slots - 1
+
+    def record(self, intended: float, r: Any) -> None:
+        err = getattr(r, "error", None)
+        status = getattr(r, "status_code", None) or None
+        self.recorder.record(intended, time.time(), status, None if err is None else type(err).__name__)
+
+    def start_cpu_meter(self) -> None:
+        self._meter = gevent.spawn(self._cpu_meter)
+
+    def stop(self) -> None:
+        """No new requests; the CPU meter takes its last reading."""
+        self.stopping = True
+        if self._meter is not None:
+            self._meter.join(timeout=1.0)
+            self._meter = None
+
+    def _cpu_meter(self) -> None:
+        """Attribute this process's CPU time to the step it was used in (generator honesty)."""
+        proc = psutil.Process()
+        rec = self.recorder
+        last = sum(proc.cpu_times()[:2])
+        while True:
+            stopping = self.stopping
+            gevent.sleep(0 if stopping else 0.25)
+            now = sum(proc.cpu_times()[:2])
+            step = rec.step_of(time.time())
+            rec.cpu_s[step] = rec.cpu_s.get(step, 0.0) + (now - last)
+            last = now
+            if stopping:
+                return
 
 
-def setup(**params: Any) -> None:
-    PARAMS.update(params)
-
-
-def start_recorder(t0: float | None = None) -> StepRecorder:
-    global RECORDER
-    RECORDER = StepRecorder(
-        PARAMS["step_duration_s"], t0, keep_timeline=PARAMS["keep_timeline"], n_steps=len(PARAMS["steps"])
-    )
-    gevent.spawn(_cpu_meter, RECORDER)
-    return RECORDER
-
-
-def _cpu_meter(rec: StepRecorder) -> None:
-    """Attribute this process's CPU time to the step it was used in (generator honesty)."""
-    proc = psutil.Process()
-    last = sum(proc.cpu_times()[:2])
-    while RECORDER is rec:
-        gevent.sleep(0.25)
-        now = sum(proc.cpu_times()[:2])
-        step = rec.step_of(time.time())
-        rec.cpu_s[step] = rec.cpu_s.get(step, 0.0) + (now - last)
-        last = now
-
-
-def _record(intended: float, r: Any) -> None:
-    rec = RECORDER
-    if rec is None:
-        return
-    err = getattr(r, "error", None)
-    status = getattr(r, "status_code", None) or None
-    rec.record(intended, time.time(), status, None if err is None else type(err).__name__)
+def active_load(environment: Any) -> WindowLoad | None:
+    proc = getattr(environment, "swarmscope", None)
+    driver = getattr(proc, "worker", None)
+    return getattr(driver, "active", None)
 
 
 class FloodUser(FastHttpUser):
-    """One user class for both models (``PARAMS["model"]``), so a locustfile has a single user.
+    """One user class for both models (the window's ``model``), so a locustfile has one user.
 
     closed: a request, wait for it, the next one (no think time); latency from the actual send.
     open: this user's share of a fixed-rate timetable; latency from the intended send time.
     """
 
     wait_time = constant(0)
-    _seq = 0
 
-    def on_start(self) -> None:
-        FloodUser._seq += 1
-        self.slot = FloodUser._seq - 1
+    def __init__(self, environment: Any):
+        load = active_load(environment)
+        if load is not None and load.base_url:
+            self.host = load.base_url
+        elif environment.host:
+            self.host = environment.host
+        super().__init__(environment)
+        self.slot = -1
         self.next_t: float | None = None
         self.rate_seen = 0.0
+        self.load_seen: WindowLoad | None = None
 
     @task
     def get(self) -> None:
-        if PARAMS["model"] != "open":
-            t = time.time()
-            _record(t, self.client.get(PARAMS["path"], name="flood"))
+        load = active_load(self.environment)
+        if load is None or load.stopping:
+            gevent.sleep(0.05)  # between windows (locust -f): nothing to count into
             return
-        rate = _CURRENT_RATE[0]
+        if load is not self.load_seen:
+            self.load_seen, self.slot, self.next_t = load, load.next_slot(), None
+        if load.model != "open":
+            t = time.time()
+            load.record(t, self.client.get(load.path, name="flood"))
+            return
+        now = time.time()
+        rate = load.rate_at(now)
         if rate <= 0:
             gevent.sleep(0.05)
             return
-        n = max(1, int(PARAMS["open_users"]))
-        interval = n / rate
-        now = time.time()
+        interval = load.users / rate
         if self.next_t is None or rate != self.rate_seen:
             # (Re)start the timetable: slot k of n is offset by k/rate so users interleave.
-            self.next_t = now + (self.slot % n) / rate
+            self.next_t = now + (self.slot % load.users) / rate
             self.rate_seen = rate
         intended = self.next_t
         if intended > now:
             gevent.sleep(intended - now)
-        r = self.client.get(PARAMS["path"], name="flood")
-        _record(intended, r)
+            if load.stopping:  # the step ended while this user waited for its slot
+                return
+        load.record(intended, self.client.get(load.path, name="flood"))
         self.next_t = intended + interval
 
 
 class StepShape(LoadTestShape):
-    """Steps held ``step_duration_s`` each: users (closed) or arrival rates (open), then stop."""
+    """``locust -f``: the scenario's steps held ``step_duration`` each, then stop.
+
+    closed: the step is the user count; open: ``open_users`` users and the step is the rate
+    (each worker's users read the rate from the config the master sent)."""
 
     def tick(self) -> tuple[int, float] | None:
-        t = self.get_run_time()
-        steps = PARAMS["steps"]
-        i = int(t // PARAMS["step_duration_s"])
+        env: Any = self.runner.environment if self.runner is not None else None
+        cfg = env.swarmscope.cfg  # the config swarmscope's plug-in loaded on this master
+        steps = cfg["steps"]
+        i = int(self.get_run_time() // cfg["step_duration"])
         if i >= len(steps):
-            _CURRENT_RATE[0] = 0.0
             return None
-        if PARAMS["model"] == "open":
-            _CURRENT_RATE[0] = float(steps[i])
-            return int(PARAMS["open_users"]), float(PARAMS["spawn_rate"])
-        return int(steps[i]), float(PARAMS["spawn_rate"])
+        users = int(cfg["open_users"]) if cfg["model"] == "open" else int(steps[i])
+        return users, 10000.0  # a step starts at once (all its users)
 
 
-# -- distributed runs (locust -f scenarios/ingress_flood.py --master/--worker) -------------------
-@events.init_command_line_parser.add_listener
-def _add_options(parser: Any) -> None:
-    g = parser.add_argument_group("swarmscope ingress flood")
-    g.add_argument(
-        "--ss-steps",
-        default="100,200,300,400,500,600,700,800,900,1000",
-        help="users per step (closed) or req/s per step (open)",
-    )
-    g.add_argument("--ss-step-duration", type=float, default=30.0, help="seconds per step")
-    g.add_argument("--ss-model", choices=["closed", "open"], default="closed")
-    g.add_argument("--ss-open-users", type=int, default=100, help="open model: users sharing the timetable")
-    g.add_argument("--ss-out", default="", help="master: write the merged per-step results (JSON) here")
-
-
+# -- locust -f: Locust's --host is the target, and workers learn the local target's URL ---------
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     opts = environment.parsed_options
-    if opts is not None and hasattr(opts, "ss_steps"):
-        setup(
-            steps=[float(x) for x in str(opts.ss_steps).split(",") if x.strip()],
-            step_duration_s=opts.ss_step_duration,
-            model=opts.ss_model,
-            open_users=opts.ss_open_users,
-        )
-    runner = environment.runner
-    if runner is not None and type(runner).__name__ == "MasterRunner":
-        runner.register_message("ss_http_steps", lambda msg, **kw: MASTER_BLOBS.append(msg.data))
+    if opts is not None and getattr(opts, "host", None) and not getattr(opts, "ss_host", None):
+        opts.ss_host = opts.host  # a Locust user's --host names the target: no local one then
+    # Added here, so it runs after swarmscope's own test_start hook (installed before init),
+    # which sets up the workers and learns the target's URL from them.
+    events.test_start.add_listener(_target_host)
 
 
-@events.test_start.add_listener
-def _on_test_start(environment: Any, **_: Any) -> None:
-    if type(environment.runner).__name__ != "MasterRunner" and RECORDER is None:
-        start_recorder()
-
-
-@events.test_stop.add_listener
-def _on_test_stop(environment: Any, **_: Any) -> None:
-    runner = environment.runner
-    if type(runner).__name__ == "WorkerRunner" and RECORDER is not None:
-        runner.send_message("ss_http_steps", RECORDER.encode())
-
-
-@events.quitting.add_listener
-def _on_quit(environment: Any, **_: Any) -> None:
-    import json
-
-    opts = environment.parsed_options
-    out = getattr(opts, "ss_out", "") if opts is not None else ""
-    blobs = MASTER_BLOBS or ([RECORDER.encode()] if RECORDER is not None else [])
-    if out and blobs:
-        with open(out, "w", encoding="utf-8") as fh:
-            json.dump({"steps": StepRecorder.merge(blobs).summary()}, fh, indent=1)
+def _target_host(environment: Any, **_: Any) -> None:
+    """Master: the URL of the target (started by one worker) goes to every worker with the
+    spawn message (Locust sends ``environment.host`` with it)."""
+    free = getattr(environment, "swarmscope_free", None)
+    url = getattr(free, "shared", {}).get("url") if free is not None else None
+    if url:
+        environment.host = url

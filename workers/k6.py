@@ -40,7 +40,8 @@ K6_VERSION = "v1.8.1"
 def k6_binary(build: bool = True) -> str:
     """Path of the cached k6; builds it with tools/build_k6.sh when missing and ``build``."""
     cached = (
-        Path(os.environ.get("SWARMSCOPE_TOOL_CACHE", "/var/cache/swarmscope/tools"))
+        Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope"))
+        / "tools"
         / f"k6-{K6_VERSION}"
         / "k6"
     )

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from swarmscope.errors import LoadGenError
+from swarmscope.sys import cgroups
 
 ROOT_NAME = "swarmscope"
 OWNER_DIR = pathlib.Path("/run/swarmscope/simnodes")
@@ -49,33 +50,6 @@ class SimNode:
     pids_path: pathlib.Path | None
     pids_max: int | None = None
     group: str | None = None
-
-
-def _mounts() -> list[tuple[str, str, set[str]]]:
-    out = []
-    with open("/proc/mounts") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 4:
-                # /proc/mounts escapes spaces as \040; cgroup mounts never have them in practice.
-                out.append((parts[2], parts[1], set(parts[3].split(","))))
-    return out
-
-
-def cgroup2_mount() -> pathlib.Path:
-    """Where cgroup v2 is mounted (prefer the shortest path: the host's, not a nested one)."""
-    paths = sorted((p for fs, p, _ in _mounts() if fs == "cgroup2"), key=len)
-    if not paths:
-        raise LoadGenError(
-            "cgroup v2 is not mounted (needed to simulate nodes): mount -t cgroup2 none /sys/fs/cgroup"
-        )
-    return pathlib.Path(paths[0])
-
-
-def pids_v1_mount() -> pathlib.Path | None:
-    """The v1 hierarchy carrying the pids controller, if any (hybrid hosts)."""
-    paths = sorted((p for fs, p, opts in _mounts() if fs == "cgroup" and "pids" in opts), key=len)
-    return pathlib.Path(paths[0]) if paths else None
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -127,7 +101,7 @@ def create_sim_nodes(group: str, names: list[str], pids_max: int) -> list[SimNod
         raise LoadGenError(f"duplicate node names in {names}")
     if not 1 <= pids_max <= 1_000_000:
         raise LoadGenError(f"pids_max must be 1..1000000, got {pids_max}")
-    v2 = cgroup2_mount()
+    v2 = cgroups.cgroup2_mount()
     gdir = v2 / ROOT_NAME / group
     if gdir.exists():
         if _owner_alive(group):
@@ -137,7 +111,7 @@ def create_sim_nodes(group: str, names: list[str], pids_max: int) -> list[SimNod
         OWNER_DIR.mkdir(parents=True, exist_ok=True)
         _owner_file(group).write_text(f"{os.getpid()} {_proc_start(os.getpid())}\n")
         gdir.mkdir(parents=True, exist_ok=True)
-        pids_root = pids_v1_mount()
+        pids_root = cgroups.pids_v1_mount()
         v2_pids = False
         if pids_root is not None:
             (pids_root / ROOT_NAME / group).mkdir(parents=True, exist_ok=True)
@@ -159,7 +133,7 @@ def create_sim_nodes(group: str, names: list[str], pids_max: int) -> list[SimNod
                 SimNode(
                     name=n,
                     cgroup_path=d,
-                    cgroup_id=os.stat(d).st_ino,  # what bpf_get_current_cgroup_id() returns
+                    cgroup_id=cgroups.cgroup_id(d),  # what bpf_get_current_cgroup_id() returns
                     pids_path=pids_path,
                     pids_max=pids_max if pids_path is not None else None,
                     group=group,
@@ -206,8 +180,8 @@ def destroy_sim_nodes(group: str | Iterable[SimNode], timeout_s: float = 5.0) ->
     deadline = time.monotonic() + timeout_s
     for g in groups:
         _check_name("group", g)
-        roots = [cgroup2_mount()]
-        pids_root = pids_v1_mount()
+        roots = [cgroups.cgroup2_mount()]
+        pids_root = cgroups.pids_v1_mount()
         if pids_root is not None:
             roots.append(pids_root)
         for root in roots:
@@ -219,8 +193,8 @@ def destroy_sim_nodes(group: str | Iterable[SimNode], timeout_s: float = 5.0) ->
 def cleanup_stale() -> list[str]:
     """Destroy groups left by crashed runs (owner process gone); return their names."""
     found: set[str] = set()
-    roots = [cgroup2_mount()]
-    pids_root = pids_v1_mount()
+    roots = [cgroups.cgroup2_mount()]
+    pids_root = cgroups.pids_v1_mount()
     if pids_root is not None:
         roots.append(pids_root)
     for root in roots:
@@ -248,14 +222,4 @@ def own_cgroup_node(name: str) -> SimNode:
     Without cgroup v2 it falls back to the whole host (cgroup id 0), where other processes'
     execs are counted too.
     """
-    try:
-        mount = cgroup2_mount()
-        rel = ""
-        with open("/proc/self/cgroup", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("0::"):
-                    rel = line.strip()[3:].lstrip("/")
-        path = mount / rel if rel else mount
-        return SimNode(name=name, cgroup_path=None, cgroup_id=path.stat().st_ino, pids_path=None)
-    except (OSError, LoadGenError):
-        return SimNode(name=name, cgroup_path=None, cgroup_id=0, pids_path=None)
+    return SimNode(name=name, cgroup_path=None, cgroup_id=cgroups.pid_cgroup_id("self"), pids_path=None)

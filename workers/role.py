@@ -1,6 +1,6 @@
 """The worker role: the nodes this Locust process drives, and what it generated on each.
 
-    role = WorkerRole.create(options)          # made once per process by swarmscope.roles
+    role = WorkerRole.create(2, group="run-1a2b")   # made once per process by the exec kind
     role.nodes                                 # [SimNode("n1", ...), ...] or [the real node]
     result = role.burst(window_id, ["n1"], duration_s=1.0, concurrency=2)
 
@@ -13,14 +13,14 @@ before the totals are sent, so nothing generated is dropped from the count.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmscope.errors import LoadGenError
+from swarmscope.errors import LoadGenError, SwarmscopeError
+from swarmscope.node import node_host
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +49,6 @@ class NodeTally:
             "bursts": self.bursts,
             "errors": self.errors[:5],
         }
-
-
-def node_host() -> str:
-    """The machine a node lives on: the probe that measures it is the one with this name.
-
-    ``SWARMSCOPE_NODE_HOST`` overrides it (several "hosts" on one machine, in tests), then
-    ``NODE_NAME`` (a cluster), then the hostname.
-    """
-    return os.environ.get("SWARMSCOPE_NODE_HOST") or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 class WorkerRole:
@@ -183,6 +174,38 @@ class WorkerRole:
             if j.exception is not None and not isinstance(j.exception, LoadGenError):
                 log.error("burst failed: %s", j.exception)
         return self.take(window_id, [n.name for n in mine])
+
+    # -- the driver interface (workers.driver.Driver) -------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def run_window(
+        self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any = None
+    ) -> dict[str, Any]:
+        """One burst on the listed nodes; each node's burst is one Locust request (type EXEC)."""
+        t0 = time.perf_counter()
+        per_node = self.burst(
+            window_id,
+            nodes,
+            float(payload["duration_s"]),
+            int(payload["concurrency"]),
+            float(payload.get("rate", 0.0)),
+        )
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+        if environment is not None:
+            for node, tally in per_node.items():
+                environment.events.request.fire(
+                    request_type="EXEC",
+                    name=f"burst {node}",
+                    response_time=elapsed_ms,
+                    response_length=int(tally["generated"]),
+                    exception=SwarmscopeError(tally["errors"][0]) if tally["errors"] else None,
+                    context={},
+                )
+        return per_node
+
+    def stop_window(self, window_id: str) -> None:
+        self.stop_inflight(window_id)
 
     def stop_inflight(self, window_id: str | None = None) -> None:
         """Stop bursts still running (test stop) and count what they generated."""

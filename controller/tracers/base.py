@@ -160,8 +160,8 @@ TRACER_FIELDS: list[Field] = [
         "tracer",
         str,
         "none",
-        "tracer under test: none (reported is null), command, bpftrace, ig, stream, prometheus",
-        choices=("none", "command", "bpftrace", "ig", "stream", "prometheus"),
+        "tracer under test",
+        choices=("none",),  # the registry's names are added by the package (tracers/__init__.py)
     ),
     Field(
         "tracer_command",

@@ -12,7 +12,8 @@ How it knows the tracer is live and has printed everything:
   cgroups) again and again until the tracer prints a line naming one.
 - **drain**: at stop it execs one sentinel pinned to *each CPU* and waits for all of them.
   This also flushes the per-CPU "lost" records, which the kernel writes only at that CPU's
-  next event (PLATFORM.md). Only then is the tracer sent SIGINT (then SIGKILL).
+  next event (docs/platform.md#tracers-and-lost-events); swarmscope.sys.sentinel
+  makes the execs. Only then is the tracer sent SIGINT (then SIGKILL).
 
 Sentinel lines are never counted. **Transport pressure** (issue 4): the tracer writes into a
 pipe that this adapter reads line by line; ``read_rate`` caps the lines read per second and
@@ -33,11 +34,9 @@ import fcntl
 import importlib
 import logging
 import os
-import secrets
 import signal
 import struct
 import subprocess
-import tempfile
 import termios
 import time
 from collections.abc import Callable, Mapping
@@ -53,6 +52,7 @@ from swarmscope.controller.tracers.base import (
 )
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.errors import ConfigError, Problem, TracerError
+from swarmscope.sys.sentinel import Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,6 @@ def _original(module: str, name: str) -> Any:
 
 
 _real_sleep = _original("time", "sleep")
-
-
-def online_cpus() -> list[int]:
-    """CPUs this process may run on (the ones whose buffers a nudge must reach)."""
-    return sorted(os.sched_getaffinity(0))
 
 
 class CommandTracer:
@@ -136,7 +131,7 @@ class CommandTracer:
         self._warnings: list[str] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._sentinels_seen: set[int] = set()
-        self._next_k = 0
+        self._sentinels: Sentinels | None = None
         self._ready = False
         self._eof = False
         self._pressure_lifted = False  # stop() lifts the stall / rate limit
@@ -150,31 +145,9 @@ class CommandTracer:
             self._warnings.append(text)
 
     # ------------------------------------------------------------------ sentinel
-    def _sentinel_path(self, k: int) -> Path:
-        p = self._sentinel_dir / f"{self._prefix}{k}"
-        if not p.exists():
-            p.symlink_to(self.sentinel.resolve())
-        return p
-
     def _exec_sentinel(self, cpu: int | None = None) -> int:
-        """Exec one sentinel (pinned to ``cpu`` when given) and wait for it; return its number."""
-        k = self._next_k
-        self._next_k += 1
-        path = self._sentinel_path(k)
-        saved = None
-        if cpu is not None:
-            # The child inherits the calling thread's affinity: pin this thread for the spawn.
-            saved = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, {cpu})
-        try:
-            pid = os.posix_spawn(str(path), [path.name], {})
-        except OSError as e:
-            raise TracerError(f"cannot exec the sentinel {self.sentinel}: {e}") from e
-        finally:
-            if saved is not None:
-                os.sched_setaffinity(0, saved)
-        os.waitpid(pid, 0)
-        return k
+        assert self._sentinels is not None
+        return self._sentinels.exec(cpu)
 
     # ------------------------------------------------------------------ reader
     def _read_loop(self, stream: IO[bytes], parser: LineParser) -> None:
@@ -262,7 +235,8 @@ class CommandTracer:
         self._per_node = {n.name: 0 for n in nodes}
         # A fresh random prefix per window: sentinels of an earlier window or another
         # swarmscope on the host can never be taken for this one's.
-        self._prefix = f"ss-sync-{secrets.token_hex(2)[:3]}"
+        self._sentinels = Sentinels(self.sentinel)
+        self._prefix = self._sentinels.prefix
         parser = LineParser(
             nodes,
             match=self.match,
@@ -277,7 +251,6 @@ class CommandTracer:
                 "carry only what those nodes lack (a comm-only tracer needs NodeKey.comm, i.e. the "
                 "node's exec storm running its binary under the node's own name)"
             )
-        self._sentinel_dir = Path(tempfile.mkdtemp(prefix="swarmscope-sentinel-"))
         r, w = os.pipe2(os.O_CLOEXEC)
         if self.pipe_bytes:
             with contextlib.suppress(OSError):  # the size is a pressure knob, not a must
@@ -293,7 +266,7 @@ class CommandTracer:
             )
         except OSError as e:
             os.close(r)
-            self._sentinel_dir.rmdir()
+            self._sentinels.close()
             raise TracerError(f"cannot start tracer {self.name} ({self.argv[0]}): {e}") from e
         finally:
             os.close(w)  # only the tracer writes: EOF on r once it (and its children) exit
@@ -390,12 +363,7 @@ class CommandTracer:
         A CPU's events come out of its buffer in order, so an unseen sentinel exec'ed on a CPU
         *before* a sentinel that was seen on the same CPU was dropped, not delayed.
         """
-        lost = 0
-        for ks in self._drain_sent.values():
-            seen = [k for k in ks if k in self._sentinels_seen]
-            if seen:
-                lost += sum(1 for k in ks if k < max(seen) and k not in self._sentinels_seen)
-        return lost
+        return dropped(self._drain_sent, self._sentinels_seen)
 
     def _terminate(self) -> int | None:
         proc = self._proc
@@ -419,9 +387,8 @@ class CommandTracer:
         if not self._wait(lambda: self._reader_done, 10):
             self._warn("swarmscope: the tracer's output did not reach end-of-file within 10 s")
         self._proc = None
-        for p in self._sentinel_dir.iterdir():
-            p.unlink()
-        self._sentinel_dir.rmdir()
+        if self._sentinels is not None:
+            self._sentinels.close()
         return code
 
     def stop(self) -> TracerResult:

@@ -10,7 +10,7 @@ preset's. Both trace the whole host, as they would on a real node.
 Caveats: ig v0.35's exec event carries no cgroup id, so it is attributed by ``comm`` — the
 node's exec storm must exec its binary under the node's own name (``NodeKey.comm``). ig needs
 its own pid namespace here (``unshare --pid --fork --mount-proc``: reading /proc/1/ns/mnt is
-denied otherwise, PLATFORM.md).
+denied otherwise, docs/platform.md#tracers-and-lost-events).
 """
 
 from __future__ import annotations

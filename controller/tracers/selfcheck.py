@@ -17,19 +17,17 @@ count in it too.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import pathlib
 import secrets
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 
 from swarmscope.config import Schema
 from swarmscope.controller.tracers.base import TRACER_FIELDS, NodeKey, make_tracer, tracer_cross_check
 from swarmscope.errors import SetupError
+from swarmscope.sys.cgroups import cgroup_id, temp_cgroup
 
 _EXEC_LOOP = (
     "import os, sys\n"
@@ -37,34 +35,6 @@ _EXEC_LOOP = (
     "for _ in range(int(sys.argv[2])):\n"
     "    os.waitpid(os.posix_spawn(sys.argv[3], [sys.argv[3]], {}), 0)\n"
 )
-
-
-def cgroup2_root() -> pathlib.Path:
-    with open("/proc/mounts", encoding="utf-8") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) > 2 and parts[2] == "cgroup2":
-                return pathlib.Path(parts[1])
-    raise SetupError("no cgroup v2 mount (look for cgroup2 in /proc/mounts)")
-
-
-@contextlib.contextmanager
-def temp_cgroup(prefix: str = "ss-tracer-check") -> Iterator[tuple[pathlib.Path, int]]:
-    """A fresh cgroup v2 child (a simulated node): (path, cgroup id = its inode)."""
-    cg = cgroup2_root() / f"{prefix}-{secrets.token_hex(3)}"
-    try:
-        cg.mkdir()
-    except OSError as e:
-        raise SetupError(f"cannot create cgroup {cg} (root needed): {e}") from e
-    try:
-        yield cg, os.stat(cg).st_ino
-    finally:
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)  # the last children are still being reaped
 
 
 def exec_in_cgroup(cg: pathlib.Path, k: int, binary: pathlib.Path, procs: int = 1) -> None:
@@ -102,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if tracer is None:
         print("tracer is none: nothing to check")
         return 0
-    with temp_cgroup() as (cg, cgid), tempfile.TemporaryDirectory() as tmp:
+    with temp_cgroup("ss-tracer-check") as cg, tempfile.TemporaryDirectory() as tmp:
+        cgid = cgroup_id(cg)
         comm = f"ss-c{secrets.token_hex(2)}"
         binary = pathlib.Path(tmp) / comm
         binary.symlink_to(pathlib.Path(args.binary).resolve())

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -49,8 +47,9 @@ import grpc
 
 from swarmscope.controller.fleet import grpc_for_gevent
 from swarmscope.controller.tracers.base import NodeKey, TracerResult, register_tracer
-from swarmscope.controller.tracers.selfcheck import cgroup2_root
 from swarmscope.errors import TracerError
+from swarmscope.sys.cgroups import cgroup_id, pid_cgroup_path
+from swarmscope.sys.sentinel import Sentinels, sentinel_number
 from swarmscope.v1 import stream_pb2 as pb
 from swarmscope.v1 import stream_pb2_grpc as pb_grpc
 
@@ -110,8 +109,8 @@ class Collector(pb_grpc.EventCollectorServicer):
             self._pace()
             received += 1
             with self._lock:
-                if msg.comm.startswith(self.prefix) and msg.comm[len(self.prefix) :].isdigit():
-                    self.sentinels.add(int(msg.comm[len(self.prefix) :]))
+                if (k := sentinel_number(self.prefix, msg.comm)) is not None:
+                    self.sentinels.add(k)
                     continue
                 self.events += 1
                 key = (msg.cgroup_id, msg.comm)
@@ -127,16 +126,6 @@ class Collector(pb_grpc.EventCollectorServicer):
     def any_seen(self) -> bool:
         with self._lock:
             return bool(self.sentinels)
-
-
-def own_cgroup_id() -> int:
-    """The cgroup v2 id of this process (where the sentinels it execs run)."""
-    with open("/proc/self/cgroup", encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("0::"):
-                rel = line.strip()[3:].lstrip("/")
-                return os.stat(cgroup2_root() / rel).st_ino
-    raise TracerError("this process has no cgroup v2 membership (no 0:: line in /proc/self/cgroup)")
 
 
 def attribute(counts: Mapping[tuple[int, str], int], nodes: list[NodeKey]) -> tuple[dict[str, int], int]:
@@ -186,23 +175,13 @@ class StreamTracer:
         self._server: grpc.Server | None = None
         self._proc: subprocess.Popen[str] | None = None
         self._nodes: list[NodeKey] = []
-        self._next_k = 0
-        self._dir: Path | None = None
+        self._sentinels: Sentinels | None = None
         self._stderr: Any = None
 
     # ------------------------------------------------------------------ sentinel
     def _exec_sentinel(self) -> int:
-        assert self._dir is not None and self.collector is not None
-        k = self._next_k
-        self._next_k += 1
-        path = self._dir / f"{self.collector.prefix}{k}"
-        path.symlink_to(self.sentinel.resolve())
-        try:
-            pid = os.posix_spawn(str(path), [path.name], {})
-        except OSError as e:
-            raise TracerError(f"cannot exec the sentinel {self.sentinel}: {e}") from e
-        os.waitpid(pid, 0)
-        return k
+        assert self._sentinels is not None
+        return self._sentinels.exec()
 
     def _agent_tail(self) -> str:
         if self._stderr is None:
@@ -220,14 +199,13 @@ class StreamTracer:
         if bad:
             raise TracerError(f"tracer stream cannot attribute events to node(s) {', '.join(bad)}")
         self._nodes = list(nodes)
-        self._next_k = 0
         grpc_for_gevent()
-        self.collector = Collector(self.collector_rate, f"ss-sync-{secrets.token_hex(2)[:3]}")
+        self._sentinels = Sentinels(self.sentinel)
+        self.collector = Collector(self.collector_rate, self._sentinels.prefix)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=SERVER_OPTIONS)
         pb_grpc.add_EventCollectorServicer_to_server(self.collector, self._server)
         port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
-        self._dir = Path(tempfile.mkdtemp(prefix="swarmscope-stream-"))
         self._stderr = tempfile.TemporaryFile()
         argv = [
             sys.executable,
@@ -245,7 +223,7 @@ class StreamTracer:
             str(self.queue),
         ]
         if self.scope == "nodes" and all(n.cgroup_id for n in nodes):
-            for cg in sorted({int(n.cgroup_id or 0) for n in nodes} | {own_cgroup_id()}):
+            for cg in sorted({int(n.cgroup_id or 0) for n in nodes} | {cgroup_id(pid_cgroup_path())}):
                 argv += ["--cgroup", str(cg)]
         try:
             self._proc = subprocess.Popen(
@@ -308,11 +286,9 @@ class StreamTracer:
         if self._server is not None:
             self._server.stop(grace=1).wait(5)
             self._server = None
-        if self._dir is not None:
-            for p in self._dir.iterdir():
-                p.unlink()
-            self._dir.rmdir()
-            self._dir = None
+        if self._sentinels is not None:
+            self._sentinels.close()
+            self._sentinels = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

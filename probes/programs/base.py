@@ -8,9 +8,12 @@
     after = prog.snapshot()
     delta_by_node(before, after, nodes, prog.counters)   # {"n1": {"exec": 42}}
     prog.close()
+    program_params("procstat")            # [Field("procstat.pids", ...), ...] declared in its module
 
 A program counts in the kernel, keyed by cgroup v2 id, and user space only ever reads
-cumulative totals; a window is the difference of two snapshots. Caveats: the registry is
+cumulative totals; a window is the difference of two snapshots. Optional parts: ``configure``
+(this window's options, see params.py), ``window_gauges`` and ``window_samples`` (per-event
+records). Caveats: the registry is
 deliberately closed (names map to code that ships here; a probe never loads a program named by
 the network that is not in it), and a counter that goes *down* between two snapshots means the
 program was reloaded, which is reported as an error rather than clamped to zero.
@@ -18,9 +21,12 @@ program was reloaded, which is reported as an error rather than clamped to zero.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from swarmscope.config import Field
 from swarmscope.errors import ProbeError
 
 # cgroup id -> counter name -> cumulative value since the program was loaded.
@@ -59,6 +65,41 @@ class GaugeSource(Protocol):
     def window_gauges(
         self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
     ) -> dict[str, dict[str, float]]: ...
+
+
+class Configurable(Protocol):
+    """A program whose settings can change per window (OpenWindow.options).
+
+    The agent calls ``configure`` at OpenWindow, before the snapshot, with that window's typed
+    options for this program (keys ``<program>.<param>`` from its ``WINDOW_PARAMS``), only when
+    they differ from the last call. Keys not given take the program's start-up settings, so
+    ``configure({})`` returns to them.
+    """
+
+    def configure(self, options: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One per-event record of a window (proto Sample), e.g. one map-update call."""
+
+    series: str
+    start_ns: int
+    end_ns: int
+    value: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class SampleSource(Protocol):
+    """A program that gives per-event samples of a window, by node name.
+
+    Called at CloseWindow with the window's wall-clock bounds (time.time_ns()). Raises
+    swarmscope.errors.IncompleteSamplesError (carrying what it has) when some are missing.
+    """
+
+    def window_samples(
+        self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
+    ) -> dict[str, list[Sample]]: ...
 
 
 def _exec_count() -> Program:
@@ -122,17 +163,51 @@ PROGRAMS: dict[str, Callable[[], Program]] = {
     "procstat": _procstat,
 }
 
-# One line per program for --help (what it counts and where its settings come from).
+# One line per program for --help (what it counts); its settings are its module's PARAMS.
 DESCRIPTIONS: dict[str, str] = {
     "exec_count": "execs per cgroup",
-    "syscall_count": "syscalls per cgroup ($SWARMSCOPE_SYSCALLS filter)",
-    "pkt_count": "packets/bytes per interface ($SWARMSCOPE_PKT_INTERFACES)",
+    "syscall_count": "syscalls per cgroup",
+    "pkt_count": "packets/bytes per interface (XDP)",
     "bpf_stats": "run count/time of every eBPF program on the node",
-    "map_update": "BPF map-update calls/entries per pid, cmd, map id ($SWARMSCOPE_MAP_UPDATE_PIDS)",
-    "neigh_events": "neighbor create/update per device (tracepoints; $SWARMSCOPE_NEIGH_FAMILY)",
-    "neigh_netlink": "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2; $SWARMSCOPE_NEIGH_NETNS)",
-    "procstat": "gauges: CPU %, RSS, faults/s ($SWARMSCOPE_PROC_NAMES/_PIDS/_CGROUPS)",
+    "map_update": "BPF map-update calls/entries per pid, cmd, map id; per-call samples",
+    "neigh_events": "neighbor create/update per device (tracepoints)",
+    "neigh_netlink": "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2)",
+    "procstat": "gauges: CPU %, RSS, faults/s of chosen processes",
 }
+
+# Where each program's PARAMS / WINDOW_PARAMS are declared (next to its code). Importing these
+# modules does not import BCC.
+PARAM_MODULES: dict[str, str] = {
+    "exec_count": "swarmscope.probes.programs.exec_count",
+    "syscall_count": "swarmscope.probes.programs.syscall_count",
+    "pkt_count": "swarmscope.probes.programs.pkt_count",
+    "bpf_stats": "swarmscope.probes.bpfstats",
+    "map_update": "swarmscope.probes.programs.map_update",
+    "neigh_events": "swarmscope.probes.programs.neigh_events",
+    "neigh_netlink": "swarmscope.probes.programs.neigh_netlink",
+    "procstat": "swarmscope.probes.programs.procstat",
+}
+
+
+def _param_module(name: str) -> Any:
+    if name not in PARAM_MODULES:
+        raise ProbeError(f"unknown program {name!r} (known: {', '.join(sorted(PROGRAMS))})")
+    return importlib.import_module(PARAM_MODULES[name])
+
+
+def program_params(name: str) -> list[Field]:
+    """The params program ``name`` declares (``<name>.<param>`` keys), start-up and per window."""
+    return list(getattr(_param_module(name), "PARAMS", []))
+
+
+def window_params(name: str) -> frozenset[str]:
+    """The keys of ``name``'s params that its ``configure`` takes per window."""
+    return frozenset(getattr(_param_module(name), "WINDOW_PARAMS", frozenset()))
+
+
+def all_program_params() -> list[Field]:
+    """Every registered program's params, in registry order (for ``--explain``)."""
+    return [f for name in PROGRAMS for f in program_params(name)]
 
 
 def get_program(name: str) -> Program:

@@ -4,31 +4,89 @@
     prog.snapshot()   # {cgroup_id: {"map_update.calls": n, "map_update.entries": m,
                       #              "map_update.elem.calls": ..., "map_update.pid.1234.elem.entries": ...,
                       #              "map_update.map.57.entries": ..., ...}} cumulative
+    prog.configure({"map_update.pids": [1234]})      # this window: record pid 1234 only
+    prog.window_samples(start_ns, end_ns, nodes)
+    # {"n1": [Sample("map_update.call", enter_ns, exit_ns, entries, {"pid": "1234", "cmd": "elem",
+    #                                                               "map_id": "57"}), ...]}
     prog.close()
 
 Wraps :class:`swarmscope.probes.map_update.MapUpdateTracer` (bpf/map_update.bpf.c). Totals per
-(tgid, cmd, cgroup) come from the kernel's per-CPU map and are exact. Per-map-id counters come
-from the ring-buffer events: the kernel knows only (tgid, fd), so a pump thread drains the ring
-every ``poll_s`` and resolves fd -> map id through /proc/<tgid>/fdinfo while the caller still
-holds the fd; a caller that exits or closes the fd within that time is counted under
-``map_update.map.unresolved.*``. ``$SWARMSCOPE_MAP_UPDATE_PIDS`` (comma list) restricts
-recording to those tgids; unset = every process. Ring-buffer drops (host total, cgroup key 0)
-are ``map_update.ringbuf_dropped``: per-map counters are complete only while it stays 0.
+(tgid, cmd, cgroup) come from the kernel's per-CPU map and are exact. Per-map-id counters and
+samples come from the ring-buffer events: the kernel knows only (tgid, fd), so a pump thread
+drains the ring every ``poll_s`` and resolves fd -> map id through /proc/<tgid>/fdinfo while the
+caller still holds the fd; a caller that exits or closes the fd within that time is counted
+under ``map_update.map.unresolved.*``. Ring-buffer drops (host total, cgroup key 0) are
+``map_update.ringbuf_dropped``: per-map counters are complete only while it stays 0.
+
+Settings (``PARAMS``): ``map_update.pids`` restricts recording to those tgids (unset = every
+process) and changes per window without a reload (a kernel-side switch); samples exist only for
+a pid list. One sample per call whose sys_exit_bpf falls in the window (start/end_ns are
+bpf_ktime, CLOCK_MONOTONIC; the window's wall-clock bounds are converted at close). Caveats:
+``window_samples`` raises IncompleteSamplesError (with what it has) when the ring buffer dropped
+events during the window, when more than ``map_update.max_samples`` calls happened (the first ones
+are kept), or when retention evicted some; retained events older than the window being closed
+are forgotten, so overlapping windows are only complete for the one that started last.
 """
 
 from __future__ import annotations
 
-import os
+import collections
 import threading
-from collections.abc import Iterable
-from typing import Any
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
-from swarmscope.errors import ProbeError
-from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer, map_id
-from swarmscope.probes.programs.base import Snapshot
+from swarmscope.config import Field, list_of
+from swarmscope.errors import IncompleteSamplesError, ProbeError
+from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer
+from swarmscope.probes.programs.base import NodeLike, Sample, Snapshot
+from swarmscope.probes.programs.params import startup_values
+from swarmscope.sys.bpf import fd_map_id
 
 ENV_PIDS = "SWARMSCOPE_MAP_UPDATE_PIDS"
 CMD_NAMES = {CMD_UPDATE_ELEM: "elem", CMD_UPDATE_BATCH: "batch"}
+SERIES = "map_update.call"
+
+PARAMS = [
+    Field(
+        "map_update.pids",
+        list_of(int),
+        None,
+        "record only these PIDs (tgids, comma list), one sample per call; unset = every process, no samples",
+        ENV_PIDS,
+        min=1,
+        nullable=True,
+    ),
+    Field(
+        "map_update.max_samples",
+        int,
+        200_000,
+        "most samples (calls) per window; more is reported as an error, the first ones are kept",
+        "SWARMSCOPE_MAP_UPDATE_MAX_SAMPLES",
+        min=1,
+    ),
+    Field(
+        "map_update.ringbuf_pages",
+        int,
+        1024,
+        "ring buffer size in pages (a power of two)",
+        "SWARMSCOPE_MAP_UPDATE_RINGBUF_PAGES",
+        check=lambda v: None if v > 0 and v & (v - 1) == 0 else "must be a power of two",
+    ),
+]
+WINDOW_PARAMS = frozenset({"map_update.pids", "map_update.max_samples"})
+
+
+class _Call(NamedTuple):
+    """A retained ring-buffer event of a sampled pid (compact: many may be kept)."""
+
+    exit_ns: int
+    enter_ns: int
+    tgid: int
+    cmd: int
+    map_id: str
+    processed: int
+    cgroup: int
 
 
 def _cmd(cmd: int) -> str:
@@ -39,9 +97,22 @@ class MapUpdateCount:
     name: str = "map_update"
     counters: tuple[str, ...] = ("map_update.calls", "map_update.entries")
 
-    def __init__(self, pids: Iterable[int] | None = None, poll_s: float = 0.05) -> None:
-        self.tracer = MapUpdateTracer(pids=pids)
+    def __init__(
+        self,
+        pids: Iterable[int] | None = None,
+        poll_s: float = 0.05,
+        max_samples: int = 200_000,
+        ringbuf_pages: int = 1024,
+    ) -> None:
+        self.tracer = MapUpdateTracer(pids=pids, ringbuf_pages=ringbuf_pages)
         self.poll_s = poll_s
+        self._startup_pids = None if pids is None else list(self.tracer.pids or ())
+        self._startup_max = max_samples
+        self.max_samples = max_samples
+        # Calls of sampled pids, oldest first; bounded (evictions make a window incomplete).
+        self._calls: collections.deque[_Call] = collections.deque()
+        self._evicted_ns = 0  # latest exit_ns of a call dropped from _calls
+        self._drop_marks: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._lock = threading.Lock()
         self._by_map: Snapshot = {}  # cgroup -> "map_update.map.<id>.{calls,entries}" cumulative
         self._stop = threading.Event()
@@ -63,13 +134,25 @@ class MapUpdateCount:
 
     @classmethod
     def from_env(cls) -> MapUpdateCount:
-        spec = os.environ.get(ENV_PIDS, "").strip()
-        if not spec:
-            return cls()
-        try:
-            return cls([int(p) for p in spec.split(",") if p.strip()])
-        except ValueError as e:
-            raise ProbeError(f"map_update: ${ENV_PIDS} must be a comma list of PIDs, got {spec!r}") from e
+        v = startup_values("map_update", PARAMS)
+        return cls(
+            v["map_update.pids"],
+            max_samples=v["map_update.max_samples"],
+            ringbuf_pages=v["map_update.ringbuf_pages"],
+        )
+
+    def configure(self, options: Mapping[str, Any]) -> None:
+        unknown = set(options) - WINDOW_PARAMS
+        if unknown:
+            raise ProbeError(f"map_update: not per-window options: {', '.join(sorted(unknown))}")
+        pids = options.get("map_update.pids", self._startup_pids)
+        with self._lock:
+            self.max_samples = int(options.get("map_update.max_samples", self._startup_max))
+            if self.tracer.bpf is None:
+                self.tracer.pids = None if pids is None else list(pids)
+            elif pids != self.tracer.pids:
+                self._drain_locked()  # events so far belong to the old selection
+                self.tracer.set_pids(pids)
 
     def load(self) -> None:
         if self._thread is not None:
@@ -88,15 +171,30 @@ class MapUpdateCount:
 
     def _drain(self) -> None:
         with self._lock:
-            if self.tracer.bpf is None:
-                return
-            for ev in self.tracer.events():
-                self._delivered += 1
-                mid = map_id(ev.tgid, ev.map_fd)
-                name = f"map_update.map.{mid if mid is not None else 'unresolved'}"
-                cg = self._by_map.setdefault(ev.cgroup, {})
-                cg[name + ".calls"] = cg.get(name + ".calls", 0) + 1
-                cg[name + ".entries"] = cg.get(name + ".entries", 0) + ev.processed
+            self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        if self.tracer.bpf is None:
+            return
+        sampled = set(self.tracer.pids) if self.tracer.pids is not None else set()
+        cap = 2 * self.max_samples  # room for one window past the limit, and the next one
+        ids: dict[tuple[int, int], str] = {}  # one /proc read per (tgid, fd) per drain
+        for ev in self.tracer.events():
+            self._delivered += 1
+            key = (ev.tgid, ev.map_fd)
+            if key not in ids:
+                mid = fd_map_id(ev.tgid, ev.map_fd)
+                ids[key] = "unresolved" if mid is None else str(mid)
+            name = f"map_update.map.{ids[key]}"
+            cg = self._by_map.setdefault(ev.cgroup, {})
+            cg[name + ".calls"] = cg.get(name + ".calls", 0) + 1
+            cg[name + ".entries"] = cg.get(name + ".entries", 0) + ev.processed
+            if ev.tgid in sampled:
+                self._calls.append(
+                    _Call(ev.exit_ns, ev.enter_ns, ev.tgid, ev.cmd, ids[key], ev.processed, ev.cgroup)
+                )
+                while len(self._calls) > cap:
+                    self._evicted_ns = max(self._evicted_ns, self._calls.popleft().exit_ns)
 
     def snapshot(self) -> Snapshot:
         if self._thread is None:
@@ -123,6 +221,58 @@ class MapUpdateCount:
             for cgroup, counters in self._by_map.items():
                 out.setdefault(cgroup, {}).update(counters)
         out.setdefault(0, {})["map_update.ringbuf_dropped"] = dropped
+        self._drop_marks.append((time.time_ns(), dropped))  # window_samples: drops since open
+        return out
+
+    def window_samples(
+        self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
+    ) -> dict[str, list[Sample]]:
+        """One sample per call of a sampled pid whose exit falls in the window, by node."""
+        if self._thread is None:
+            raise ProbeError("map_update: window_samples before load()")
+        try:
+            with self._lock:
+                self._drain_locked()
+                dropped = self.tracer.dropped()
+                # Wall clock -> CLOCK_MONOTONIC (bpf_ktime), with the offset as of now.
+                off = time.time_ns() - time.monotonic_ns()
+                lo, hi = start_ns - off, end_ns - off
+                old = [c for c in self._calls if c.exit_ns < lo]
+                if old:  # earlier windows' calls (see the header on overlapping windows)
+                    self._evicted_ns = max(self._evicted_ns, *(c.exit_ns for c in old))
+                    self._calls = collections.deque(c for c in self._calls if c.exit_ns >= lo)
+                calls = sorted((c for c in self._calls if c.exit_ns < hi), key=lambda c: c.exit_ns)
+                evicted, limit = self._evicted_ns >= lo, self.max_samples
+        except Exception as e:  # BCC map reads raise bare Exception / OSError
+            raise ProbeError(f"map_update: reading the samples failed: {e}") from e
+        # The open snapshot is the first mark at or after the window's start.
+        at_open = next((d for t, d in self._drop_marks if t >= start_ns), dropped)
+        problems = []
+        if dropped > at_open:
+            problems.append(f"the ring buffer dropped {dropped - at_open} events during the window")
+        if evicted:
+            problems.append(f"calls of this window were evicted (retention {2 * limit})")
+        if len(calls) > limit:
+            problems.append(f"{len(calls)} calls, only the first {limit} kept (map_update.max_samples)")
+            calls = calls[:limit]
+        samples = [
+            Sample(
+                SERIES,
+                c.enter_ns,
+                c.exit_ns,
+                c.processed,
+                {"pid": str(c.tgid), "cmd": _cmd(c.cmd), "map_id": c.map_id},
+            )
+            for c in calls
+        ]
+        out = {
+            n.name: [
+                s for s, c in zip(samples, calls, strict=True) if not n.cgroup_id or c.cgroup == n.cgroup_id
+            ]
+            for n in nodes
+        }
+        if problems:
+            raise IncompleteSamplesError(f"map_update: samples incomplete: {'; '.join(problems)}", out)
         return out
 
     def close(self) -> None:

@@ -16,14 +16,19 @@ creates itself (ARP in softirq) land in whatever cgroup was current: use the hos
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from swarmscope.config import Field
 from swarmscope.errors import ProbeError
 from swarmscope.probes.neigh_events import NeighEventCounter
 from swarmscope.probes.programs.base import Snapshot
+from swarmscope.probes.programs.params import startup_values
 
 ENV_FAMILY = "SWARMSCOPE_NEIGH_FAMILY"
+PARAMS = [
+    Field("neigh_events.family", str, "inet", "inet (IPv4 only) or all", ENV_FAMILY, choices=("inet", "all")),
+]
+WINDOW_PARAMS: frozenset[str] = frozenset()  # the family is compiled in
 
 
 class NeighEvents:
@@ -35,10 +40,7 @@ class NeighEvents:
 
     @classmethod
     def from_env(cls) -> NeighEvents:
-        fam = os.environ.get(ENV_FAMILY, "inet").strip() or "inet"
-        if fam not in ("inet", "all"):
-            raise ProbeError(f"neigh_events: ${ENV_FAMILY} must be 'inet' or 'all', got {fam!r}")
-        return cls(ipv4_only=fam == "inet")
+        return cls(ipv4_only=startup_values("neigh_events", PARAMS)["neigh_events.family"] == "inet")
 
     @property
     def _bpf(self) -> Any:

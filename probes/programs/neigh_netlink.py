@@ -26,18 +26,33 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import socket
 import threading
 import time
 from collections import Counter
 from typing import Any
 
+from swarmscope.config import Field
 from swarmscope.errors import ProbeError
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.probes.programs.neigh_events import ENV_FAMILY
+from swarmscope.probes.programs.params import startup_values
 
 ENV_NETNS = "SWARMSCOPE_NEIGH_NETNS"
+PARAMS = [
+    Field(
+        "neigh_netlink.netns",
+        str,
+        None,
+        "named netns to listen in (unset = the probe's own)",
+        ENV_NETNS,
+        nullable=True,
+    ),
+    Field(
+        "neigh_netlink.family", str, "inet", "inet (IPv4 only) or all", ENV_FAMILY, choices=("inet", "all")
+    ),
+]
+WINDOW_PARAMS: frozenset[str] = frozenset()  # the socket is bound at load
 RTMGRP_NEIGH = 4  # linux/rtnetlink.h
 EVENTS = {"RTM_NEWNEIGH": "newneigh", "RTM_DELNEIGH": "delneigh"}
 
@@ -70,10 +85,8 @@ class NeighNetlink:
 
     @classmethod
     def from_env(cls) -> NeighNetlink:
-        fam = os.environ.get(ENV_FAMILY, "inet").strip() or "inet"
-        if fam not in ("inet", "all"):
-            raise ProbeError(f"neigh_netlink: ${ENV_FAMILY} must be 'inet' or 'all', got {fam!r}")
-        return cls(netns=os.environ.get(ENV_NETNS, "").strip() or None, ipv4_only=fam == "inet")
+        v = startup_values("neigh_netlink", PARAMS)
+        return cls(netns=v["neigh_netlink.netns"], ipv4_only=v["neigh_netlink.family"] == "inet")
 
     # -- reader thread -------------------------------------------------------------------------
 

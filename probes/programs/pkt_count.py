@@ -24,9 +24,11 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+from swarmscope.config import Field, list_of
 from swarmscope.errors import ProbeError
 from swarmscope.probes import bcc_env
 from swarmscope.probes.programs.base import Snapshot
+from swarmscope.probes.programs.params import startup_values
 
 ENV_IFACES = "SWARMSCOPE_PKT_INTERFACES"
 ENV_NETNS = "SWARMSCOPE_PKT_NETNS"
@@ -36,6 +38,36 @@ XDP_FLAGS_DRV_MODE = 1 << 2
 CLONE_NEWNET = 0x40000000
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+# Start-up only: attaching XDP to other links per window is not worth its risk (a link that
+# refuses mid-run would leave the window half-measured).
+PARAMS = [
+    Field(
+        "pkt_count.interfaces",
+        list_of(str),
+        None,
+        "interfaces to attach XDP to (comma list; required)",
+        ENV_IFACES,
+        nullable=True,
+    ),
+    Field(
+        "pkt_count.netns",
+        str,
+        None,
+        "network namespace of the interfaces (ip netns name)",
+        ENV_NETNS,
+        nullable=True,
+    ),
+    Field(
+        "pkt_count.mode",
+        str,
+        "generic",
+        "XDP mode: generic (every driver) or native",
+        "SWARMSCOPE_PKT_MODE",
+        choices=("generic", "native"),
+    ),
+]
+WINDOW_PARAMS: frozenset[str] = frozenset()
 
 
 @contextlib.contextmanager
@@ -81,8 +113,8 @@ class PktCount:
 
     @classmethod
     def from_env(cls) -> PktCount:
-        spec = os.environ.get(ENV_IFACES, "")
-        return cls([s.strip() for s in spec.split(",") if s.strip()], os.environ.get(ENV_NETNS) or None)
+        v = startup_values("pkt_count", PARAMS)
+        return cls(v["pkt_count.interfaces"] or [], v["pkt_count.netns"], v["pkt_count.mode"])
 
     def load(self) -> None:
         if self._bpf is not None:

@@ -2,6 +2,7 @@
 
     prog = ProcStat(names=["nginx"])       # or pids=[123], cgroups=["/swarmscope/n1"]
     prog.load()                            # starts a ProcSampler (1 s ticks)
+    prog.configure({"procstat.pids": [4242]})   # this window samples pid 4242 only ({} = start-up)
     prog.window_gauges(start_ns, end_ns, nodes)
     # {"n1": {"proc.cpu_pct": 49.8, "proc.usr_pct": ..., "proc.sys_pct": ..., "proc.rss_max_kib": ...,
     #         "proc.minflt_s": ..., "proc.majflt_s": ..., "proc.processes": 1.0, "proc.ticks": 10.0}}
@@ -11,24 +12,29 @@ Gauges, not counters: ``snapshot()`` is always empty and the agent asks ``window
 CloseWindow. For the ticks that ended inside the window (wall clock): CPU % and fault rates are
 the mean over ticks of the per-tick sum over the processes (percent of one core), RSS is the
 largest per-tick sum. A node with a cgroup id gets only its cgroup's processes; a node with
-cgroup id 0 gets all chosen processes. Selection from the environment (registry entry):
-``$SWARMSCOPE_PROC_NAMES`` (comm names), ``$SWARMSCOPE_PROC_PIDS``, ``$SWARMSCOPE_PROC_CGROUPS``
-(v2 paths, every process in them), ``$SWARMSCOPE_PROC_INTERVAL`` (seconds, default 1); with no
-selection it samples nothing and every gauge is 0 with ``proc.processes`` 0.
-Caveats: a window shorter than one tick has no ticks (``proc.ticks`` 0, gauges 0); samples
-older than ``keep_s`` are dropped so a long-lived probe does not grow.
+cgroup id 0 gets all chosen processes. Settings: ``PARAMS`` below (start-up from
+``$SWARMSCOPE_PROC_NAMES`` / ``_PIDS`` / ``_CGROUPS`` / ``_INTERVAL``); with no selection it
+samples nothing and every gauge is 0 with ``proc.processes`` 0. Per window, any of
+``procstat.pids`` / ``.names`` / ``.cgroups`` replaces the whole start-up selection, and only
+ticks after the change count for that window. Caveats: a window shorter than one tick has no
+ticks (``proc.ticks`` 0, gauges 0); a newly chosen process gives its first tick one interval
+after the change (a rate needs two readings); samples older than ``keep_s`` are dropped.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
+import pathlib
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
+from swarmscope.config import Field, list_of
 from swarmscope.errors import ProbeError
-from swarmscope.probes.cgroups import cgroup2_mount
-from swarmscope.probes.procstat import ProcSampler
+from swarmscope.probes.procstat import ProcSampler, pids_by_name
 from swarmscope.probes.programs.base import NodeLike, Snapshot
+from swarmscope.probes.programs.params import startup_values
+from swarmscope.sys.cgroups import cgroup2_mount, pid_cgroup_id
 
 GAUGES = (
     "proc.cpu_pct",
@@ -41,21 +47,48 @@ GAUGES = (
     "proc.ticks",
 )
 
+PARAMS = [
+    Field(
+        "procstat.pids",
+        list_of(int),
+        None,
+        "PIDs to sample (comma list)",
+        "SWARMSCOPE_PROC_PIDS",
+        min=1,
+        nullable=True,
+    ),
+    Field(
+        "procstat.names",
+        list_of(str),
+        None,
+        "process names (comm) to sample, every match",
+        "SWARMSCOPE_PROC_NAMES",
+        nullable=True,
+    ),
+    Field(
+        "procstat.cgroups",
+        list_of(str),
+        None,
+        "cgroup v2 paths (from the mount, e.g. /swarmscope/n1): every process in them",
+        "SWARMSCOPE_PROC_CGROUPS",
+        nullable=True,
+    ),
+    Field(
+        "procstat.interval",
+        float,
+        1.0,
+        "sampling tick in seconds",
+        "SWARMSCOPE_PROC_INTERVAL",
+        check=lambda v: None if v > 0 else "must be > 0",
+    ),
+]
+WINDOW_PARAMS = frozenset({"procstat.pids", "procstat.names", "procstat.cgroups"})
 
-def _list(env: str) -> list[str]:
-    return [s.strip() for s in os.environ.get(env, "").split(",") if s.strip()]
 
-
-def pid_cgroup_id(pid: int, root: str) -> int:
-    """The v2 cgroup id (inode) of the cgroup ``pid`` lives in; 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("0::"):
-                    return os.stat(os.path.join(root, line[3:].strip().lstrip("/"))).st_ino
-    except OSError:
-        pass
-    return 0
+class _Selection(NamedTuple):
+    names: list[str]
+    pids: list[int]
+    cgroups: list[str]
 
 
 class ProcStat:
@@ -71,26 +104,46 @@ class ProcStat:
         keep_s: float = 3600.0,
     ) -> None:
         self.names, self.pids, self.cgroups = list(names), [int(p) for p in pids], list(cgroups)
+        # The start-up selection; a window's options replace it until a window without them.
+        self._startup = _Selection(self.names, self.pids, self.cgroups)
+        self._sel = self._startup  # swapped whole, so the sampler thread reads one consistent one
+        self._since = 0.0  # wall time of the last selection change: older ticks are another's
         self.interval_s = interval_s
         self.keep_s = keep_s
         self._sampler: ProcSampler | None = None
-        self._root = ""
+        self._root = pathlib.Path("/")
         self._cg_of: dict[int, int] = {}  # pid -> cgroup id, first seen (a pid does not move here)
 
     @classmethod
     def from_env(cls) -> ProcStat:
-        try:
-            pids = [int(p) for p in _list("SWARMSCOPE_PROC_PIDS")]
-            interval = float(os.environ.get("SWARMSCOPE_PROC_INTERVAL", "1") or 1)
-        except ValueError as e:
-            raise ProbeError(f"procstat: bad $SWARMSCOPE_PROC_PIDS / _INTERVAL: {e}") from e
-        if interval <= 0:
-            raise ProbeError("procstat: $SWARMSCOPE_PROC_INTERVAL must be > 0")
-        return cls(_list("SWARMSCOPE_PROC_NAMES"), pids, _list("SWARMSCOPE_PROC_CGROUPS"), interval)
+        v = startup_values("procstat", PARAMS)
+        return cls(
+            v["procstat.names"] or (),
+            v["procstat.pids"] or (),
+            v["procstat.cgroups"] or (),
+            v["procstat.interval"],
+        )
+
+    def configure(self, options: Mapping[str, Any]) -> None:
+        unknown = set(options) - WINDOW_PARAMS
+        if unknown:
+            raise ProbeError(f"procstat: not per-window options: {', '.join(sorted(unknown))}")
+        if options:
+            sel = _Selection(
+                list(options.get("procstat.names") or ()),
+                [int(p) for p in options.get("procstat.pids") or ()],
+                list(options.get("procstat.cgroups") or ()),
+            )
+        else:
+            sel = self._startup
+        if sel != self._sel:
+            self._sel = sel
+            self._since = time.time()
 
     def _pids(self) -> list[int]:
-        out = list(self.pids)
-        for cg in self.cgroups:
+        sel = self._sel
+        out = list(sel.pids) + (pids_by_name(sel.names) if sel.names else [])
+        for cg in sel.cgroups:
             try:
                 with open(os.path.join(self._root, cg.lstrip("/"), "cgroup.procs"), encoding="ascii") as fh:
                     out += [int(x) for x in fh.read().split()]
@@ -102,7 +155,8 @@ class ProcStat:
         if self._sampler is not None:
             return
         self._root = cgroup2_mount()
-        self._sampler = ProcSampler(pids=self._pids, names=self.names, interval_s=self.interval_s)
+        # Names are resolved in _pids (each tick), so a window can change them.
+        self._sampler = ProcSampler(pids=self._pids, interval_s=self.interval_s)
         self._sampler.start()
 
     def snapshot(self) -> Snapshot:
@@ -120,7 +174,9 @@ class ProcStat:
     ) -> dict[str, dict[str, float]]:
         if self._sampler is None:
             raise ProbeError("procstat: window_gauges before load()")
-        t0, t1 = start_ns / 1e9, end_ns / 1e9
+        # Ticks before the last selection change sampled another selection (configure runs at
+        # OpenWindow, just after the window's start).
+        t0, t1 = max(start_ns / 1e9, self._since), end_ns / 1e9
         self._sampler.prune(t1 - self.keep_s)
         rows = [s for s in self._sampler.samples() if t0 < s["t"] <= t1]
         return {n.name: self._gauges(rows, int(n.cgroup_id)) for n in nodes}

@@ -117,8 +117,29 @@ class WindowAck(_message.Message):
     unix_ns: int
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., ok: bool = ..., error: _Optional[str] = ..., unix_ns: _Optional[int] = ...) -> None: ...
 
+class Sample(_message.Message):
+    __slots__ = ("series", "start_ns", "end_ns", "value", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    series: str
+    start_ns: int
+    end_ns: int
+    value: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, series: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., value: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class Reading(_message.Message):
-    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error")
+    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error", "samples")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +163,7 @@ class Reading(_message.Message):
     START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     END_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     probe_id: str
@@ -151,7 +173,8 @@ class Reading(_message.Message):
     start_unix_ns: int
     end_unix_ns: int
     error: str
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    samples: _containers.RepeatedCompositeFieldContainer[Sample]
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ...) -> None: ...
 
 class WindowDone(_message.Message):
     __slots__ = ("run_id", "window_id", "readings", "batch")

@@ -3,14 +3,14 @@
     with LocalIngress(restart_delay_s=2.0) as target:
         print(target.url)            # http://10.201.X.2:80/  (inside ss-ingress-<id>)
         target.lb_pids()             # nginx LB master + workers, for the process sampler
-        target.kill_lb()             # SIGKILL the LB master; the supervisor restarts it later
+        target.kill_lb()             # SIGKILL the LB; the supervisor restarts it later
         target.stall_backends(1.0)   # SIGSTOP the backends for 1 s (a stalled server)
         target.access_log_count()    # requests the LB logged (one line per request)
 
 Layout: a network namespace ``ss-ingress-<id>`` made here, a veth pair with a /30 between the
 host and the namespace (host .1, namespace .2), the LB listening on the namespace address and
 proxying round-robin to two backend nginx instances on the namespace's loopback. Only the
-namespace we create receives traffic (PLATFORM.md: loopback or own namespaces only).
+namespace we create receives traffic (docs/platform.md#network-traffic: loopback or own namespaces only).
 
 Caveats: needs root (netns, veth). nginx runs with ``daemon off`` as our child so the
 supervisor sees it die. The access log is unbuffered so counting lines right after the load
@@ -207,8 +207,11 @@ class LocalIngress:
             "-c",
             str(self.dir / f"{name}.conf"),
         ]
-        # ip netns exec execs nginx in place, so the Popen pid is the nginx master.
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # ip netns exec execs nginx in place, so the Popen pid is the nginx master. Its own
+        # session makes master and workers one process group: a kill takes them all at once.
+        return subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
 
     def _wait_ready(self, timeout: float = 10.0) -> None:
         import socket
@@ -228,19 +231,14 @@ class LocalIngress:
 
     def _supervise(self) -> None:
         """Restart the LB ``restart_delay_s`` after it dies (like a pod being rescheduled)."""
-        known: list[int] = []
         while not self._stop.is_set():
             lb = self._lb
             if lb is not None and lb.poll() is not None:
                 died = time.time()
-                # Workers of a SIGKILLed master live on and keep serving the socket: kill the
-                # ones we saw last so the outage is real, as when a pod goes away.
-                for pid in known:
-                    try:
-                        psutil.Process(pid).kill()
-                    except psutil.NoSuchProcess:
-                        pass
-                known = []
+                # Workers of a SIGKILLed master live on and keep serving the socket: kill its
+                # process group so the outage is real, as when a pod goes away. (Tracking the
+                # worker pids instead raced with the kill: a list read just after it was empty.)
+                _kill_group(lb.pid)
                 if self._stop.wait(self.restart_delay_s):
                     return
                 with self._lock:
@@ -251,8 +249,6 @@ class LocalIngress:
                     log.error("LB restart failed: %s", e)
                 self.restarts.append((died, time.time()))
                 log.info("LB restarted after %.2f s", time.time() - died)
-            elif lb is not None:
-                known = self.lb_pids()
             self._stop.wait(0.02)
 
     # -- what callers use --------------------------------------------------------------------
@@ -280,12 +276,12 @@ class LocalIngress:
             return []
 
     def kill_lb(self) -> float:
-        """SIGKILL the LB master now; returns the wall-clock time of the kill."""
+        """SIGKILL the LB (master and workers) now; returns the wall-clock time of the kill."""
         pid = self.lb_master_pid()
         if pid is None:
             raise SetupError("the LB is not running")
         t = time.time()
-        os.kill(pid, signal.SIGKILL)
+        _kill_group(pid)  # master and workers together: no worker serves on after the kill
         return t
 
     def stall_backends(self, seconds: float) -> None:
@@ -311,3 +307,11 @@ class LocalIngress:
                 if len(parts) > 1:
                     out[parts[1]] = out.get(parts[1], 0) + 1
         return out
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL a process group made by ``_spawn`` (gone already: nothing to do)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

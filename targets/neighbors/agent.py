@@ -8,7 +8,7 @@
     a.watch(stop_event)       # transactions after the programmed revision -> map
 
 Every streamed page goes to the map as one BPF_MAP_UPDATE_BATCH straight from the message's
-bytes (see bpfmap.py). The revision programmed is stored next to the data: in the pinned
+bytes (see swarmscope/sys/bpf.py). The revision programmed is stored next to the data: in the pinned
 ``neigh_meta`` map for XDP (both survive an agent restart, both vanish together), in a file
 for the kernel table. It is written only after a transaction's last page is in the map, so an
 agent killed mid-transaction re-applies it on restart (puts are idempotent) and converges.
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from swarmscope.targets.neighbors import bpfmap
+from swarmscope.sys import bpf
 from swarmscope.targets.neighbors.server import GRPC_OPTIONS
 from swarmscope.v1 import neighbors_pb2 as pb
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
@@ -64,18 +64,18 @@ class XdpTarget:
         self.meta[ctypes.c_uint32(0)] = ctypes.c_uint64(rev)
 
     def apply(self, keys: bytes, values: bytes, deleted: bytes = b"") -> int:
-        n = bpfmap.update_batch(self.fd, keys, values) if keys else 0
+        n = bpf.map_update_batch(self.fd, keys, values) if keys else 0
         if deleted:
-            bpfmap.delete_batch(self.fd, deleted)
+            bpf.map_delete_batch(self.fd, deleted)
         return n
 
     def clear(self) -> None:
-        for k, _v in list(bpfmap.lookup_batches(self.fd)):
-            bpfmap.delete_batch(self.fd, k)
+        for k, _v in list(bpf.map_lookup_batches(self.fd)):
+            bpf.map_delete_batch(self.fd, k)
         self.set_revision(0)
 
     def contents(self) -> dict[bytes, bytes]:
-        return bpfmap.read_all(self.fd)
+        return bpf.map_read_all(self.fd)
 
     def attach(self, dev: str, skb_mode: bool = False) -> None:
         from bcc import BPF

@@ -6,8 +6,9 @@
 
 One sendmsg carries ``per_send`` messages; only the last asks for an ACK, so the kernel's
 error messages (any failed entry) and that ACK are read once per send. NUD_PERMANENT because
-other states stop at gc_thresh3 with ENOBUFS (PLATFORM.md). The namespace switch is
-per-thread (setns) and undone at once: a socket keeps the namespace it was made in.
+other states stop at gc_thresh3 with ENOBUFS (docs/platform.md#neighbor-table-and-maps). The
+namespace switch is per-thread (setns) and undone at once: a socket keeps the namespace it was
+made in.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import argparse
 import logging
 import queue
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from swarmscope.errors import LoadGenError
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.store import Store
 from swarmscope.v1 import neighbors_pb2 as pb
@@ -128,6 +130,26 @@ def serve(db: str, listen: str = "127.0.0.1:0", workers: int = 16) -> tuple[grpc
     port = server.add_insecure_port(listen)
     server.start()
     return server, store, port
+
+
+def start_server(db: str) -> tuple[subprocess.Popen[str], str]:
+    """This server as a subprocess on a fresh port; (process, "127.0.0.1:<port>") once it listens."""
+    cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", db]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline() if p.stdout else ""
+    if not line.startswith("LISTENING"):
+        p.kill()
+        raise LoadGenError(f"control plane did not start (exit {p.wait()})")
+    return p, line.split()[1]
+
+
+def stop(p: subprocess.Popen[str]) -> None:
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

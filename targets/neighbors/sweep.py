@@ -1,4 +1,9 @@
-"""The neighbor-writes sweep: N = 1 … 1M neighbors, list+program and write+watch+program.
+"""The in-process neighbor sweep (legacy path, kept for target=kernel): every point in this process.
+
+``swarmscope run scenarios/neighbor_writes.yaml`` (swarmscope.kinds.neighbor_writes) runs the
+XDP target on the run pipeline: workers, probe windows, exact merging. This module still runs
+both targets in one process, loading the map_update tracer itself; the kernel neighbor table
+is only here until it is ported.
 
     python -m swarmscope.targets.neighbors.sweep scenarios/neighbor_writes.yaml \
         [--set neighbors=1000,100000] [--out results/neigh]
@@ -38,107 +43,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from swarmscope.config import Field, Schema, list_of
 from swarmscope.errors import LoadGenError
+from swarmscope.kinds.neighbor_writes.results import ARION_US, entry_latencies, percentile, plot
 from swarmscope.targets.neighbors import records as R
+from swarmscope.targets.neighbors.server import start_server, stop
 from swarmscope.v1 import neighbors_pb2 as pb
 
-NEIGHBOR_FIELDS: list[Field] = [
-    Field(
-        "neighbors",
-        list_of(int),
-        [1, 5, 100, 500, 1000, 5000, 10000, 50000, 100000, 500000, 1000000],
-        "neighbor counts N of the sweep",
-        min=1,
-        max=4_000_000,
-    ),
-    Field(
-        "modes",
-        list_of(str),
-        ["list_program", "write_watch_program"],
-        "published modes to run",
-        choices=("list_program", "write_watch_program"),
-    ),
-    Field(
-        "target",
-        str,
-        "xdp",
-        "datapath: XDP hash map, or the kernel neighbor table",
-        choices=("xdp", "kernel"),
-    ),
-    Field("batch_size", int, 5000, "entries per put-batch message of the writer", min=1),
-    Field("page_size", int, 65536, "entries per List page (and per map update call)", min=1),
-    Field("verify_packets", int, 16, "programmed IPs sampled for the XDP packet check (0 = off)", min=0),
-    Field("point_timeout_s", float, 300.0, "give up on a point after this long", min=1),
-    Field("plot", bool, True, "write neighbors.png (log-log per-neighbor latency)"),
-]
-SCHEMA = Schema(NEIGHBOR_FIELDS)
 
-# Arion's published per-neighbor figures (µs): seeds/004, ArionAgent performance README.
-ARION_US: dict[str, dict[int, float]] = {
-    "list_program": {
-        1: 15,
-        5: 12.2,
-        100: 10,
-        500: 9.6,
-        1000: 9.5,
-        5000: 9.8,
-        10000: 9.36,
-        50000: 7.08,
-        100000: 6.01,
-        500000: 5.85,
-        1000000: 5.89,
-    },
-    "write_watch_program": {5: 180, 100: 150, 1000: 60, 10000: 74.8, 100000: 38, 1000000: 39},
-}
+def schema() -> Any:
+    """The kind's fields without its pipeline-only check: this path also runs target=kernel."""
+    from swarmscope.config import Schema
+    from swarmscope.kinds import get_kind
 
-
-def start_server(db: str) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", db]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline() if p.stdout else ""
-    if not line.startswith("LISTENING"):
-        p.kill()
-        raise LoadGenError(f"control plane did not start (exit {p.wait()})")
-    return p, line.split()[1]
-
-
-def stop(p: subprocess.Popen[str]) -> None:
-    p.terminate()
-    try:
-        p.wait(10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-
-
-def entry_latencies(starts: list[tuple[int, int]], ends: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """[(latency_ns, entries)] from running totals: starts/ends are [(entries so far, t_ns)]."""
-    out: list[tuple[int, int]] = []
-    i = j = done = 0
-    while i < len(starts) and j < len(ends):
-        upto = min(starts[i][0], ends[j][0])
-        if upto > done:
-            out.append((ends[j][1] - starts[i][1], upto - done))
-            done = upto
-        # advance past every boundary reached (totals that do not grow are skipped too)
-        if starts[i][0] <= done:
-            i += 1
-        if ends[j][0] <= done:
-            j += 1
-    return out
-
-
-def percentile(weighted: list[tuple[int, int]], q: float) -> float:
-    total = sum(w for _, w in weighted)
-    if total == 0:
-        return float("nan")
-    rank, seen = q * total, 0
-    for v, w in sorted(weighted):
-        seen += w
-        if seen >= rank:
-            return float(v)
-    return float(sorted(weighted)[-1][0])
+    return Schema(get_kind("neighbor_writes").schema.fields.values())
 
 
 class Bench:
@@ -357,39 +274,6 @@ def _dotted(k: bytes) -> str:
     return ".".join(str(x) for x in k)
 
 
-def plot(points: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for mode in sorted({p["mode"] for p in points}):
-        ps = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["neighbors"])
-        line = ax.plot(
-            [p["neighbors"] for p in ps], [p["per_neighbor_us"] for p in ps], "o-", label=f"swarmscope {mode}"
-        )
-        arion = sorted(ARION_US.get(mode, {}).items())
-        ax.plot(
-            [a for a, _ in arion],
-            [b for _, b in arion],
-            "x--",
-            color=line[0].get_color(),
-            alpha=0.6,
-            label=f"Arion (published) {mode}",
-        )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("neighbors (N)")
-    ax.set_ylabel("µs per neighbor (total / N)")
-    ax.set_title("neighbor programming: control plane → datapath")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def run_sweep(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     """Run every (N, mode) point; returns the report section and writes neighbors.png."""
     run_dir = Path(run_dir)
@@ -414,14 +298,12 @@ def run_sweep(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep alone, without the run store (``swarmscope run`` is the normal way)."""
-    from swarmscope.controller.scenario import load_scenario
-
     ap = argparse.ArgumentParser(description="neighbor-writes sweep, standalone (no store, no trace)")
     ap.add_argument("scenario", nargs="?")
     ap.add_argument("--set", action="append", default=[], dest="sets")
     ap.add_argument("--out", default="results/neighbors")
     ns = ap.parse_args(argv)
-    _, cfg = load_scenario(ns.scenario, ["scenario=neighbor_writes", *ns.sets])
+    cfg = schema().load(file=ns.scenario, sets=["scenario=neighbor_writes", *ns.sets])
     # SIGTERM -> SystemExit, so the namespace and the XDP attachment are cleaned up
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(ns.out)

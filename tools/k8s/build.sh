@@ -5,7 +5,7 @@
 #   tools/k8s/build.sh helm               # -> /var/cache/swarmscope/tools/helm-v3.22.0/bin/helm
 #   tools/k8s/build.sh --path kube        # print the cache dir only, build nothing
 #
-# Everything comes from the Go module proxy (PLATFORM.md): helm v3.22.0, etcd v3.6.8 through a
+# Everything comes from the Go module proxy (docs/platform.md#tool-builds): helm v3.22.0, etcd v3.6.8 through a
 # wrapper module, kube-apiserver + kube-controller-manager + kube-scheduler v1.36.3 through ONE
 # wrapper module (the three share most packages, so one `go build` compiles them once) and
 # kwok v0.8.0 with its stage files. Each tool lands in $CACHE/<tool>-<version>/ and is marked
@@ -14,10 +14,10 @@
 # Caveats: parallel-safe through one flock per tool (a second caller waits for the first build
 # and then finds it cached); builds happen in a temp dir and are renamed into place, so an
 # interrupted build never leaves a half-filled cache. Cold builds take minutes (see
-# docs/cluster.md for measured times); set SWARMSCOPE_TOOLS_CACHE to move the cache.
+# docs/cluster.md for measured times); set SWARMSCOPE_CACHE to move the cache (tools go in $SWARMSCOPE_CACHE/tools).
 set -euo pipefail
 
-CACHE=${SWARMSCOPE_TOOLS_CACHE:-/var/cache/swarmscope/tools}
+CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools
 HELM_VERSION=v3.22.0
 ETCD_VERSION=v3.6.8
 KUBE_VERSION=v1.36.3

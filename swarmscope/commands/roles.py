@@ -12,11 +12,10 @@ chart runs; on one machine ``swarmscope run`` or plain ``locust -f`` are simpler
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 from typing import Any
 
-SCENARIO_DIR = pathlib.Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIO_DIR = pathlib.Path(__file__).resolve().parent.parent / "scenarios"  # swarmscope/scenarios
 
 
 def locustfile_for(kind: str) -> str:
@@ -40,8 +39,11 @@ def register(sub: Any) -> None:
     w = sub.add_parser("worker", help="Locust worker with swarmscope's nodes (cluster mode)")
     w.add_argument("--controller", required=True, help="controller host (the Locust master)")
     w.add_argument("--locust-port", type=int, default=5557)
-    w.add_argument("--scenario", default=None, help="scenario YAML (for worker-side options)")
-    w.add_argument("--kind", default="exec_storm", help="scenario kind when no --scenario is given")
+    w.add_argument(
+        "--kind",
+        default="exec_storm",
+        help="scenario kind (its locustfile); the run's config comes from the controller",
+    )
     w.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
     w.set_defaults(func=_worker)
 
@@ -52,16 +54,15 @@ def _extra(args: argparse.Namespace) -> list[str]:
 
 
 def _kind_of(path: str | None, default: str) -> str:
-    from swarmscope.controller.scenario import load_scenario
+    from swarmscope.kinds import load_scenario
 
     if not path:
         return default
-    kind, _ = load_scenario(path, [])
-    return kind.name
+    kind, _ = load_scenario(path, [])  # validated here: a bad file fails before Locust starts
+    return str(kind.name)
 
 
 def _locust(argv: list[str], kind: str) -> int:
-    os.environ["SWARMSCOPE_SCENARIO_KIND"] = kind
     import sys
 
     from locust.main import main as locust_main
@@ -86,7 +87,9 @@ def _controller(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    kind = _kind_of(args.scenario, args.kind)
+    from swarmscope.kinds import get_kind
+
+    kind = str(get_kind(args.kind, "--kind").name)
     argv = [
         "-f",
         locustfile_for(kind),
@@ -96,6 +99,4 @@ def _worker(args: argparse.Namespace) -> int:
         "--master-port",
         str(args.locust_port),
     ]
-    if args.scenario:
-        argv += ["--ss-scenario-file", args.scenario]
     return _locust([*argv, *_extra(args)], kind)

@@ -1,7 +1,8 @@
-"""report.html sections of the ingress flood (steps, faults, summary) and the fault spans.
+"""report.html sections of the ingress flood: ``steps``, ``faults`` and the ``ingress`` summary.
 
-The renderers are named in the stored run (``module:function``), so ``swarmscope report``
-draws them in a fresh process; the plots were written into the run directory by the flood.
+    from swarmscope.kinds.ingress_flood import report   # registers the three renderers
+
+The plots were written into the run directory by the kind's sections (kinds.ingress_flood.plots).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from swarmscope.controller.report import SectionHTML
+from swarmscope.controller.report import SectionHTML, register_section
 
 PCTS = ("p10", "p25", "p50", "p75", "p90", "p95", "p99", "p99.9", "max")
 
@@ -22,11 +23,22 @@ def _f(v: Any, digits: int = 1) -> str:
     return html.escape("" if v is None else str(v))
 
 
+@register_section("steps")
 def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     steps = data if isinstance(data, list) else []
     head = "".join(
         f"<th>{h}</th>"
-        for h in ("step", "users/rate", "requests", "failures", "req/s", *PCTS, "proxy CPU %", "gen bound")
+        for h in (
+            "step",
+            "users/rate",
+            "requests",
+            "failures",
+            "req/s",
+            *PCTS,
+            "proxy CPU %",
+            "proxy RSS KiB",
+            "gen bound",
+        )
     )
     rows = []
     for s in steps:
@@ -35,7 +47,8 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         bound = "<b style='color:#b00'>yes</b>" if s.get("generator_bound") else "no"
         cells = [
             _f(s.get("step")), _f(load), _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
-            *(_f(lat.get(p), 2) for p in PCTS), _f(s.get("proxy", {}).get("cpu_pct_mean")), bound,
+            *(_f(lat.get(p), 2) for p in PCTS), _f((s.get("proxy") or {}).get("cpu_pct")),
+            _f((s.get("proxy") or {}).get("rss_kib_max"), 0), bound,
         ]  # fmt: skip
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     imgs = "".join(
@@ -46,6 +59,7 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}")
 
 
+@register_section("faults")
 def render_faults(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     faults = data if isinstance(data, list) else []
     if not faults:
@@ -58,11 +72,11 @@ def render_faults(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     )
 
 
+@register_section("ingress")
 def render_summary(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     d = data if isinstance(data, dict) else {}
-    steps = report.get("steps") or []
     client = d.get("requests")
-    ok = None if client is None else client - sum(int(s.get("failures", 0)) for s in steps)
+    ok = d.get("successes")
     server = d.get("server_requests")
     same = "" if server is None else (" (equal)" if server == ok else " <b style='color:#b00'>(differ!)</b>")
     return SectionHTML(
@@ -70,15 +84,3 @@ def render_summary(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         f"model {_f(d.get('model'))}; requests sent {_f(client)}, succeeded {_f(ok)}; lines in the "
         f"server's access log {_f(server)}{same}</p>"
     )
-
-
-def fault_spans(events: Any, run: Any, data: dict[str, Any]) -> None:
-    """One OTel span per fault: from the last success before it to the first success after."""
-    for f in data.get("faults", []):
-        start = f.get("last_success_before") or f.get("at")
-        end = f.get("first_success_after") or start
-        if start is None:
-            continue
-        attrs = {k: v for k, v in f.items() if isinstance(v, int | float | str | bool)}
-        events.fault.fire(run=run, name=str(f.get("name", "fault")), start_ns=int(float(start) * 1e9),
-                          end_ns=int(float(end) * 1e9), attrs=attrs)  # fmt: skip

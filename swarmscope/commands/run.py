@@ -34,21 +34,16 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from swarmscope.controller.scenario import load_scenario
+    from swarmscope.kinds import load_scenario
 
     sets = list(args.sets) + ([f"out={args.out}"] if args.out else [])
     kind, cfg = load_scenario(args.scenario_file, sets)
     if args.explain:
-        for key, f in kind.schema.fields.items():
-            print(f"{key:<24} = {cfg[key]!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
+        _explain(kind, cfg)
         return 0
-    report: dict[str, Any] | None
-    if kind.run is not None:
-        report = kind.run(kind, cfg.data)
-    else:
-        from swarmscope.controller.sweep import run_sweep
+    from swarmscope.run import run_scenario
 
-        report = run_sweep(kind, cfg.data)
+    report = run_scenario(kind, cfg.data)
     if report is None:
         return 1
     from swarmscope.controller.report import render_console
@@ -62,3 +57,27 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 4
     return 0
+
+
+def _explain(kind: Any, cfg: Any) -> None:
+    """Every option of the run with its value and source, then the probe programs it opens and
+    their params (the kind sets the per-window ones through OpenWindow.options)."""
+    from swarmscope.probes.programs.base import DESCRIPTIONS, program_params, window_params
+
+    print(f"scenario kind {kind.name} (metric {kind.metric})")
+    for key, f in kind.schema.fields.items():
+        print(f"{key:<24} = {cfg[key]!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
+    try:
+        programs = kind.programs(cfg, {})
+    except KeyError:  # a kind whose options come from its workers' set-up (known at run time)
+        programs = {}
+    if not programs:
+        return
+    print("\nprobe programs of each window (per-window params are set by the kind at run time):")
+    for name, opts in programs.items():
+        print(f"  {name}: {DESCRIPTIONS.get(name, '')}")
+        per_window = window_params(name)
+        for f in program_params(name):
+            scope = "per window" if f.key in per_window else f"start-up, env {f.env_var}"
+            val = opts.get(f.key.split(".", 1)[1], f.default)
+            print(f"    {f.key:<26} = {val!r:<20} ({scope})\n        {f.help}")

@@ -1,10 +1,10 @@
-"""PNG plots of an ingress-flood report section (matplotlib, headless).
+"""PNG plots of an ingress-flood run (matplotlib, headless), written into the run directory.
 
-    files = write_plots(section, Path("results/x"))   # {"latency": "latency_percentiles.png", ...}
+    files = write_plots({"steps": [...], "faults": [...], "model": "closed", "t0": t}, Path(run_dir))
 
-latency percentiles vs concurrency (or rate) — the published benchmark's plot; latency
-histogram per step; req/s per step (with generator-bound steps marked); the proxy's CPU % and
-RSS over time; the fault window on the success/failure timeline when a fault ran.
+latency percentiles vs concurrency (or rate), the published benchmark's plot; latency
+histogram per step; req/s per step (generator-bound steps in red); the proxy's CPU % and RSS
+per step (the probe's procstat gauges); the outage around each fault.
 """
 
 from __future__ import annotations
@@ -49,21 +49,15 @@ def write_plots(section: dict[str, Any], run_dir: Path) -> dict[str, str]:
     ax.set(xlabel=key, ylabel="req/s", title="throughput per step (red: generator-bound)")
     files["rps"] = _save(fig, run_dir / "rps.png")
 
-    samples = section.get("proxy_samples") or []
-    if samples:
-        t0 = section["t0"]
-        by_t: dict[float, list[float]] = {}
-        for s in samples:
-            row = by_t.setdefault(round(s["t"] - t0, 1), [0.0, 0.0])
-            row[0] += s["cpu_pct"]
-            row[1] += s["rss_kib"] / 1024
-        ts = sorted(by_t)
+    proxied = [(x, s["proxy"]) for s, x in zip(steps, xs, strict=True) if s.get("proxy")]
+    if proxied:
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot(ts, [by_t[t][0] for t in ts], color="tab:orange", label="CPU %")
-        ax.set(xlabel="s since load start", ylabel="proxy CPU % (of one core)", title="proxy CPU / RSS")
+        px = [x for x, _ in proxied]
+        ax.plot(px, [p["cpu_pct"] for _, p in proxied], marker="o", color="tab:orange", label="CPU %")
+        ax.set(xlabel=key, ylabel="proxy CPU % (of one core)", title="proxy CPU / RSS per step (probe)")
         ax2 = ax.twinx()
-        ax2.plot(ts, [by_t[t][1] for t in ts], color="tab:green", label="RSS MiB")
-        ax2.set_ylabel("RSS (MiB)")
+        ax2.plot(px, [p["rss_kib_max"] / 1024 for _, p in proxied], marker="s", color="tab:green")
+        ax2.set_ylabel("proxy RSS max (MiB)")
         files["proxy"] = _save(fig, run_dir / "proxy_cpu_rss.png")
 
     for i, f in enumerate(section.get("faults") or []):
@@ -74,7 +68,7 @@ def write_plots(section: dict[str, Any], run_dir: Path) -> dict[str, str]:
         a, b = f["last_success_before"] - t0, (f.get("first_success_after") or f["last_success_before"]) - t0
         ax.axvspan(a, b, color="tab:red", alpha=0.3, label=f"downtime {f['downtime_s']:.2f} s")
         ax.axvline(f["at"] - t0, color="k", ls="--", label="fault")
-        ax.set(xlabel="s since load start", yticks=[], title=f"fault: {f['name']}")
+        ax.set(xlabel="s since the first step", yticks=[], title=f"fault: {f['name']}")
         ax.legend(fontsize=8)
         files[f"fault{i}"] = _save(fig, run_dir / f"fault_{i}.png")
     return files

@@ -1,0 +1,74 @@
+"""The controller's own options, shared by every scenario kind (where results go, how probes
+and workers are reached). Each declares its env var (``SWARMSCOPE_<KEY>``); the precedence is
+swarmscope.config's: defaults < file < env < --set.
+"""
+
+from __future__ import annotations
+
+from swarmscope.config import Field
+
+COMMON_FIELDS = [
+    Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
+    Field(
+        "out", str, "results", "results directory: <out>/swarmscope.sqlite and one <out>/<run-id>/ per run"
+    ),
+    Field(
+        "probe",
+        str,
+        "embedded",
+        "embedded: start a probe on this machine; external: wait for probes to connect (cluster)",
+        choices=("embedded", "external"),
+    ),
+    Field(
+        "expect_probes", int, 1, "with probe=external: probes to wait for before starting", min=1, max=100000
+    ),
+    Field("probe_timeout_s", float, 60.0, "how long to wait for probes to register", min=1, max=3600),
+    Field(
+        "window_timeout_s",
+        float,
+        30.0,
+        "how long to wait for probes' readings at a window's close",
+        min=1,
+        max=600,
+    ),
+    Field("grpc_bind", str, "127.0.0.1:0", "where the probe fleet listens (host:port; port 0 picks one)"),
+    Field("token_file", str, "", "file holding the controller/probe token (default: a fresh token per run)"),
+    Field(
+        "metrics_port",
+        int,
+        0,
+        "serve the controller's Prometheus /metrics on this port (0: off)",
+        min=0,
+        max=65535,
+    ),
+    Field(
+        "mode",
+        str,
+        "embedded",
+        "embedded: load runs in this process; distributed: Locust master here, workers as separate processes",
+        choices=("embedded", "distributed"),
+    ),
+    Field(
+        "workers",
+        int,
+        2,
+        "distributed: Locust workers to start (or wait for, without spawn_workers)",
+        min=1,
+        max=1000,
+    ),
+    Field(
+        "spawn_workers",
+        bool,
+        True,
+        "distributed: start the workers on this machine (false: wait for external ones)",
+    ),
+    Field("master_bind", str, "127.0.0.1:5557", "distributed: where the Locust master listens (host:port)"),
+    Field(
+        "worker_timeout_s",
+        float,
+        60.0,
+        "distributed: how long to wait for workers to connect",
+        min=1,
+        max=3600,
+    ),
+]

@@ -1,0 +1,71 @@
+"""The registry of scenario kinds: every kind registers here, in one place, by name.
+
+    kind = get_kind("exec_storm")
+    kind, cfg = load_scenario("scenarios/exec_storm.yaml", ["nodes=2,5"])   # read once, validated
+
+A kind is a package of its own (``swarmscope.kinds.<name>``) with a :class:`~swarmscope.kinds.base.Kind`
+subclass called ``KIND``; it is imported only when asked for, so ``swarmscope --help`` stays
+light. The scenario file names its kind (``scenario: exec_storm``); ``--set scenario=`` and
+``$SWARMSCOPE_SCENARIO`` may name it too (the usual precedence).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from swarmscope.config import read_text
+from swarmscope.errors import ConfigError, Problem
+
+# name -> module defining KIND. Add a line when a new kind ships.
+KINDS: dict[str, str] = {
+    "exec_storm": "swarmscope.kinds.exec_storm",
+    "ingress_flood": "swarmscope.kinds.ingress_flood",
+    "neighbor_writes": "swarmscope.kinds.neighbor_writes",
+}
+
+
+def get_kind(name: str, source: str = "scenario") -> Any:
+    """The registered kind ``name`` (a swarmscope.kinds.base.Kind)."""
+    if name not in KINDS:
+        raise ConfigError(
+            [Problem(source, "scenario", f"unknown scenario kind {name!r}; known: {', '.join(KINDS)}")]
+        )
+    return importlib.import_module(KINDS[name]).KIND
+
+
+def kind_name(
+    path: str | None, sets: list[str], env: Mapping[str, str] | None = None, text: str | None = None
+) -> str:
+    """The kind a run will use: --set scenario=, else $SWARMSCOPE_SCENARIO, else the file's
+    (``text``: its content, when read already)."""
+    import yaml
+
+    for s in reversed(sets):
+        if s.startswith("scenario="):
+            return s.split("=", 1)[1]
+    from_env = (env if env is not None else os.environ).get("SWARMSCOPE_SCENARIO", "")
+    if from_env:
+        return from_env
+    if path:
+        try:
+            raw = yaml.safe_load(text if text is not None else read_text(path)) or {}
+        except (OSError, yaml.YAMLError):
+            raw = {}  # the schema load reports the read/parse problem with its location
+        if isinstance(raw, dict) and raw.get("scenario"):
+            return str(raw["scenario"])
+    return "exec_storm"
+
+
+def load_scenario(path: str | None, sets: list[str], env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
+    """Read the scenario file once: its kind, then its values through that kind's schema."""
+    text: str | None = None
+    if path:
+        try:
+            text = read_text(path)
+        except OSError:
+            text = None  # the schema load reports it with its location
+    kind = get_kind(kind_name(path, sets, env, text), path or "scenario")
+    return kind, kind.schema.load(file=path, env=env, sets=sets, text=text)

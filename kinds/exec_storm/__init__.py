@@ -1,0 +1,110 @@
+"""Scenario kind ``exec_storm``: every node execs as fast as it can (or paced) for a burst.
+
+    swarmscope run scenarios/exec_storm.yaml --set nodes=2,5 --set tracer=bpftrace
+
+Points are node counts, each with ``iterations`` windows of one ``burst_s`` burst. Workers
+burst on their simulated nodes (cgroup v2 children; the real node in a cluster) and count every
+exec that succeeded; the probe's ``exec_count`` counts them per cgroup in the kernel; the tracer
+under test says what it saw. generated == kernel in every window, or the harness is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swarmscope.config import Field, list_of
+from swarmscope.controller.model import PointInfo
+from swarmscope.kinds.base import CrossCheck, Kind
+
+
+def _exec_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
+    if v["pids_max"] < v["concurrency"] + 2:
+        return [("pids_max", f"must be at least concurrency + 2 = {v['concurrency'] + 2}")]
+    return []
+
+
+class ExecStorm(Kind):
+    name = "exec_storm"
+    metric = "exec"
+    description = "exec() bursts per node; does a tracer report every exec?"
+
+    def fields(self) -> list[Field]:
+        from swarmscope.controller.tracers.base import TRACER_FIELDS
+
+        return [
+            Field(
+                "nodes", list_of(int), [2], "simulated node counts to sweep (one point each)", min=1, max=256
+            ),
+            Field("iterations", int, 10, "measurement windows (bursts) per point", min=1, max=10000),
+            Field("burst_s", float, 1.0, "length of each burst, seconds", min=0.01, max=60),
+            Field("concurrency", int, 2, "exec children in flight per node", min=1, max=64),
+            Field("pids_max", int, 256, "pids limit of each simulated node's cgroup", min=8, max=4096),
+            Field("max_execs", int, 1_000_000, "hard cap on execs per node per burst", min=1, max=1_000_000),
+            Field("pause_s", float, 0.2, "pause between iterations, seconds", min=0, max=60),
+            Field(
+                "rate_per_node",
+                float,
+                0.0,
+                "pace each node's storm at this many execs/s (0: as fast as it can). On one machine a "
+                "paced storm emulates many modest nodes, so the total grows with the node count",
+                min=0,
+                max=1e6,
+            ),
+            *TRACER_FIELDS,
+        ]
+
+    def cross_checks(self) -> list[CrossCheck]:
+        from swarmscope.controller.tracers.base import tracer_cross_check
+
+        return [_exec_checks, tracer_cross_check]
+
+    # -- controller side ------------------------------------------------------------------
+    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        return {"exec_count": {}}
+
+    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
+        return [PointInfo(i, {"nodes": n}, int(cfg["iterations"])) for i, n in enumerate(cfg["nodes"])]
+
+    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
+        return max(cfg["nodes"])
+
+    def window_nodes(self, cfg: Mapping[str, Any], point: PointInfo, ordered: list[str]) -> list[str]:
+        return ordered[: int(point.params["nodes"])]
+
+    def payload(
+        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "duration_s": cfg["burst_s"],
+            "concurrency": cfg["concurrency"],
+            "rate": cfg["rate_per_node"],
+            "max_execs": cfg["max_execs"],
+        }
+
+    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
+        return float(cfg["burst_s"]) + float(cfg["window_timeout_s"])
+
+    def expected_per_node(self, cfg: Mapping[str, Any]) -> float | None:
+        return float(cfg["rate_per_node"]) * float(cfg["burst_s"]) or None
+
+    # -- worker side ----------------------------------------------------------------------
+    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+        import os
+
+        from swarmscope.workers.role import WorkerRole
+
+        group = f"{prefix or 'local'}-{os.getpid()}"
+        return WorkerRole.create(
+            sim_nodes,
+            group=group,
+            pids_max=int(cfg["pids_max"]),
+            max_execs=int(cfg["max_execs"]),
+            prefix=prefix,
+        )
+
+    def free_run_nodes(self, cfg: Mapping[str, Any]) -> int:
+        return int(cfg["nodes"][0])
+
+
+KIND = ExecStorm()

@@ -1,0 +1,136 @@
+"""Scenario kind ``ingress_flood``: HTTP load in steps against an ingress, exact on both ends.
+
+    swarmscope run scenarios/ingress_flood.yaml --set steps=10,50 --set step_duration=3
+    swarmscope run scenarios/ingress_flood.yaml --set mode=distributed --set workers=2
+    locust -f scenarios/ingress_flood.py --headless --stop-timeout 5     # steps via StepShape
+
+One point per step (``{"users": N}`` closed, ``{"rate": R}`` open), one window each. A worker is
+one node, the load generator; the worker of index 0 also runs the target (the local nginx LB +
+backends when there is no ``host``) and the fault. Every window opens the probe's ``procstat``
+on the LB's pids (or the ``proxy_processes`` names of another target), so the proxy's CPU and
+RSS per step come from the probe. The controller merges the workers' HdrHistograms exactly and
+checks client successes == the access-log lines of the window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from swarmscope.config import Field
+from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.errors import ConfigError, Problem
+from swarmscope.kinds.base import CrossCheck, Kind
+
+START_DELAY_S = 0.3  # a window starts this long after its payload is made: every worker at once
+
+
+class IngressFlood(Kind):
+    name = "ingress_flood"
+    metric = "requests"
+    description = "HTTP load in steps against an ingress: exact latency, proxy cost, faults"
+
+    def __init__(self) -> None:
+        # The LB's pids change when it restarts (a fault): the target worker sends them with
+        # every window, and the next window samples those. Keyed by the target's URL.
+        self._lb_pids: dict[str, list[int]] = {}
+
+    def fields(self) -> list[Field]:
+        from swarmscope.kinds.ingress_flood.config import INGRESS_FIELDS
+
+        return list(INGRESS_FIELDS)
+
+    def cross_checks(self) -> list[CrossCheck]:
+        from swarmscope.kinds.ingress_flood.config import cross_check
+
+        return [cross_check]
+
+    # -- controller side ------------------------------------------------------------------
+    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
+        key = "rate" if cfg["model"] == "open" else "users"
+        return [PointInfo(i, {key: _num(s)}, 1) for i, s in enumerate(cfg["steps"])]
+
+    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
+        return int(cfg["workers"]) if cfg["mode"] == "distributed" else 1
+
+    def shared(self, cfg: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        errors = [str(i["error"]) for i in infos.values() if i.get("error")]
+        if errors:
+            raise ConfigError([Problem("target", "host", e) for e in errors])
+        target = next((i for i in infos.values() if "url" in i), None)
+        if target is None:
+            return {}
+        self._lb_pids[str(target["url"])] = list(target.get("lb_pids") or [])
+        return {"url": target["url"], "target_node": target["node"]}
+
+    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        if cfg["proxy_processes"]:
+            return {"procstat": {"names": ",".join(cfg["proxy_processes"])}}
+        pids = self._lb_pids.get(str(shared.get("url")), [])
+        return {"procstat": {"pids": ",".join(map(str, pids))} if pids else {}}
+
+    def payload(
+        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "step": point.index,
+            "last": point.index == len(cfg["steps"]) - 1,
+            "users": point.params.get("users"),
+            "rate": point.params.get("rate"),
+            "model": cfg["model"],
+            "open_users": cfg["open_users"],
+            "step_duration": cfg["step_duration"],
+            "url": shared.get("url", ""),
+            "start_at": time.time() + START_DELAY_S,
+        }
+
+    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
+        return (
+            START_DELAY_S
+            + float(cfg["step_duration"])
+            + float(cfg["stop_timeout_s"])
+            + float(cfg["window_timeout_s"])
+        )
+
+    def reconcile(
+        self,
+        cfg: Mapping[str, Any],
+        window: WindowInfo,
+        point: PointInfo,
+        results: dict[str, dict[str, Any]],
+        readings: list[ProbeReading],
+        tracer: Any,
+        missing_probes: list[str],
+    ) -> IterationResult:
+        from swarmscope.kinds.ingress_flood.results import reconcile_window
+
+        res = reconcile_window(cfg, window, point, results, readings, missing_probes)
+        for r in results.values():
+            if r.get("lb_pids") and r.get("lb_pids") != []:
+                for url in self._lb_pids:
+                    self._lb_pids[url] = list(r["lb_pids"])
+        return res
+
+    def sections(
+        self, cfg: Mapping[str, Any], results: Sequence[IterationResult], run_dir: str
+    ) -> dict[str, Any]:
+        from swarmscope.kinds.ingress_flood.results import build_sections
+
+        return build_sections(cfg, results, run_dir)
+
+    def register_renderers(self) -> None:
+        from swarmscope.kinds.ingress_flood import report  # noqa: F401  (registers on import)
+
+    # -- worker side ----------------------------------------------------------------------
+    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+        from swarmscope.kinds.ingress_flood.driver import IngressDriver
+
+        return IngressDriver(cfg, prefix)
+
+
+def _num(v: float) -> int | float:
+    return int(v) if float(v).is_integer() else float(v)
+
+
+KIND = IngressFlood()

@@ -1,0 +1,161 @@
+"""The ingress flood's options and the checks made before any load (host allowed, preflight).
+
+    from swarmscope.kinds.ingress_flood.config import INGRESS_FIELDS, host_allowed, preflight
+    host_allowed("http://192.0.2.10/", [])     # -> the reason it is refused (not ours)
+    preflight("http://10.201.7.2:80/", 5.0)     # one GET; ConfigError saying what is wrong
+
+Traffic goes only to loopback, the namespaces this project makes (10.201.0.0/16) or hosts the
+scenario lists in ``allow_hosts`` (docs: loopback or own namespaces only). The fault fields sit
+here with the others the kind needs; the injectors are in controller.faults.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from swarmscope.config import Field, list_of
+from swarmscope.controller.faults import names as fault_names
+from swarmscope.errors import ConfigError, Problem
+
+# Addresses of namespaces this project makes (targets.ingress.local uses 10.201.X.0/30).
+OWN_NETS = [ipaddress.ip_network("10.201.0.0/16")]
+
+
+def _check_host(v: Any) -> str | None:
+    if not v:
+        return None
+    u = urllib.parse.urlsplit(str(v))
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return "must be an http:// or https:// URL with a host (or empty for the local target)"
+    return None
+
+
+INGRESS_FIELDS: list[Field] = [
+    Field("host", str, "", "target base URL; empty = start the local nginx target", check=_check_host),
+    Field(
+        "steps",
+        list_of(float),
+        [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000],
+        "users per step (closed) or requests/s per step (open)",
+        min=1,
+        max=100000,
+    ),
+    Field("step_duration", float, 30.0, "seconds each step is held", min=1, max=3600),
+    Field("engine", str, "locust", "load engine", choices=("locust", "k6")),
+    Field(
+        "model", str, "closed", "closed (N users) or open (fixed arrival rate)", choices=("closed", "open")
+    ),
+    Field(
+        "open_users",
+        int,
+        200,
+        "open model: users (Locust) / max VUs (k6) serving the schedule",
+        min=1,
+        max=20000,
+    ),
+    Field("path", str, "/", "request path"),
+    Field(
+        "fault",
+        str,
+        "none",
+        "fault to inject (the fault injectors' registry, controller.faults)",
+        choices=("none", *fault_names()),
+    ),
+    Field("fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0),
+    Field(
+        "restart_delay_s",
+        float,
+        2.0,
+        "local target: the LB supervisor restarts it after this",
+        min=0,
+        max=600,
+    ),
+    Field("stall_s", float, 1.0, "stall-backends-local: how long the backends freeze", min=0.01, max=600),
+    Field("lb_workers", int, 1, "local target: nginx worker processes of the LB", min=1, max=64),
+    Field(
+        "allow_hosts",
+        list_of(str),
+        None,
+        "hosts (names or IPs) allowed besides loopback and our namespaces",
+        nullable=True,
+    ),
+    Field(
+        "proxy_processes",
+        list_of(str),
+        None,
+        "remote/other target: process names to sample (e.g. nginx)",
+        nullable=True,
+    ),
+    Field(
+        "generator_bound_pct",
+        float,
+        90.0,
+        "generator CPU (% of a core) at which a step is flagged",
+        min=1,
+        max=10000,
+    ),
+    Field(
+        "stop_timeout_s",
+        float,
+        10.0,
+        "end of a step: seconds in-flight requests get to finish (they are counted)",
+        min=0.1,
+        max=600,
+    ),
+    Field("preflight_timeout_s", float, 5.0, "preflight request timeout", min=0.1, max=120),
+    Field("tls_verify", bool, True, "verify TLS certificates (https targets)"),
+]
+
+
+def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    if values["host"]:
+        r = host_allowed(values["host"], values.get("allow_hosts") or [])
+        if r:
+            out.append(("host", r))
+    if values["fault"].endswith("-local") and values["host"]:
+        out.append(("fault", f"{values['fault']} needs the local target (leave host empty)"))
+    return out
+
+
+def host_allowed(url: str, allow: list[str]) -> str | None:
+    """None when traffic to ``url`` is allowed, else the reason (loopback/own netns/allow-list)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host in allow:
+        return None
+    if host == "localhost":
+        return None
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return f"{host!r} is not loopback or one of our namespaces: add it to allow_hosts to send load there"
+    if ip.is_loopback or any(ip in n for n in OWN_NETS):
+        return None
+    return f"{host} is not loopback or one of our namespaces: add it to allow_hosts to send load there"
+
+
+def preflight(url: str, timeout: float = 5.0, verify: bool = True) -> int:
+    """One GET before any load; returns the status, raises ConfigError saying what is wrong."""
+    ctx = ssl.create_default_context()
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)  # the server answers: reachable; HTTP errors are counted in the run
+    except urllib.error.URLError as e:
+        reason = e.reason
+        if isinstance(reason, ssl.SSLError):
+            why = f"TLS error talking to {url}: {reason} (set tls_verify=false only for a test server)"
+        else:
+            why = f"{url} is unreachable: {reason}"
+        raise ConfigError([Problem("preflight", "host", why)]) from e
+    except (TimeoutError, OSError) as e:
+        raise ConfigError([Problem("preflight", "host", f"{url} is unreachable: {e}")]) from e

@@ -1,0 +1,279 @@
+"""The ingress flood's worker side: one load generator per worker, and the target on worker 0.
+
+    driver = IngressDriver(cfg, prefix="w1-")        # kind.make_driver, on swarmscope:setup
+    driver.info()     # worker 0 without a host: {"url": "http://10.201.7.2:80", "lb_pids": [...]}
+    driver.run_window("w-p0-i1", ["w1-n1", "w2-n1"], payload, environment)
+    # -> {"w1-n1": {"generated": successes, "recorder": blob, "server_requests": lines, ...}}
+    driver.close()                                    # stops the load, tears the target down
+
+A worker is one node (the load generator). Each window is one step: the worker takes its share
+of the step's users (closed) or rate and users (open) from its position among the window's
+nodes, runs Locust ``FloodUser`` users on its Locust environment (or k6) from the payload's
+``start_at`` for ``step_duration`` seconds, stops them gracefully (requests in flight finish and
+are recorded) and returns its exact counts and encoded HdrHistograms. The worker of index 0
+starts the local target (no ``host``), counts the access-log lines of each window, samples
+nothing itself (the probe's ``procstat`` does, on the LB pids it announces) and runs the fault,
+whose records and client-observed downtime go back in its results.
+
+Caveats: runs in a gevent-patched Locust worker (threads and sleeps are greenlets). The server
+count is taken once the access log stops growing, so another worker's last responses are in it;
+the windows of all workers start at the same wall time (``start_at``), so a cluster needs
+synchronised clocks for exact per-window server counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from swarmscope.errors import SwarmscopeError
+from swarmscope.node import node_host
+from swarmscope.workers.http_stats import StepRecorder, downtime
+
+log = logging.getLogger(__name__)
+
+
+def share(total: int, position: int, count: int) -> int:
+    """This node's part of ``total`` split over ``count`` nodes (the first ones take the rest)."""
+    return total // count + (1 if position < total % count else 0)
+
+
+def worker_index(prefix: str) -> int:
+    """The worker's index from its node prefix (``w<i+1>-``; no prefix: the only worker)."""
+    m = re.fullmatch(r"w(\d+)-", prefix)
+    return int(m.group(1)) - 1 if m else 0
+
+
+class IngressDriver:
+    def __init__(self, cfg: Mapping[str, Any], prefix: str = ""):
+        self.cfg = dict(cfg)
+        self.name = f"{prefix}n1"
+        self.host = node_host()
+        self.index = worker_index(prefix)
+        self.target: Any = None
+        self.error = ""
+        self.base_url = str(cfg["host"]).rstrip("/")
+        self.active: Any = None  # the WindowLoad FloodUsers of this process record into
+        self._window = ""
+        self._done: dict[str, dict[str, Any]] = {}
+        self._log_before = 0
+        self._fault: Any = None
+        self._fault_sent = 0
+        self._timeline: list[tuple[float, bool]] = []
+        if self.index == 0:
+            self._set_up_target()
+
+    def _set_up_target(self) -> None:
+        from swarmscope.kinds.ingress_flood.config import preflight
+
+        cfg = self.cfg
+        try:
+            if not cfg["host"]:
+                from swarmscope.targets.ingress.local import LocalIngress
+
+                self.target = LocalIngress(cfg["restart_delay_s"], cfg["lb_workers"])
+                self.target.__enter__()
+                self.base_url = self.target.url.rstrip("/")
+            preflight(self.base_url + cfg["path"], cfg["preflight_timeout_s"], cfg["tls_verify"])
+        except SwarmscopeError as e:
+            # Reported to the controller in info(), which fails the run with it.
+            self.error = str(e)
+
+    # -- the Driver protocol ----------------------------------------------------------------
+    def describe(self) -> list[dict[str, Any]]:
+        # cgroup id 0: the probe's procstat gives this node all chosen processes (the proxy's,
+        # which live outside any node's cgroup).
+        return [{"name": self.name, "host": self.host, "cgroup_id": 0, "cgroup_path": "", "comm": ""}]
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"node": self.name, "index": self.index}
+        if self.error:
+            out["error"] = self.error
+        if self.index == 0:
+            out["url"] = self.base_url
+            out["lb_pids"] = self._lb_pids_settled()
+        return out
+
+    def _lb_pids_settled(self, timeout_s: float = 5.0) -> list[int]:
+        """The LB master and all its workers: nginx forks the workers after the master is up,
+        so wait (briefly) until all ``lb_workers`` are there before the probe is told the pids."""
+        if self.target is None:
+            return []
+        want = 1 + int(self.cfg["lb_workers"])
+        deadline = time.monotonic() + timeout_s
+        pids = self.target.lb_pids()
+        while len(pids) < want and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids = self.target.lb_pids()
+        return pids
+
+    @property
+    def current_window(self) -> str:
+        return self._window
+
+    @current_window.setter
+    def current_window(self, window_id: str) -> None:
+        """locust -f: a test start opens a window holding every step (StepShape drives them)."""
+        if window_id and window_id != self._window:
+            cfg = self.cfg
+            t0 = time.time()
+            self._start(window_id, t0, len(cfg["steps"]), cfg["model"] == "open")
+            steps = [float(s) for s in cfg["steps"]]
+            rec = self.active.recorder
+            self.active.rate_at = lambda t: steps[rec.step_of(t)]
+            self.active.users = int(cfg["open_users"])
+            self.active.start_cpu_meter()
+        self._window = window_id
+
+    def run_window(
+        self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any
+    ) -> dict[str, Any]:
+        import gevent
+
+        if self.name not in nodes:
+            return {}
+        p = payload
+        pos, count = nodes.index(self.name), len(nodes)
+        openm = p["model"] == "open"
+        users = (
+            max(1, share(int(p["open_users"]), pos, count)) if openm else share(int(p["users"]), pos, count)
+        )
+        rate = float(p["rate"]) / count if openm else 0.0
+        if not self.base_url:
+            self.base_url = str(p["url"]).rstrip("/")
+        start_at, dur = float(p["start_at"]), float(p["step_duration"])
+        load = self._start(window_id, start_at, 1, openm)
+        load.rate_at, load.users = (lambda t: rate), users
+        extra: dict[str, Any] = {}
+        gevent.sleep(max(0.0, start_at - time.time()))
+        if self.cfg["engine"] == "k6":
+            extra = self._run_k6(load, users, rate, dur, openm)
+        else:
+            self._run_users(load, users, dur, environment)
+        return self._finish(window_id, bool(p.get("last")), extra)
+
+    def stop_window(self, window_id: str) -> None:
+        if self.active is not None and window_id not in self._done:
+            self._done[window_id] = self._finish(window_id, True, {})[self.name]
+
+    def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
+        r = self._done.pop(window_id, None)
+        return {self.name: r} if r is not None else {}
+
+    def close(self) -> None:
+        if self.active is not None:
+            self.active.stop()
+        if self._fault is not None:
+            self._fault.cancel()
+        if self.target is not None:
+            self.target.close()
+            self.target = None
+
+    # -- a window ---------------------------------------------------------------------------
+    def _start(self, window_id: str, t0: float, n_steps: int, openm: bool) -> Any:
+        from swarmscope.workers.http_users import WindowLoad
+
+        cfg = self.cfg
+        keep = cfg["fault"] != "none" and self.index == 0
+        rec = StepRecorder(cfg["step_duration"], t0, keep_timeline=keep, n_steps=n_steps)
+        self.active = WindowLoad(rec, self.base_url, cfg["path"], "open" if openm else "closed")
+        if self.target is not None:
+            self._log_before = self.target.access_log_count()
+        if keep and self._fault is None:
+            from swarmscope.controller.faults import make_fault
+
+            self._fault = make_fault(
+                cfg["fault"], at_s=cfg["fault_at"], target=self.target, stall_s=cfg["stall_s"]
+            )
+            self._fault.arm(t0)  # fault_at counts from the first step's start
+        return self.active
+
+    def _run_users(self, load: Any, users: int, dur: float, environment: Any) -> None:
+        import gevent
+        from gevent.pool import Group
+
+        from swarmscope.workers.http_users import FloodUser
+
+        group = Group()
+        load.start_cpu_meter()
+        running = [FloodUser(environment) for _ in range(users)]
+        for u in running:
+            u.start(group)
+        gevent.sleep(max(0.0, load.recorder.t0 + dur - time.time()))
+        load.stop()
+        # Graceful: a user between requests is killed, one in a request finishes it (and
+        # records it) first, as Locust's own stop with a stop timeout does.
+        for u in running:
+            u.stop(force=False)
+        if not group.join(timeout=float(self.cfg["stop_timeout_s"])):
+            log.warning("ingress: users still in a request after the stop timeout; killed")
+            group.kill(block=True)
+
+    def _run_k6(self, load: Any, users: int, rate: float, dur: float, openm: bool) -> dict[str, Any]:
+        from swarmscope.workers.k6 import run_k6
+
+        load.stop()  # k6 generates, not this process's users
+        step = round(rate) if openm else users
+        if step < 1:
+            return {"k6_dropped_iterations": 0}
+        out = Path(tempfile.mkdtemp(prefix="ss-k6-"))
+        try:
+            res = run_k6(
+                self.base_url + self.cfg["path"], [step], dur, "open" if openm else "closed", out,
+                max_vus=users, keep_timeline=load.recorder.keep_timeline,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        load.recorder = res.recorder
+        return {"k6_dropped_iterations": res.dropped_iterations}
+
+    def _finish(self, window_id: str, last: bool, extra: dict[str, Any]) -> dict[str, Any]:
+        load, self.active = self.active, None
+        load.stop()
+        rec: StepRecorder = load.recorder
+        out: dict[str, Any] = {**extra, "engine": self.cfg["engine"]}
+        if self.index == 0:
+            out["url"] = self.base_url
+        if self.target is not None:
+            out["server_requests"] = self._settled_log_count() - self._log_before
+            out["lb_pids"] = self._lb_pids_settled(timeout_s=1.0)
+            out["restarts"] = [list(r) for r in self.target.restarts]
+        if self._fault is not None:
+            self._timeline.extend(rec.timeline)
+            out["faults"] = self._fault_records(last)
+        rec.timeline = []  # downtime is computed here: the timeline stays on the worker
+        requests = sum(s.requests for s in rec.steps.values())
+        failures = sum(sum(s.failures.values()) for s in rec.steps.values())
+        out.update(generated=requests - failures, requests=requests, failures=failures, recorder=rec.encode())
+        return {self.name: out}
+
+    def _settled_log_count(self) -> int:
+        """The access-log lines once the log stops growing: nginx writes a line after its
+        response, and another worker's last responses may still be on their way."""
+        last, since, deadline = self.target.access_log_count(), time.monotonic(), time.monotonic() + 10
+        while time.monotonic() - since < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            n = self.target.access_log_count()
+            if n != last:
+                last, since = n, time.monotonic()
+        return last
+
+    def _fault_records(self, last: bool) -> list[dict[str, Any]]:
+        """Fault records not yet sent whose recovery is known (or the run is over), with the
+        client-observed downtime from this worker's request timeline."""
+        out = []
+        for r in self._fault.records[self._fault_sent :]:
+            d = downtime(self._timeline, r["at"]) if "error" not in r else {}
+            if d and d.get("downtime_s") and d.get("recovery_s") is None and not last:
+                break  # not recovered yet: report it with a later window, when it is known
+            out.append({**r, **d, "restart_delay_s": self.cfg["restart_delay_s"]})
+            self._fault_sent += 1
+        if self._fault_sent == len(self._fault.records) and self._fault.records:
+            self._timeline = []  # every fault reported: the timeline is no longer needed
+        return out

@@ -1,0 +1,157 @@
+"""The ingress flood's controller side: one window reconciled, and the run's report sections.
+
+    result = reconcile_window(cfg, window, point, results, readings, missing_probes)
+    result.extra["steps"]     # [{"step", "users"|"rate", "requests", "latency_ms", "proxy", ...}]
+    sections = build_sections(cfg, results, run_dir)   # {"steps", "faults", "ingress"} + PNGs
+
+Per node: generated = the worker's successful requests (kernel: none, this kind counts no
+kernel events; reported: none per node). Per window: the workers' HdrHistograms merged exactly
+(added, never averaged), the target's access-log lines (``server_requests``, None for a remote
+host) and ``server-mismatch`` when they differ from the successes, the proxy's CPU/RSS from the
+probe's ``procstat`` gauges, and the fault records the target worker sent back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
+from swarmscope.workers.http_stats import StepRecorder
+
+PROXY_GAUGES = {
+    "cpu_pct": "proc.cpu_pct",
+    "usr_pct": "proc.usr_pct",
+    "sys_pct": "proc.sys_pct",
+    "rss_kib_max": "proc.rss_max_kib",
+    "processes": "proc.processes",
+    "ticks": "proc.ticks",
+}
+
+
+def proxy_from(readings: list[ProbeReading]) -> dict[str, float] | None:
+    """The proxy's figures of a window: every node reads all chosen processes, so one reading
+    that sampled some tells it (None: no procstat reading)."""
+    rs = [r for r in readings if "proc.processes" in r.gauges]
+    if not rs:
+        return None
+    best = max(rs, key=lambda r: r.gauges["proc.processes"])
+    return {k: float(best.gauges.get(g, 0.0)) for k, g in PROXY_GAUGES.items()}
+
+
+def reconcile_window(
+    cfg: Mapping[str, Any],
+    window: WindowInfo,
+    point: PointInfo,
+    results: dict[str, dict[str, Any]],
+    readings: list[ProbeReading],
+    missing_probes: list[str],
+) -> IterationResult:
+    flags: list[str] = []
+    per_node = []
+    for node in window.nodes:
+        r = results.get(node)
+        per_node.append(
+            NodeCount(node=node, generated=None if r is None else int(r["generated"]), kernel=None,
+                      missing=[] if r is not None else ["worker"])
+        )  # fmt: skip
+        if r is None:
+            flags.append(f"missing:{node}:worker")
+    got = [results[n] for n in window.nodes if n in results]
+    blobs = {n: results[n]["recorder"] for n in window.nodes if n in results}
+    key = "rate" if cfg["model"] == "open" else "users"
+    proxy = proxy_from(readings)
+    rows: list[dict[str, Any]] = []
+    if blobs:
+        rows = StepRecorder.merge(blobs.values()).summary(cfg["generator_bound_pct"])
+    swept = key in point.params
+    if swept:  # swarmscope run: this window is one step, the point's
+        if not rows:
+            rows = [{"step": 0, "requests": 0, "failures": 0, "rps": 0.0, "generator_bound": False}]
+        rows[0]["step"] = point.index
+        rows[0][key] = point.params[key]
+        rows[0]["proxy"] = proxy
+    else:  # locust -f: one window holds every step StepShape ran
+        for row in rows:
+            i = row["step"]
+            row[key] = _num(cfg["steps"][i]) if i < len(cfg["steps"]) else None
+    for row in rows:
+        if row.get("generator_bound"):
+            flags.append(f"generator-bound:step{row['step']}")
+    successes = sum(int(r["generated"]) for r in got)
+    servers = [int(r["server_requests"]) for r in got if r.get("server_requests") is not None]
+    server = sum(servers) if servers else None
+    if server is not None and server != successes:
+        flags.append(f"server-mismatch:client {successes} != server {server}")
+    if proxy is None:
+        flags.append("missing:proxy:probe")
+    for rd in readings:
+        if rd.error:
+            flags.append(f"probe-error:{rd.node}:{rd.error}")
+    faults = [f for r in got for f in r.get("faults", [])]
+    target = next((r for r in got if "server_requests" in r or "url" in r), {})
+    extra: dict[str, Any] = {
+        "steps": rows,
+        "requests": sum(int(r["requests"]) for r in got),
+        "successes": successes,
+        "server_requests": server,
+        "proxy": proxy,
+        "faults": faults,
+        "fault_spans": [fault_span(f) for f in faults if fault_span(f) is not None],
+        "restarts": target.get("restarts", []),
+        "url": target.get("url"),
+        "k6_dropped_iterations": sum(int(r.get("k6_dropped_iterations", 0)) for r in got),
+        "recorders": blobs,  # the workers' exact HdrHistograms: re-mergeable, per node
+    }
+    if missing_probes:
+        extra["missing_probes"] = list(missing_probes)
+    return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
+
+
+def fault_span(f: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The OTel span of a fault: from the last success before it to the first one after."""
+    start = f.get("last_success_before") or f.get("at")
+    if start is None:
+        return None
+    end = f.get("first_success_after") or start
+    attrs = {k: v for k, v in f.items() if isinstance(v, int | float | str | bool)}
+    return {"name": str(f.get("name", "fault")), "start_ns": int(float(start) * 1e9),
+            "end_ns": int(float(end) * 1e9), "attrs": attrs}  # fmt: skip
+
+
+def build_sections(
+    cfg: Mapping[str, Any], results: Sequence[IterationResult], run_dir: str
+) -> dict[str, Any]:
+    """``steps`` (one row per step, merged percentiles, proxy from the probe), ``faults`` and the
+    ``ingress`` summary, with the PNG plots written into ``run_dir``."""
+    ordered = sorted(results, key=lambda r: (r.point, r.iteration))
+    steps = [row for r in ordered for row in r.extra.get("steps", [])]
+    restarts: list[Any] = next(
+        (r.extra["restarts"] for r in reversed(ordered) if r.extra.get("restarts")), []
+    )
+    faults = [{**f, "restarts": restarts} for r in ordered for f in r.extra.get("faults", [])]
+    servers = [r.extra.get("server_requests") for r in ordered]
+    summary = {
+        "url": next((r.extra["url"] for r in ordered if r.extra.get("url")), cfg["host"] or None),
+        "engine": cfg["engine"],
+        "model": cfg["model"],
+        "windows": len(ordered),
+        "requests": sum(int(r.extra.get("requests", 0)) for r in ordered),
+        "successes": sum(int(r.extra.get("successes", 0)) for r in ordered),
+        "server_requests": None if not ordered or None in servers else sum(int(s or 0) for s in servers),
+        "k6_dropped_iterations": sum(int(r.extra.get("k6_dropped_iterations", 0)) for r in ordered),
+    }
+    summary["exact"] = (
+        None if summary["server_requests"] is None else (summary["server_requests"] == summary["successes"])
+    )
+    t0 = ordered[0].started_ns / 1e9 if ordered else 0.0
+    from swarmscope.kinds.ingress_flood.plots import write_plots
+
+    plots = write_plots({"steps": steps, "faults": faults, "model": cfg["model"], "t0": t0}, Path(run_dir))
+    summary["plots"] = plots
+    return {"steps": steps, "faults": faults, "ingress": summary}
+
+
+def _num(v: float) -> int | float:
+    return int(v) if float(v).is_integer() else float(v)

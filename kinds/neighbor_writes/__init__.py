@@ -1,0 +1,151 @@
+"""Scenario kind ``neighbor_writes``: neighbor entries from a control plane into an XDP map.
+
+    swarmscope run scenarios/neighbor_writes.yaml --set neighbors=1000,100000
+    swarmscope run scenarios/neighbor_writes.yaml --set mode=distributed --set workers=2
+
+One point per (N, mode), one window each. A worker is one node: its driver (driver.py) runs
+the system under test for its share of N (a control plane server, the agent in the worker
+process programming its own XDP map, a test namespace) and returns its start times (CLOCK_MONOTONIC),
+map id and verification. The window's probe program ``map_update``, restricted to the workers'
+pids, times every map-update call in the kernel; reconcile (results.py) matches each worker's
+starts with the ends of its calls into per-entry latencies, pooled over workers.
+generated (written) == kernel (in the probe's update calls) == reported (read back from the
+map) on every node, or the point is not verified. Caveat: target=kernel (the kernel neighbor
+table) is not on this pipeline yet; ``python -m swarmscope.targets.neighbors.sweep`` runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swarmscope.config import Field, list_of
+from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.kinds.base import CrossCheck, Kind
+
+MODES = ("list_program", "write_watch_program")
+
+NEIGHBOR_FIELDS: list[Field] = [
+    Field(
+        "neighbors",
+        list_of(int),
+        [1, 5, 100, 500, 1000, 5000, 10000, 50000, 100000, 500000, 1000000],
+        "neighbor counts N of the sweep (split across the workers)",
+        min=1,
+        max=4_000_000,
+    ),
+    Field("modes", list_of(str), list(MODES), "published modes to run", choices=MODES),
+    Field(
+        "target",
+        str,
+        "xdp",
+        "datapath: XDP hash map, or the kernel neighbor table (kernel: only through "
+        "python -m swarmscope.targets.neighbors.sweep for now)",
+        choices=("xdp", "kernel"),
+    ),
+    Field("batch_size", int, 5000, "entries per put-batch message (writer and Locust users)", min=1),
+    Field("page_size", int, 65536, "entries per List page (and per map update call)", min=1),
+    Field("verify_packets", int, 16, "programmed IPs sampled for the XDP packet check (0 = off)", min=0),
+    Field("point_timeout_s", float, 300.0, "give up on a point after this long", min=1),
+    Field("plot", bool, True, "write neighbors.png (log-log per-neighbor latency)"),
+    Field(
+        "neighbors_per_user",
+        int,
+        100_000,
+        "locust -f: entries each NeighborWriterUser writes before it stops",
+        min=1,
+        max=1_000_000,
+    ),
+]
+
+
+def _pipeline_target(v: dict[str, Any]) -> list[tuple[str, str]]:
+    if v["target"] != "xdp":
+        return [
+            (
+                "target",
+                "only xdp runs on the run pipeline; the kernel table runs with "
+                "`python -m swarmscope.targets.neighbors.sweep <scenario> --set target=kernel`",
+            )
+        ]
+    return []
+
+
+class NeighborWrites(Kind):
+    name = "neighbor_writes"
+    metric = "neighbors"
+    description = "neighbor entries control plane -> XDP map; per-entry latency on the kernel's clock"
+
+    def fields(self) -> list[Field]:
+        return list(NEIGHBOR_FIELDS)
+
+    def cross_checks(self) -> list[CrossCheck]:
+        return [_pipeline_target]
+
+    # -- controller side ------------------------------------------------------------------
+    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        pids = shared.get("pids") or []
+        # Only the agents' calls: the kernel clock is per pid (and map id, matched at reconcile).
+        return {"map_update": {"pids": ",".join(str(p) for p in pids)} if pids else {}}
+
+    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
+        pairs = [(n, m) for n in cfg["neighbors"] for m in cfg["modes"]]
+        return [PointInfo(i, {"neighbors": n, "mode": m}, 1) for i, (n, m) in enumerate(pairs)]
+
+    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
+        return int(cfg["workers"]) if cfg["mode"] == "distributed" else 1  # a worker is a node
+
+    def shared(self, cfg: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        nodes = {str(i["node"]): int(i["pid"]) for i in infos.values() if "node" in i}
+        return {"pids": sorted(set(nodes.values())), "nodes": dict(sorted(nodes.items()))}
+
+    def payload(
+        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        from swarmscope.kinds.neighbor_writes.results import shares
+
+        n = int(point.params["neighbors"])
+        return {
+            "n": n,
+            "mode": point.params["mode"],
+            "batch_size": cfg["batch_size"],
+            "page_size": cfg["page_size"],
+            "verify_packets": cfg["verify_packets"],
+            "target": cfg["target"],
+            "timeout_s": cfg["point_timeout_s"],
+            "shares": shares(n, list(shared.get("nodes", {}))),
+        }
+
+    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
+        return float(cfg["point_timeout_s"]) + float(cfg["window_timeout_s"])
+
+    def reconcile(
+        self,
+        cfg: Mapping[str, Any],
+        window: WindowInfo,
+        point: PointInfo,
+        results: dict[str, dict[str, Any]],
+        readings: list[ProbeReading],
+        tracer: Any,
+        missing_probes: list[str],
+    ) -> IterationResult:
+        from swarmscope.kinds.neighbor_writes.results import reconcile
+
+        return reconcile(cfg, window, point, results, readings, missing_probes)
+
+    def sections(self, cfg: Mapping[str, Any], results: Any, run_dir: str) -> dict[str, Any]:
+        from swarmscope.kinds.neighbor_writes.results import sections
+
+        return sections(cfg, results, run_dir)
+
+    def register_renderers(self) -> None:
+        import swarmscope.kinds.neighbor_writes.results  # noqa: F401  (registers "neighbors")
+
+    # -- worker side ----------------------------------------------------------------------
+    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+        from swarmscope.kinds.neighbor_writes.driver import NeighborDriver
+
+        return NeighborDriver(cfg, prefix)
+
+
+KIND = NeighborWrites()

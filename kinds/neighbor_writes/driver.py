@@ -1,0 +1,347 @@
+"""Worker side of neighbor writes: the system under test for this worker's share of N.
+
+    d = NeighborDriver(cfg, prefix="w1-")       # on swarmscope:setup; one node "w1-n1"
+    d.info()                                    # {"node": "w1-n1", "pid": <the agent's pid>}
+    d.run_window(wid, ["w1-n1"], payload, env)  # {"w1-n1": {"generated", "starts", "map_id", ...}}
+    d.close()                                   # server, XDP program, namespace gone
+
+At the first window the driver makes its test namespace and loads and attaches its own XDP
+program (the agent's map lives in this process, so the probe's ``map_update`` pid filter is this
+pid). Per window: a fresh control plane server subprocess (new SQLite file), the map emptied,
+this worker's block of generated neighbors (``make_entries(count, start)``) written, then
+programmed by the agent here: ``list_program`` lists the snapshot (start = the List call),
+``write_watch_program`` watches while a writer subprocess streams put-batches (start = each
+batch's send). Times are CLOCK_MONOTONIC, the clock of bpf_ktime on this host. The result also
+carries the map read back (== written?) and an XDP packet check in the namespace.
+
+``locust -f``: NeighborWriterUser users (workers/neighbor_user.py) write into a control plane
+this driver starts when Locust has no ``--host``, and record each batch here for the current
+window; ``take`` returns the entries written and the batches' HdrHistogram (encoded).
+Caveat: runs in a gevent-patched Locust process; grpc must have ``init_gevent`` (the locustfile
+and the controller's fleet do that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from swarmscope.errors import LoadGenError
+from swarmscope.node import node_host
+from swarmscope.targets.neighbors import records as R
+
+RAW_CAP = 100_000
+
+
+class _FreeTally:
+    """One free-running window of this worker: entries acknowledged and batch latencies."""
+
+    def __init__(self) -> None:
+        from swarmscope.workers.http_stats import new_histogram
+
+        self.entries = 0
+        self.batches = 0
+        self.failures = 0
+        self.hist = new_histogram()
+        self.raw_us: list[int] = []  # every batch's latency too, up to RAW_CAP (audits, tests)
+
+
+class NeighborDriver:
+    def __init__(self, cfg: Mapping[str, Any], prefix: str):
+        from swarmscope.workers.nodes import own_cgroup_node
+
+        self.cfg = dict(cfg)
+        self.name = f"{prefix}n1"
+        # Locust users of different workers must write disjoint blocks: the worker's number
+        # comes from its prefix ("w3-" -> 3; "" in one process -> 0).
+        m = re.fullmatch(r"w(\d+)-", prefix)
+        self.worker_no = int(m.group(1)) if m else 0
+        self.node = own_cgroup_node(self.name)  # the agent's calls are in this cgroup
+        self.host = node_host()
+        self.pid = os.getpid()
+        self.current_window = ""
+        self._stack = contextlib.ExitStack()
+        self._xdp: Any = None
+        self._ns: Any = None
+        self._work: Path | None = None
+        self._cp: tuple[subprocess.Popen[str], str] | None = None  # locust -f control plane
+        self._lock = threading.Lock()
+        self._free: dict[str, _FreeTally] = {}
+        self._users = 0
+
+    # -- set-up --------------------------------------------------------------------------------
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": self.name,
+                "host": self.host,
+                "cgroup_id": int(self.node.cgroup_id),
+                "cgroup_path": str(self.node.cgroup_path or ""),
+                "comm": "",
+            }
+        ]
+
+    def info(self) -> dict[str, Any]:
+        return {"node": self.name, "pid": self.pid}
+
+    def _work_dir(self) -> Path:
+        if self._work is None:
+            self._work = Path(tempfile.mkdtemp(prefix="ss-neigh-"))
+            self._stack.callback(_rmtree, self._work)
+        return self._work
+
+    def _datapath(self) -> Any:
+        """Namespace + attached XDP program, made once (the first window), torn down at close."""
+        if self._xdp is None:
+            from swarmscope.targets.neighbors.agent import XdpTarget
+            from swarmscope.targets.neighbors.netns import VethNetns
+
+            self._ns = self._stack.enter_context(VethNetns())
+            xdp = XdpTarget(None, max(1 << 10, max(self.cfg["neighbors"])), miss_action="XDP_DROP")
+            self._stack.callback(xdp.close)
+            xdp.attach(self._ns.host_dev)
+            self._xdp = xdp
+        return self._xdp
+
+    def close(self) -> None:
+        if self._cp is not None:
+            from swarmscope.targets.neighbors.server import stop
+
+            stop(self._cp[0])
+            self._cp = None
+        self._stack.close()
+
+    # -- windows of `swarmscope run` -----------------------------------------------------------
+    def run_window(
+        self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any = None
+    ) -> dict[str, Any]:
+        if self.name not in nodes:
+            return {}
+        start, count = payload["shares"][self.name]
+        t0 = time.perf_counter()
+        exc: Exception | None = None
+        try:
+            res = self._point(payload, int(start), int(count))
+        except Exception as e:  # the master hears about it in the result, the run goes on
+            exc = e
+            res = {"generated": int(count), "start": int(start), "error": f"{type(e).__name__}: {e}"}
+        if environment is not None:
+            environment.events.request.fire(
+                request_type="neighbors",
+                name=str(payload["mode"]),
+                response_time=(time.perf_counter() - t0) * 1000,
+                response_length=int(count),
+                exception=exc,
+                context={},
+            )
+        return {self.name: res}
+
+    def _point(self, p: Mapping[str, Any], start: int, count: int) -> dict[str, Any]:
+        from swarmscope.sys.bpf import fd_map_id
+        from swarmscope.targets.neighbors.server import start_server, stop
+
+        xdp = self._datapath()
+        xdp.clear()
+        out: dict[str, Any] = {
+            "generated": count,
+            "start": start,
+            "pid": self.pid,
+            "map_id": fd_map_id(self.pid, xdp.fd),
+            "starts": [],
+        }
+        if count == 0:  # N smaller than the number of workers: nothing to write here
+            out.update(reported=0, problems=[])
+            return out
+        work = self._work_dir()
+        db = str(work / f"neigh-{start}-{count}-{time.monotonic_ns()}.db")
+        keys, values = R.make_entries(count, start=start)
+        server, addr = start_server(db)
+        try:
+            if p["mode"] == "list_program":
+                out.update(self._list(addr, keys, values, p))
+            else:
+                out.update(self._write_watch(addr, start, count, p))
+        finally:
+            stop(server)
+            with contextlib.suppress(OSError):
+                for suffix in ("", "-wal", "-shm"):
+                    os.unlink(db + suffix)
+        out.update(self._verify(xdp, keys, values, start, count, int(p["verify_packets"])))
+        return out
+
+    def _agent(self, addr: str) -> Any:
+        from swarmscope.targets.neighbors.agent import Agent
+        from swarmscope.v1 import neighbors_pb2 as pb
+
+        agent = Agent(addr, self._xdp)
+        agent.stub.Status(pb.StatusRequest())  # connected now, as a long-lived agent already is
+        return agent
+
+    def _list(self, addr: str, keys: bytes, values: bytes, p: Mapping[str, Any]) -> dict[str, Any]:
+        from swarmscope.workers.neighbor_writer import NeighborWriter
+
+        agent = self._agent(addr)
+        try:
+            w = NeighborWriter(addr)
+            w.status()
+            w.write(keys, values, int(p["batch_size"]))  # preload: not timed
+            w.close()
+            t0 = time.monotonic_ns()
+            agent.list_and_program(page_size=int(p["page_size"]))
+            t_user = time.monotonic_ns()
+        finally:
+            agent.close()
+        return {"starts": [[len(keys) // R.KEY_SIZE, t0]], "t_user_ns": t_user}
+
+    def _write_watch(self, addr: str, start: int, count: int, p: Mapping[str, Any]) -> dict[str, Any]:
+        agent = self._agent(addr)
+        ready = threading.Event()
+        th = threading.Thread(target=agent.watch, kwargs={"ready": lambda _r: ready.set()}, daemon=True)
+        th.start()
+        try:
+            if not ready.wait(30):
+                raise LoadGenError("the agent's watch did not start")
+            time.sleep(0.05)  # the watch stream is registered at the server
+            timing_file = self._work_dir() / f"writer-{start}-{count}.json"
+            # The writer is its own process, as a user's writer would be (and off this GIL).
+            cmd = [
+                sys.executable, "-m", "swarmscope.workers.neighbor_writer", "--control-plane", addr,
+                "-n", str(count), "--start", str(start), "--batch", str(p["batch_size"]),
+                "--out", str(timing_file),
+            ]  # fmt: skip
+            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]))
+            timing = json.loads(timing_file.read_text())
+            timing_file.unlink()
+            last = timing["revisions"][-1]
+            if not agent.wait_revision(last, float(p["timeout_s"])):
+                raise LoadGenError(f"the agent did not reach revision {last}")
+            t_user = time.monotonic_ns()
+        finally:
+            agent.cancel()
+            th.join(10)
+            agent.close()
+        return {
+            "starts": _running(timing["counts"], timing["sends_ns"]),
+            "commits": _running(timing["counts"], timing["commits_ns"]),
+            "t_user_ns": t_user,
+        }
+
+    def _verify(
+        self, xdp: Any, keys: bytes, values: bytes, start: int, count: int, packets: int
+    ) -> dict[str, Any]:
+        """The map read back (reported) against what was written, and packets through XDP."""
+        problems: list[str] = []
+        got = xdp.contents()
+        want = dict(zip(_chunks(keys, R.KEY_SIZE), _chunks(values, R.VALUE_SIZE), strict=True))
+        if got != want:
+            differ = sum(1 for k in want if got.get(k) != want[k])
+            problems.append(f"map holds {len(got)} entries, {differ} of the {count} written differ")
+        xdp_check: dict[str, int] = {}
+        if packets:
+            picks = sorted({0, count - 1, *random.sample(range(count), min(packets, count))})[:packets]
+            addrs = [_dotted(keys[i * 4 : i * 4 + 4]) for i in picks]
+            absent = [_dotted(R.make_keys(1, start + count + 10 + i)) for i in range(2)]
+            before = xdp.stats()
+            self._ns.send_udp(addrs + absent)
+            time.sleep(0.05)
+            after = xdp.stats()
+            hits, misses = after[0] - before[0], after[1] - before[1]
+            xdp_check = {"hits": hits, "misses": misses, "sent_hits": len(addrs), "sent_misses": len(absent)}
+            if hits != len(addrs) or misses != len(absent):
+                sent = f"{len(addrs)} / {len(absent)}"
+                problems.append(f"XDP counted {hits} hits / {misses} misses, sent {sent}")
+        return {"reported": len(got), "problems": problems, "xdp": xdp_check}
+
+    # -- free-running tests (locust -f) ------------------------------------------------------
+    def control_plane(self, host: str | None) -> str:
+        """The control plane users write to: Locust's --host, else one this driver starts."""
+        if host:
+            return host
+        with self._lock:
+            if self._cp is None:
+                from swarmscope.targets.neighbors.server import start_server
+
+                self._cp = start_server(str(self._work_dir() / "locust.db"))
+            return self._cp[1]
+
+    def next_block(self, per_user: int) -> int:
+        """First generated-neighbor index of a new user's block (disjoint across workers)."""
+        with self._lock:
+            u = self._users
+            self._users += 1
+        return (self.worker_no * 4096 + u) * per_user
+
+    def record(self, window_id: str, entries: int, latency_us: int, ok: bool) -> None:
+        from swarmscope.workers.http_stats import HIGH_US, LOW_US
+
+        with self._lock:
+            t = self._free.setdefault(window_id, _FreeTally())
+            t.batches += 1
+            if ok:
+                t.entries += entries
+                us = max(LOW_US, min(HIGH_US, latency_us))
+                t.hist.record_value(us)
+                if len(t.raw_us) < RAW_CAP:
+                    t.raw_us.append(us)
+            else:
+                t.failures += 1
+
+    def stop_window(self, window_id: str) -> None:
+        """Users record each batch when its ack arrives: nothing is in flight to count."""
+
+    def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
+        with self._lock:
+            t = self._free.pop(window_id, None) or _FreeTally()
+        cp_entries: int | None = None
+        if self._cp is not None:
+            from swarmscope.workers.neighbor_writer import NeighborWriter
+
+            w = NeighborWriter(self._cp[1])
+            cp_entries = int(w.status().entries)
+            w.close()
+        return {
+            self.name: {
+                "free": True,
+                "generated": t.entries,
+                "batches": t.batches,
+                "failures": t.failures,
+                "hist": t.hist.encode().decode("ascii"),
+                "raw_us": t.raw_us if len(t.raw_us) < RAW_CAP else None,
+                "control_plane": self._cp[1] if self._cp is not None else "",
+                "control_plane_entries": cp_entries,
+            }
+        }
+
+
+def _running(counts: list[int], times: list[int]) -> list[list[int]]:
+    """[[entries so far, t_ns]] per batch."""
+    out, run = [], 0
+    for c, t in zip(counts, times, strict=True):
+        run += c
+        out.append([run, t])
+    return out
+
+
+def _chunks(b: bytes, size: int) -> list[bytes]:
+    return [b[i : i + size] for i in range(0, len(b), size)]
+
+
+def _dotted(k: bytes) -> str:
+    return ".".join(str(x) for x in k)
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""The app-layer sub-commands of ``swarmscope`` that use scenario kinds (run, controller, worker)."""

@@ -1,0 +1,241 @@
+"""swarmscope's Locust plug-in: options from the kind's schema, roles per runner, messages.
+
+    # scenarios/exec_storm.py (every locustfile in scenarios/ is such a shim)
+    from swarmscope import plugin
+    from swarmscope.workers.exec_user import ExecStormUser
+    plugin.install("exec_storm")
+
+``install`` registers swarmscope on Locust's events for one scenario kind, so
+``locust -f scenarios/<kind>.py`` behaves as Locust users expect (headless or web UI,
+``--master``/``--worker``) and additionally: at test start the controller sets up the workers
+(the kind's driver, made from the config the master sends: workers read no scenario file) and
+opens a measurement window on the probes; users count what they generate into it; at test stop
+workers send their exact results, the controller closes the window and reconciles with the
+kind's rule; at quit the report is written.
+
+Every option of the kind's schema is a Locust option ``--ss-<key>`` (help shows its env var
+``SWARMSCOPE_<KEY>``), generated from the schema, plus ``--ss-scenario-file``. The messages are
+in swarmscope.messages; ``register_messages`` wires them for ``swarmscope run`` too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from locust import events
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+from swarmscope import messages as M
+from swarmscope.controller.model import PointInfo
+from swarmscope.errors import SwarmscopeError
+
+log = logging.getLogger(__name__)
+
+_INSTALLED: dict[str, Any] = {}  # the kind this process's locustfile installed
+
+
+def option_name(key: str) -> str:
+    return "--ss-" + key.replace("_", "-").replace(".", "-")
+
+
+def option_dest(key: str) -> str:
+    return "ss_" + key.replace(".", "_").replace("-", "_")
+
+
+def install(kind_name: str) -> None:
+    """Register swarmscope's Locust hooks for scenario kind ``kind_name`` (once per process)."""
+    from swarmscope.kinds import get_kind
+
+    if _INSTALLED:
+        if _INSTALLED["kind"].name != kind_name:
+            raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
+        return
+    _INSTALLED["kind"] = get_kind(kind_name)
+    events.init_command_line_parser.add_listener(_add_options)
+    events.init.add_listener(_on_init)
+    events.test_start.add_listener(_on_test_start)
+    events.test_stop.add_listener(_on_test_stop)
+    events.quitting.add_listener(_on_quitting)
+
+
+def _add_options(parser: Any, **_: Any) -> None:
+    kind = _INSTALLED["kind"]
+    group = parser.add_argument_group("swarmscope", f"swarmscope options of scenario kind {kind.name}")
+    group.add_argument(
+        "--ss-scenario-file", default=None, help="swarmscope scenario YAML to read options from"
+    )
+    for f in kind.schema.fields.values():
+        if f.key == "scenario":
+            continue
+        group.add_argument(
+            option_name(f.key), dest=option_dest(f.key), default=None, help=f"{f.help} [{f.env_var}]"
+        )
+
+
+def _config(options: Any) -> Any:
+    """The kind's config: defaults < --ss-scenario-file < SWARMSCOPE_* env < --ss-* options."""
+    kind = _INSTALLED["kind"]
+    sets = [f"scenario={kind.name}"]
+    for key in kind.schema.fields:
+        v = getattr(options, option_dest(key), None) if options is not None else None
+        if v is not None and key != "scenario":
+            sets.append(f"{key}={v}")
+    path = getattr(options, "ss_scenario_file", None) if options is not None else None
+    return kind.schema.load(file=path, sets=sets)
+
+
+def register_messages(proc: Any, runner: Any) -> None:
+    """Wire swarmscope's messages (swarmscope.messages) for ``proc``'s roles onto a runner."""
+    local = isinstance(runner, LocalRunner)
+    if proc.role in ("local", "worker"):
+
+        def on_setup(environment: Any, msg: Any, **_: Any) -> None:
+            d = msg.data
+            if proc.worker is None:  # a second test (web UI) keeps the nodes it made
+                sim = 0 if os.environ.get("NODE_NAME") else int(d["sim_nodes"])
+                proc.set_up_worker(d["cfg"], sim, d.get("prefix", ""))
+            runner.send_message(M.NODES, {"nodes": proc.worker.describe(), "info": proc.worker.info()})
+
+        def on_run(environment: Any, msg: Any, **_: Any) -> None:
+            d = msg.data
+            per_node = proc.worker.run_window(d["window_id"], d["nodes"], d.get("payload", {}), environment)
+            runner.send_message(M.RESULT, {"window_id": d["window_id"], "per_node": per_node})
+
+        def on_window(environment: Any, msg: Any, **_: Any) -> None:
+            proc.worker.current_window = msg.data["window_id"]
+
+        def on_stop(environment: Any, msg: Any, **_: Any) -> None:
+            if proc.worker is not None and proc.worker.current_window == msg.data["window_id"]:
+                environment.runner.stop()  # fires test_stop here, which sends the results
+
+        runner.register_message(M.SETUP, on_setup)
+        runner.register_message(M.RUN, on_run, concurrent=True)
+        if not local:
+            runner.register_message(M.WINDOW, on_window)
+            runner.register_message(M.STOP, on_stop)
+    if proc.controller is not None:
+        ctl = proc.controller
+
+        def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
+            ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
+
+        def on_result(environment: Any, msg: Any, **_: Any) -> None:
+            ctl.add_results(msg.data["window_id"], msg.node_id, msg.data["per_node"])
+
+        runner.register_message(M.RESULT, on_result)
+        runner.register_message(M.NODES, on_nodes)
+
+
+# -- free-running tests (locust -f) --------------------------------------------------------------
+class _FreeRun:
+    """State of a plain Locust test: each start/stop of the test is one window of point 0."""
+
+    def __init__(self, proc: Any):
+        self.proc = proc
+        self.point: PointInfo | None = None
+        self.iteration = 0
+        self.window: Any = None
+        self.shared: dict[str, Any] = {}
+
+
+def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
+    from swarmscope.process import SwarmscopeProcess
+
+    if runner is None:
+        return
+    kind = _INSTALLED["kind"]
+    role = (
+        "local"
+        if isinstance(runner, LocalRunner)
+        else "master"
+        if isinstance(runner, MasterRunner)
+        else "worker"
+    )
+    try:
+        # A worker's config comes from the master (swarmscope:setup), not from its own options.
+        cfg = _config(environment.parsed_options) if role != "worker" else None
+        proc = SwarmscopeProcess.make(cfg, kind, role=role)
+    except SwarmscopeError as e:
+        print(f"swarmscope: {e}", file=sys.stderr)
+        runner.quit()
+        sys.exit(e.exit_code)
+    environment.swarmscope = proc
+    environment.swarmscope_free = _FreeRun(proc)
+    if not isinstance(runner, WorkerRunner):
+        # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI
+        # mode (it can land in a greenlet of grpc's gevent integration); SIGTERM is Locust's
+        # orderly shutdown (quitting fires, the report is written).
+        import signal
+
+        import gevent
+
+        gevent.signal_handler(signal.SIGINT, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    register_messages(proc, runner)
+
+
+def _on_test_start(environment: Any, **_: Any) -> None:
+    from swarmscope.controller.sweep import set_up_workers
+
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None or free.proc.controller is None:
+        return
+    proc, runner = free.proc, environment.runner
+    kind, cfg = proc.kind, proc.cfg
+    if cfg["probe"] == "external":
+        proc.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
+    workers = runner.worker_count if isinstance(runner, MasterRunner) else 1
+    infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
+    free.shared = kind.shared(cfg, infos)
+    names = sorted(proc.controller.nodes)
+    if free.point is None:
+        free.point = PointInfo(0, {"nodes": len(names)}, 0)
+        proc.events.point_started.fire(run=proc.run, point=free.point)
+    free.iteration += 1
+    free.point.iterations = free.iteration
+    free.window = proc.controller.open_window(
+        free.point, free.iteration, names, programs=kind.programs(cfg, free.shared)
+    )
+    if proc.worker is not None:
+        proc.worker.current_window = free.window.window_id
+    else:
+        runner.send_message(M.WINDOW, {"window_id": free.window.window_id})
+
+
+def _on_test_stop(environment: Any, **_: Any) -> None:
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None:
+        return
+    proc, runner = free.proc, environment.runner
+    if proc.worker is not None and proc.worker.current_window:
+        window_id = proc.worker.current_window
+        proc.worker.current_window = ""
+        proc.worker.stop_window(window_id)
+        runner.send_message(M.RESULT, {"window_id": window_id, "per_node": proc.worker.take(window_id)})
+    if proc.controller is not None and free.window is not None and free.point is not None:
+        if isinstance(runner, MasterRunner):
+            # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
+            # ask them, so their users stop and they send what they generated.
+            runner.send_message(M.STOP, {"window_id": free.window.window_id})
+        proc.controller.close_window(free.window, free.point, timeout_s=proc.cfg["window_timeout_s"])
+        free.window = None
+        from swarmscope.controller.report import build_report, render_console
+
+        print(render_console(build_report(proc.store, proc.run.run_id)), file=sys.stderr)
+
+
+def _on_quitting(environment: Any, **_: Any) -> None:
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None:
+        return
+    proc = free.proc
+    if free.point is not None and proc.run is not None:
+        proc.events.point_done.fire(run=proc.run, point=free.point, results=list(proc.controller.results))
+    report = proc.close("ok")  # with the kind's report sections
+    if report is not None and proc.run is not None:
+        print(f"swarmscope: report in {proc.run.run_dir}", file=sys.stderr)
+
+
+__all__ = ["install", "option_name", "register_messages"]

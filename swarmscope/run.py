@@ -1,0 +1,93 @@
+"""``swarmscope run`` of any kind: wires Locust, the process and its workers, then sweeps.
+
+    report = run_scenario(kind, cfg)      # mode embedded (default) or distributed
+
+- **embedded**: one process, Locust's LocalRunner; the kind's driver (simulated nodes n1..nN)
+  lives in this process, set up over the same messages as a remote worker.
+- **distributed**: this process is the Locust master; workers are separate processes that talk
+  to it only over the network (Locust's ZMQ) and get the run's config from it; probes talk
+  gRPC. With ``spawn_workers`` the workers are started here (one machine); without, the run
+  waits for ``workers`` external ones (a cluster).
+
+A worker or probe that dies mid-run leaves its nodes *missing* in the windows it missed; the
+run goes on and every other reading is kept. A failure keeps every finished window: the store
+has them, the kind's sections are built from them, and the report is written with status
+"failed" or "interrupted".
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+
+def _spawn_workers(
+    kind: Any, cfg: Mapping[str, Any], port: int, log_dir: str
+) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(cfg["workers"]):
+        log = open(os.path.join(log_dir, f"worker-{i + 1}.log"), "ab")
+        # The worker gets its kind's locustfile and the master's address, nothing else: the
+        # run's config reaches it over the network (swarmscope:setup).
+        cmd = [
+            sys.executable, "-m", "swarmscope.cli", "worker", "--controller", "127.0.0.1",
+            "--locust-port", str(port), "--kind", kind.name,
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+    return procs
+
+
+def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for w in workers:
+        if w.poll() is None:
+            w.terminate()
+    for w in workers:
+        try:
+            w.wait(15)
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
+def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -> dict[str, Any] | None:
+    import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
+    from locust.env import Environment
+
+    from swarmscope.controller.sweep import Sweep
+    from swarmscope.plugin import register_messages
+    from swarmscope.process import SwarmscopeProcess
+
+    env = Environment(user_classes=[])
+    distributed = cfg["mode"] == "distributed"
+    runner: Any
+    if distributed:
+        host, port = cfg["master_bind"].rsplit(":", 1)
+        runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
+        proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
+    else:
+        runner = env.create_local_runner()
+        proc = SwarmscopeProcess.make(cfg, kind, role="local", run_id=run_id)
+    env.swarmscope = proc  # type: ignore[attr-defined]
+    register_messages(proc, runner)
+    assert proc.run is not None and proc.controller is not None
+    print(f"swarmscope: run {proc.run.run_id} -> {proc.run.run_dir}", file=sys.stderr)
+    workers: list[subprocess.Popen[bytes]] = []
+    status = "failed"
+    try:
+        if distributed and cfg["spawn_workers"]:
+            workers = _spawn_workers(kind, cfg, int(port), proc.run.run_dir)
+        Sweep(proc, runner, distributed).run()
+        status = "ok"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        try:
+            report = proc.close(status)  # builds the kind's sections from what was measured
+        finally:
+            runner.quit()
+            _stop_workers(workers)
+    return report

@@ -1,0 +1,44 @@
+"""The worker side of a scenario kind: the driver a Locust worker runs windows with.
+
+    driver = kind.make_driver(cfg, sim_nodes=2, prefix="p123")   # on swarmscope:setup
+    driver.describe()          # the nodes it drives, sent to the master
+    driver.run_window("w1", ["n1", "n2"], payload, environment)  # -> {node: exact results}
+    driver.close()
+
+One driver per worker process, made from the config the master sent (a worker reads no
+scenario file). ``run_window`` blocks (gevent-friendly) until the window's load is done and
+returns what it generated, exactly; in free-running ``locust -f`` tests the kind's Locust users
+count into ``current_window`` and the plug-in calls ``stop_window`` then ``take`` at test stop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Driver(Protocol):
+    current_window: str  # free-running tests: the window users count into ("" = none)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Nodes: [{"name", "host", "cgroup_id", "cgroup_path", "comm"}]."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """What the controller needs from this worker's set-up (e.g. a target's address)."""
+        ...
+
+    def run_window(
+        self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any
+    ) -> dict[str, Any]:
+        """Run one window's load on the listed nodes this worker owns; {node: results}."""
+        ...
+
+    def stop_window(self, window_id: str) -> None:
+        """Stop what still runs for the window (test stop) and count it."""
+        ...
+
+    def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
+        """Remove and return {node: results} of a window."""
+        ...
+
+    def close(self) -> None: ...
