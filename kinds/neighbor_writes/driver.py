@@ -35,11 +35,14 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmscope.errors import LoadGenError
 from swarmscope.node import node_host
 from swarmscope.targets.neighbors import records as R
+
+if TYPE_CHECKING:
+    from swarmscope.kinds.neighbor_writes import NeighborConfig
 
 RAW_CAP = 100_000
 
@@ -58,10 +61,10 @@ class _FreeTally:
 
 
 class NeighborDriver:
-    def __init__(self, cfg: Mapping[str, Any], prefix: str):
+    def __init__(self, cfg: NeighborConfig, prefix: str):
         from swarmscope.workers.nodes import own_cgroup_node
 
-        self.cfg = dict(cfg)
+        self.cfg = cfg
         self.name = f"{prefix}n1"
         # Locust users of different workers must write disjoint blocks: the worker's number
         # comes from its prefix ("w3-" -> 3; "" in one process -> 0).
@@ -108,7 +111,7 @@ class NeighborDriver:
             from swarmscope.targets.neighbors.netns import VethNetns
 
             self._ns = self._stack.enter_context(VethNetns())
-            xdp = XdpTarget(None, max(1 << 10, max(self.cfg["neighbors"])), miss_action="XDP_DROP")
+            xdp = XdpTarget(None, max(1 << 10, max(self.cfg.neighbors)), miss_action="XDP_DROP")
             self._stack.callback(xdp.close)
             xdp.attach(self._ns.host_dev)
             self._xdp = xdp

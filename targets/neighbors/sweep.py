@@ -39,7 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ def schema() -> Any:
 class Bench:
     """What lives across points: the datapath target, the kernel-side clock, the test netns."""
 
-    def __init__(self, cfg: Mapping[str, Any], work: Path):
+    def __init__(self, cfg: Any, work: Path):  # the neighbor kind's config (typed there)
         self.cfg, self.work = cfg, work
         self.stack = contextlib.ExitStack()
         from swarmscope.targets.neighbors.netns import VethNetns
@@ -69,14 +68,14 @@ class Bench:
         self.ns = self.stack.enter_context(VethNetns())
         self.pid = os.getpid()
         self.in_kernel_ns = 0
-        if cfg["target"] == "xdp":
+        if cfg.target == "xdp":
             from swarmscope.probes.map_update import MapUpdateTracer
             from swarmscope.targets.neighbors.agent import XdpTarget
 
             self.tracer = MapUpdateTracer(pids=[self.pid], ringbuf_pages=4096)
             self.tracer.load()
             self.stack.callback(self.tracer.close)
-            self.xdp = XdpTarget(None, max(1 << 10, max(cfg["neighbors"])), miss_action="XDP_DROP")
+            self.xdp = XdpTarget(None, max(1 << 10, max(cfg.neighbors)), miss_action="XDP_DROP")
             self.stack.callback(self.xdp.close)
             self.xdp.attach(self.ns.host_dev)
         else:
@@ -90,7 +89,7 @@ class Bench:
         self.stack.close()
 
     def target(self) -> Any:
-        if self.cfg["target"] == "xdp":
+        if self.cfg.target == "xdp":
             self.xdp.clear()
             return self.xdp
         from swarmscope.targets.neighbors.agent import KernelTarget
@@ -100,7 +99,7 @@ class Bench:
 
     def kernel_ends(self, since_ns: int, target: Any) -> tuple[list[tuple[int, int]], int]:
         """[(entries so far, t_ns)] of the kernel's writes and the kernel's entry count."""
-        if self.cfg["target"] == "xdp":
+        if self.cfg.target == "xdp":
             ev = [
                 e
                 for e in self.tracer.events()
@@ -126,21 +125,21 @@ class Bench:
         server, addr = start_server(db)
         target = self.target()
         keys, values = R.make_entries(n, ifindex=0)
-        if self.cfg["target"] == "kernel":
+        if self.cfg.target == "kernel":
             snap = self.neigh.snapshot().get((self.pid, "update"))
             self._neigh_before = snap.count if snap else 0
         try:
-            if self.cfg["target"] == "xdp":
+            if self.cfg.target == "xdp":
                 self.tracer.events()  # drain: only this point's updates count
             agent = Agent(addr, target)
             agent.stub.Status(pb.StatusRequest())  # connect now: a long-lived agent already is
             if mode == "list_program":
                 w = NeighborWriter(addr)
                 w.status()
-                w.write(keys, values, self.cfg["batch_size"])  # preload, not timed
+                w.write(keys, values, self.cfg.batch_size)  # preload, not timed
                 w.close()
                 t0 = time.monotonic_ns()
-                agent.list_and_program(page_size=self.cfg["page_size"])
+                agent.list_and_program(page_size=self.cfg.page_size)
                 t_user = time.monotonic_ns()
                 starts = [(n, t0)]
             else:
@@ -161,14 +160,14 @@ class Bench:
                     "-n",
                     str(n),
                     "--batch",
-                    str(self.cfg["batch_size"]),
+                    str(self.cfg.batch_size),
                     "--out",
                     str(out),
                 ]
-                subprocess.run(cmd, check=True, timeout=self.cfg["point_timeout_s"])
+                subprocess.run(cmd, check=True, timeout=self.cfg.point_timeout_s)
                 timing = json.loads(out.read_text())
                 last_rev = timing["revisions"][-1]
-                if not agent.wait_revision(last_rev, self.cfg["point_timeout_s"]):
+                if not agent.wait_revision(last_rev, self.cfg.point_timeout_s):
                     raise LoadGenError(f"agent did not reach revision {last_rev}")
                 t_user = time.monotonic_ns()
                 agent.cancel()
@@ -195,7 +194,7 @@ class Bench:
             return pt
         finally:
             stop(server)
-            if self.cfg["target"] == "kernel":
+            if self.cfg.target == "kernel":
                 target.close()
             with contextlib.suppress(OSError):
                 for suffix in ("", "-wal", "-shm"):
@@ -217,7 +216,7 @@ class Bench:
         return {
             "neighbors": n,
             "mode": mode,
-            "target": self.cfg["target"],
+            "target": self.cfg.target,
             "total_ms": round(total_ms, 3),
             "per_neighbor_us": round(total_ms * 1000 / n, 3),
             "p50_us": round(percentile(lat, 0.50) / 1000, 3),
@@ -226,9 +225,7 @@ class Bench:
             "kernel_entries": kernel_n,
             "update_calls": len(ends),
             "in_update_calls_ms": round(getattr(self, "in_kernel_ns", 0) / 1e6, 3),
-            "end_clock": "bpf sys_exit_bpf"
-            if self.cfg["target"] == "xdp"
-            else "netlink ack (tracepoint count)",
+            "end_clock": "bpf sys_exit_bpf" if self.cfg.target == "xdp" else "netlink ack (tracepoint count)",
             "arion_per_neighbor_us": ARION_US.get(mode, {}).get(n),
         }
 
@@ -236,14 +233,14 @@ class Bench:
         problems: list[str] = []
         if kernel_n != n:
             problems.append(f"kernel counted {kernel_n} entries written, expected {n}")
-        if self.cfg["target"] == "xdp":
+        if self.cfg.target == "xdp":
             got = target.contents()
             want = dict(zip(_chunks(keys, 4), _chunks(values, 12), strict=True))
             if got != want:
                 problems.append(
                     f"map holds {len(got)} entries, {sum(1 for k in want if got.get(k) != want[k])} differ"
                 )
-            k = self.cfg["verify_packets"]
+            k = self.cfg.verify_packets
             if k:
                 sample = sorted({0, n - 1, *random.sample(range(n), min(k, n))})[:k] if n > 1 else [0]
                 addrs = [_dotted(keys[i * 4 : i * 4 + 4]) for i in sample]
@@ -274,7 +271,7 @@ def _dotted(k: bytes) -> str:
     return ".".join(str(x) for x in k)
 
 
-def run_sweep(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+def run_sweep(cfg: Any, run_dir: Path) -> dict[str, Any]:
     """Run every (N, mode) point; returns the report section and writes neighbors.png."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -282,15 +279,15 @@ def run_sweep(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     bench = Bench(cfg, work)
     points: list[dict[str, Any]] = []
     try:
-        for n in cfg["neighbors"]:
-            for mode in cfg["modes"]:
+        for n in cfg.neighbors:
+            for mode in cfg.modes:
                 pt = bench.point(n, mode)
                 points.append(pt)
                 print(json.dumps(pt), file=sys.stderr, flush=True)
     finally:
         bench.close()
-    section: dict[str, Any] = {"points": points, "target": cfg["target"]}
-    if cfg["plot"] and points:
+    section: dict[str, Any] = {"points": points, "target": cfg.target}
+    if cfg.plot and points:
         plot(points, run_dir / "neighbors.png")
         section["plot"] = "neighbors.png"
     return section
