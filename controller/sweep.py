@@ -126,7 +126,7 @@ class Sweep:
         self.runner = runner
         self.distributed = distributed
         self.kind = proc.kind
-        self.cfg = proc.cfg
+        self.cfg: RunConfig = proc.cfg
 
     def _worker_alive(self, client_id: str) -> bool:
         from locust.runners import STATE_MISSING
@@ -142,7 +142,7 @@ class Sweep:
         points = kind.points(cfg)
         if cfg.probe == "external":
             print(
-                f"swarmscope: waiting for {cfg['expect_probes']} probe(s) on {proc.fleet.address}",
+                f"swarmscope: waiting for {cfg.expect_probes} probe(s) on {proc.fleet.address}",
                 file=sys.stderr,
             )
             proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
@@ -178,6 +178,7 @@ class Sweep:
                 )
                 params = " ".join(f"{k}={v}" for k, v in point.params.items())
                 progress.step(f"{params} iteration {it}")
-                if cfg.pause_s:
-                    time.sleep(cfg.pause_s)
+                pause = kind.pause_s(cfg)
+                if pause:
+                    time.sleep(pause)
             proc.events.point_done.fire(run=proc.run, point=point, results=results)

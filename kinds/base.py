@@ -84,6 +84,10 @@ class Kind(Generic[C]):
         """How long the controller waits for the workers' results of one window."""
         return float(cfg.window_timeout_s)
 
+    def pause_s(self, cfg: C) -> float:
+        """Seconds to wait between windows (0: none)."""
+        return 0.0
+
     def expected_per_node(self, cfg: C) -> float | None:
         """What a paced generator was asked for per node and window (None: unpaced); a node
         under 95 % of it is flagged generator-saturated."""

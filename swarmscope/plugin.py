@@ -31,6 +31,7 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 from swarmscope import messages as M
 from swarmscope.controller.model import PointInfo
 from swarmscope.errors import SwarmscopeError
+from swarmscope.kinds import scenario_text
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _config(options: Any) -> Any:
         if v is not None and key != "scenario":
             sets.append(f"{key}={v}")
     path = getattr(options, "ss_scenario_file", None) if options is not None else None
-    return kind.schema.load(file=path, sets=sets)
+    return kind.schema.load(file=path, sets=sets, text=scenario_text(path) if path else None)
 
 
 def register_messages(proc: Any, runner: Any) -> None:

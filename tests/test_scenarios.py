@@ -56,3 +56,21 @@ def test_config_is_frozen_and_typed_by_kind() -> None:
     assert again == cfg and again.replace(iterations=4).iterations == 4 and cfg.iterations == 3
     with pytest.raises(KeyError):
         cfg.replace(no_such_key=1)
+
+
+def test_the_scenario_file_is_read_once_per_process(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``swarmscope controller`` validates the file, then its Locust plug-in loads it again in
+    the same process: from memory, so both see the same content."""
+    import swarmscope.kinds as kinds
+
+    f = tmp_path / "s.yaml"
+    f.write_text("scenario: exec_storm\niterations: 4\n")
+    reads: list[str] = []
+    real = kinds.read_text
+    monkeypatch.setattr(kinds, "read_text", lambda p: reads.append(p) or real(p))
+    kind, cfg = load_scenario(str(f), [], env={})
+    f.write_text("scenario: exec_storm\niterations: 9\n")  # changed on disk after the first read
+    again = kind.schema.load(file=str(f), env={}, text=kinds.scenario_text(str(f)))
+    assert reads == [str(f)] and cfg.iterations == again.iterations == 4

@@ -1,4 +1,4 @@
-"""Scenario kind ``neighbor_writes``: neighbor entries from a control plane into an XDP map.
+"""Scenario kind ``neighbor_writes``: neighbor entries from a control plane into a datapath.
 
     swarmscope run scenarios/neighbor_writes.yaml --set neighbors=1000,100000
     swarmscope run scenarios/neighbor_writes.yaml --set mode=distributed --set workers=2
@@ -10,8 +10,12 @@ map id and verification. The window's probe program ``map_update``, restricted t
 pids, times every map-update call in the kernel; reconcile (results.py) matches each worker's
 starts with the ends of its calls into per-entry latencies, pooled over workers.
 generated (written) == kernel (in the probe's update calls) == reported (read back from the
-map) on every node, or the point is not verified. Caveat: target=kernel (the kernel neighbor
-table) is not on this pipeline yet; ``python -m swarmscope.targets.neighbors.sweep`` runs it.
+map) on every node, or the point is not verified.
+
+``target: kernel`` programs the kernel's own neighbor table instead (a device in the worker's
+test namespace, written over netlink): the probe program is ``neigh_events``, whose per-device
+update count is the kernel column; an entry's end is the netlink ACK of its send (the kernel
+acknowledges after the table is written), and ``ip neigh`` lists what is reported.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
-from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.base import Kind
 
 MODES = ("list_program", "write_watch_program")
 
@@ -40,8 +44,7 @@ NEIGHBOR_FIELDS: list[Field] = [
         "target",
         str,
         "xdp",
-        "datapath: XDP hash map, or the kernel neighbor table (kernel: only through "
-        "python -m swarmscope.targets.neighbors.sweep for now)",
+        "datapath: XDP hash map, or the kernel neighbor table of a device in a test namespace",
         choices=("xdp", "kernel"),
     ),
     Field("batch_size", int, 5000, "entries per put-batch message (writer and Locust users)", min=1),
@@ -74,18 +77,6 @@ class NeighborConfig(RunConfig):
     neighbors_per_user: int
 
 
-def _pipeline_target(v: dict[str, Any]) -> list[tuple[str, str]]:
-    if v["target"] != "xdp":
-        return [
-            (
-                "target",
-                "only xdp runs on the run pipeline; the kernel table runs with "
-                "`python -m swarmscope.targets.neighbors.sweep <scenario> --set target=kernel`",
-            )
-        ]
-    return []
-
-
 class NeighborWrites(Kind[NeighborConfig]):
     name = "neighbor_writes"
     metric = "neighbors"
@@ -95,11 +86,10 @@ class NeighborWrites(Kind[NeighborConfig]):
     def fields(self) -> list[Field]:
         return list(NEIGHBOR_FIELDS)
 
-    def cross_checks(self) -> list[CrossCheck]:
-        return [_pipeline_target]
-
     # -- controller side ------------------------------------------------------------------
     def programs(self, cfg: NeighborConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        if cfg.target == "kernel":  # counted per cgroup and device: nothing to configure
+            return {"neigh_events": {}}
         pids = shared.get("pids") or []
         # Only the agents' calls: the kernel clock is per pid (and map id, matched at reconcile).
         return {"map_update": {"pids": ",".join(str(p) for p in pids)} if pids else {}}

@@ -146,8 +146,13 @@ def reconcile(
             problems.append(f"{node}: no probe reading")
         if res.get("error"):
             problems.append(f"{node}: {res['error']}")
-        ends = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
-        kernel = ends[-1][0] if ends else 0
+        if cfg.target == "kernel":  # the ACKs' times; the count from the neigh_events probe
+            ends = [list(e) for e in res.get("ends") or []]
+            dev = f"neigh.update.dev.{res.get('device', '?')}"
+            kernel = sum(int(r.counters.get(dev, 0)) for r in have)
+        else:
+            ends = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
+            kernel = ends[-1][0] if ends else 0
         gen, rep = int(res["generated"]), res.get("reported")
         starts = res.get("starts") or []
         lat = entry_latencies(starts, ends)
@@ -204,7 +209,9 @@ def reconcile(
         "kernel_entries": kern_total,
         "reported": rep_total,
         "update_calls": calls,
-        "end_clock": "bpf sys_exit_bpf (probe map_update)",
+        "end_clock": "netlink ack (count: probe neigh_events)"
+        if cfg.target == "kernel"
+        else "bpf sys_exit_bpf (probe map_update)",
         "workers": len(window.nodes),
         "verified": not problems,
         "problems": problems,
