@@ -94,7 +94,11 @@ def _cmd_push(args: argparse.Namespace) -> int:
     url = args.otlp or otel.otlp_endpoint()
     if not url:
         raise ConfigError(
-            [Problem("--otlp", "otlp", "no OTLP endpoint: give --otlp URL or set OTEL_EXPORTER_OTLP_ENDPOINT")]
+            [
+                Problem(
+                    "--otlp", "otlp", "no OTLP endpoint: give --otlp URL or set OTEL_EXPORTER_OTLP_ENDPOINT"
+                )
+            ]
         )
     protocol = (
         args.protocol

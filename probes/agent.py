@@ -43,12 +43,12 @@ from opentelemetry import trace
 
 from swarmscope import __version__, auth
 from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.probes import window_span
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
-from swarmscope.probes import window_span
 from swarmscope.sys import otel
-from swarmscope.sys.otlpjson import WindowSpans
 from swarmscope.sys.cgroups import resolve_cgroup_id
+from swarmscope.sys.otlpjson import WindowSpans
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 

@@ -103,7 +103,9 @@ def register_messages(proc: Any, runner: Any) -> None:
         def on_run(environment: Any, msg: Any, **_: Any) -> None:
             d = msg.data
             with worker_spans.window(d["window_id"], d.get("traceparent", "")) as spans:
-                per_node = proc.worker.run_window(d["window_id"], d["nodes"], d.get("payload", {}), environment)
+                per_node = proc.worker.run_window(
+                    d["window_id"], d["nodes"], d.get("payload", {}), environment
+                )
             result = {"window_id": d["window_id"], "per_node": per_node, "spans": spans.take()}
             runner.send_message(M.RESULT, result)
 
@@ -126,7 +128,9 @@ def register_messages(proc: Any, runner: Any) -> None:
             ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
 
         def on_result(environment: Any, msg: Any, **_: Any) -> None:
-            ctl.add_results(msg.data["window_id"], msg.node_id, msg.data["per_node"], msg.data.get("spans", b""))
+            ctl.add_results(
+                msg.data["window_id"], msg.node_id, msg.data["per_node"], msg.data.get("spans", b"")
+            )
 
         runner.register_message(M.RESULT, on_result)
         runner.register_message(M.NODES, on_nodes)

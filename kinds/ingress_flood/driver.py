@@ -169,7 +169,12 @@ class IngressDriver:
             f"step {self.name}",
             int(start_at * 1e9),
             time.time_ns(),
-            {"swarmscope.node": self.name, "swarmscope.users": users, "swarmscope.model": p["model"], **scalars},
+            {
+                "swarmscope.node": self.name,
+                "swarmscope.users": users,
+                "swarmscope.model": p["model"],
+                **scalars,
+            },
         )
         return out
 

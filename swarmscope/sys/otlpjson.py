@@ -64,7 +64,11 @@ def to_json(blobs: Iterable[bytes | ExportTraceServiceRequest]) -> dict[str, Any
     for blob in blobs:
         if not blob:
             continue
-        req = blob if isinstance(blob, ExportTraceServiceRequest) else ExportTraceServiceRequest.FromString(blob)
+        req = (
+            blob
+            if isinstance(blob, ExportTraceServiceRequest)
+            else ExportTraceServiceRequest.FromString(blob)
+        )
         doc = json_format.MessageToDict(req, use_integers_for_enums=True)
         for rs in doc.get("resourceSpans", []):
             for ss in rs.get("scopeSpans", []):
@@ -79,7 +83,9 @@ def to_json(blobs: Iterable[bytes | ExportTraceServiceRequest]) -> dict[str, Any
                         seen.add(s["spanId"])
                         spans.append(s)
                 ss["spans"] = spans
-            out.append(rs)
+            rs["scopeSpans"] = [ss for ss in rs.get("scopeSpans", []) if ss["spans"]]
+            if rs["scopeSpans"]:
+                out.append(rs)
     return {"resourceSpans": out}
 
 
@@ -106,13 +112,14 @@ def from_json(doc: Mapping[str, Any]) -> ExportTraceServiceRequest:
 
 
 def spans_of(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every span of an OTLP JSON document, flat, each with its ``service`` (service.name) added."""
+    """Every span of an OTLP JSON document, flat, each with its ``service`` (service.name) and
+    ``resource`` (its resource's attributes) added."""
     out = []
     for rs in doc.get("resourceSpans", []):
         attrs = attributes(rs.get("resource", {}).get("attributes", []))
         for ss in rs.get("scopeSpans", []):
             for s in ss.get("spans", []):
-                out.append({**s, "service": str(attrs.get("service.name", ""))})
+                out.append({**s, "service": str(attrs.get("service.name", "")), "resource": attrs})
     return out
 
 
@@ -182,6 +189,7 @@ class WindowSpans:
             {
                 "service.name": os.getenv("OTEL_SERVICE_NAME", service),
                 "service.version": __version__,
+                "process.pid": os.getpid(),
                 **(attributes or {}),
             }
         )
