@@ -17,7 +17,8 @@ OTEL_VARS = (
 
 
 def read_spans(run_dir: pathlib.Path) -> list[dict[str, Any]]:
-    """trace.json's spans, flat: {"service", "pid", "name", "id", "parent", "start", "end", "attrs", "events"}."""
+    """trace.json's spans, flat: {"service", "pid", "name", "id", "parent", "start", "end",
+    "attrs", "events"}."""
     doc = json.loads((run_dir / "trace.json").read_text())
     assert set(doc) == {"resourceSpans"}, sorted(doc)
     return [
