@@ -8,15 +8,14 @@ its screenshot must show the bars in each service's colour and the red kernel ma
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import shutil
 import subprocess
 
 import pytest
-from helpers import is_root, only_run_dir, run_cli
-from trace_helpers import OTEL_VARS, read_spans
+from helpers import is_root
+from trace_helpers import read_spans, run_without_otlp
 
 from swarmscope.controller.waterfall import COLOURS, LABEL_W, waterfall_section
 
@@ -43,17 +42,10 @@ def test_no_trace_json_no_section(tmp_path: pathlib.Path) -> None:
 @pytest.mark.bpf
 @pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
 def test_waterfall_drawn_in_chromium(tmp_path: pathlib.Path) -> None:
-    out = tmp_path / "results"
-    saved = {k: os.environ.pop(k) for k in OTEL_VARS if k in os.environ}
-    try:
-        p = run_cli(
-            "run", "scenarios/exec_storm.yaml", "--set", "nodes=2", "--set", "iterations=2",
-            "--set", "burst_s=0.3", "--set", "pause_s=0", "--out", str(out),
-        )  # fmt: skip
-    finally:
-        os.environ.update(saved)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run_dir = only_run_dir(out)
+    run_dir = run_without_otlp(
+        "run", "scenarios/exec_storm.yaml", "--set", "nodes=2", "--set", "iterations=2",
+        "--set", "burst_s=0.3", "--set", "pause_s=0", "--out", str(tmp_path / "results"),
+    )  # fmt: skip
     spans = read_spans(run_dir)
     page = (run_dir / "report.html").read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), (

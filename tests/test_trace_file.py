@@ -8,13 +8,12 @@ sys_exit_bpf events and the workers' batch spans give back the report's figures 
 
 from __future__ import annotations
 
-import os
 import pathlib
 from typing import Any
 
 import pytest
-from helpers import free_port, is_root, load_report, only_run_dir, run_cli
-from trace_helpers import OTEL_VARS, read_spans, tree_lines
+from helpers import is_root, load_report
+from trace_helpers import distributed_exec_run, read_spans, run_without_otlp, tree_lines
 
 from swarmscope.kinds.neighbor_writes.results import entry_latencies, percentile
 from swarmscope.sys import otlpjson
@@ -28,17 +27,6 @@ def root_only(fn: Any) -> Any:
     ):
         fn = m(fn)
     return fn
-
-
-def run_clean(*args: str) -> pathlib.Path:
-    """Run with no OTLP variable set anywhere (run_cli merges env into os.environ)."""
-    saved = {k: os.environ.pop(k) for k in OTEL_VARS if k in os.environ}
-    try:
-        p = run_cli(*args)
-    finally:
-        os.environ.update(saved)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return only_run_dir(pathlib.Path(args[args.index("--out") + 1]))
 
 
 def check_whole(spans: list[dict]) -> dict[str, dict]:
@@ -87,11 +75,7 @@ def test_otlp_json_round_trip() -> None:
 
 @root_only
 def test_distributed_exec_storm_trace_json(tmp_path: pathlib.Path) -> None:
-    run_dir = run_clean(
-        "run", "scenarios/exec_storm.yaml", "--set", "mode=distributed", "--set", "workers=2",
-        "--set", "nodes=2", "--set", "iterations=2", "--set", "burst_s=0.2", "--set", "pause_s=0",
-        "--set", f"master_bind=127.0.0.1:{free_port()}", "--out", str(tmp_path / "results"),
-    )  # fmt: skip
+    run_dir = distributed_exec_run(tmp_path / "results")
     rep = load_report(run_dir)
     spans = read_spans(run_dir)
     by_id = check_whole(spans)
@@ -128,7 +112,7 @@ def test_distributed_exec_storm_trace_json(tmp_path: pathlib.Path) -> None:
 
 @root_only
 def test_neighbor_trace_kernel_times_equal_report(tmp_path: pathlib.Path) -> None:
-    run_dir = run_clean(
+    run_dir = run_without_otlp(
         "run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000",
         "--set", "modes=write_watch_program", "--out", str(tmp_path / "results"),
     )  # fmt: skip

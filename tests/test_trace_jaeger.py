@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import ROOT, free_port, is_root, load_report, only_run_dir, run_cli
-from trace_helpers import OTEL_VARS, read_spans, tree_lines
+from trace_helpers import OTEL_VARS, distributed_exec_run, read_spans, tree_lines
 
 pytestmark = [
     pytest.mark.root,
@@ -108,21 +108,13 @@ def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path
 def test_trace_push_replays_a_run_into_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path) -> None:
     """A distributed run with no OTLP endpoint, then `swarmscope trace push`: Jaeger holds the
     whole tree (controller, two workers, the probe) as trace.json has it."""
-    out = tmp_path / "results"
     saved = {k: os.environ.pop(k) for k in OTEL_VARS if k in os.environ}
     try:
-        p = run_cli(
-            "run", "scenarios/exec_storm.yaml", "--set", "mode=distributed", "--set", "workers=2",
-            "--set", "nodes=2", "--set", "iterations=2", "--set", "burst_s=0.2", "--set", "pause_s=0",
-            "--set", f"master_bind=127.0.0.1:{free_port()}", "--out", str(out),
-        )  # fmt: skip
-        assert p.returncode == 0, p.stderr[-3000:]
-        run_dir = only_run_dir(out)
+        run_dir = distributed_exec_run(tmp_path / "results")
         rep = load_report(run_dir)
         # Nothing reached Jaeger while the run ran.
-        assert not get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=1, timeout_s=1).get(
-            "data"
-        )
+        early = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=1, timeout_s=1)
+        assert not early.get("data")
         url = f"http://127.0.0.1:{jaeger['SS_OTLP_GRPC']}"
         push = run_cli("trace", "push", str(run_dir), "--otlp", url)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from typing import Any
 
@@ -55,3 +56,27 @@ def tree_lines(spans: list[dict[str, Any]]) -> list[str]:
 
     walk(None, 0)
     return out
+
+
+def run_without_otlp(*args: str) -> pathlib.Path:
+    """``swarmscope <args>`` with no OTLP variable set (so nothing is exported); its run dir."""
+    from helpers import only_run_dir, run_cli
+
+    saved = {k: os.environ.pop(k) for k in OTEL_VARS if k in os.environ}
+    try:
+        p = run_cli(*args)
+    finally:
+        os.environ.update(saved)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return only_run_dir(pathlib.Path(args[args.index("--out") + 1]))
+
+
+def distributed_exec_run(out: pathlib.Path) -> pathlib.Path:
+    """The exec storm in distributed mode: 2 worker processes, 2 nodes, 2 windows; its run dir."""
+    from helpers import free_port
+
+    return run_without_otlp(
+        "run", "scenarios/exec_storm.yaml", "--set", "mode=distributed", "--set", "workers=2",
+        "--set", "nodes=2", "--set", "iterations=2", "--set", "burst_s=0.2", "--set", "pause_s=0",
+        "--set", f"master_bind=127.0.0.1:{free_port()}", "--out", str(out),
+    )  # fmt: skip
