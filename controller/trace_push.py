@@ -53,7 +53,7 @@ def push(doc: dict[str, Any], url: str, protocol: str, timeout_s: float = 10.0) 
             else:
                 _push_grpc(request, url, timeout_s)
             return n
-        except (OSError, RuntimeError) as e:  # grpc.RpcError is a RuntimeError
+        except OSError as e:
             last = e
             time.sleep(0.5 * 2**attempt)
     raise ResultsError(f"OTLP export to {url} failed after {ATTEMPTS} attempts: {last}") from last
@@ -86,6 +86,8 @@ def _push_grpc(request: Any, url: str, timeout_s: float) -> None:
     )
     try:
         trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=timeout_s)
+    except grpc.RpcError as e:  # retried like a failed HTTP connection
+        raise ConnectionError(f"{e.code().name}: {e.details()}") from e
     finally:
         channel.close()
 

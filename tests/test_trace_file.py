@@ -154,3 +154,16 @@ def test_neighbor_trace_kernel_times_equal_report(tmp_path: pathlib.Path) -> Non
         assert round(percentile(lat, 0.50) / 1000, 3) == pt["p50_us"]
         assert round(percentile(lat, 0.99) / 1000, 3) == pt["p99_us"]
         assert round((ends[-1][1] - starts[0][1]) / 1e6, 3) == pt["total_ms"]
+
+
+def test_trace_push_errors_are_clear(tmp_path: pathlib.Path) -> None:
+    """No trace.json, no endpoint, an endpoint that refuses: one clear message each, bounded."""
+    from helpers import free_port, run_cli
+
+    p = run_cli("trace", "push", str(tmp_path), "--otlp", "http://127.0.0.1:1")
+    assert p.returncode == 1 and "cannot read the trace" in p.stderr, p.stderr
+    (tmp_path / "trace.json").write_text('{"resourceSpans": []}')
+    p = run_cli("trace", "push", str(tmp_path), env={"OTEL_EXPORTER_OTLP_ENDPOINT": ""})
+    assert p.returncode == 2 and "no OTLP endpoint" in p.stderr, p.stderr
+    p = run_cli("trace", "push", str(tmp_path), "--otlp", f"http://127.0.0.1:{free_port()}", timeout=60)
+    assert p.returncode == 1 and "failed after 4 attempts" in p.stderr, p.stderr
