@@ -450,7 +450,10 @@ def write_report(
             from swarmscope.controller.plots import core_plots
 
             plots = core_plots(report)
+            from swarmscope.controller.waterfall import waterfall_section
+
             sections = _section_parts(stored, report)
+            sections += [w for w in [waterfall_section(path)] if w is not None]
             for plot in [*plots.values(), *(pl for _, part in sections for pl in part.plots)]:
                 _atomic_write(os.path.join(path, plot.filename), plot.png)
             _atomic_write(os.path.join(path, "report.html"), render_html(report, plots, sections).encode())
