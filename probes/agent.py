@@ -244,7 +244,8 @@ class ProbeAgent:
         if not auth.check(auth.controller_proof(self._token, nonce, hello.server_nonce), hello.proof):
             raise FleetError(
                 f"controller {self.controller} failed to prove it holds the token "
-                "(wrong HMAC proof): refusing its commands"
+                "(wrong HMAC proof: an impostor, or this probe's token is not the controller's): "
+                "refusing its commands, sending it nothing more"
             )
         req = pb.RegisterRequest(
             probe_id=self.probe_id,
