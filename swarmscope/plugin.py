@@ -158,6 +158,9 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
+        from swarmscope import weblogin
+
+        weblogin.install(environment)  # --web-login: the UI behind Locust's login page
     except SwarmscopeError as e:
         print(f"swarmscope: {e}", file=sys.stderr)
         runner.quit()
