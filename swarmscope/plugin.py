@@ -54,6 +54,9 @@ def install(kind_name: str) -> None:
             raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
         return
     _INSTALLED["kind"] = get_kind(kind_name)
+    from swarmscope import workerauth
+
+    workerauth.install()  # with a worker token set: Locust's master port admits only its workers
     events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)

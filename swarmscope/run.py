@@ -52,6 +52,16 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.kill()
 
 
+def _worker_token() -> None:
+    """Workers authenticate to the master (CURVE): a fresh token per run unless one is set; the
+    workers started here inherit it through the environment."""
+    from swarmscope import auth, workerauth
+
+    if not workerauth.load_token():
+        os.environ[workerauth.ENV_TOKEN] = auth.new_token()
+    workerauth.install()
+
+
 def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
@@ -65,6 +75,7 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
     runner: Any
     if distributed:
         host, port = cfg["master_bind"].rsplit(":", 1)
+        _worker_token()
         runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
         proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
     else:
