@@ -44,6 +44,7 @@ class FakeProbe:
         self.silent = False  # stop answering (a probe that hangs)
         self.commands: list[pb.Command] = []
         self.windows: dict[str, list[pb.NodeInfo]] = {}  # open windows survive a reconnect
+        self.closed: dict[str, list[pb.Reading]] = {}  # a close sent again gets the same answer
         self.thread: threading.Thread | None = None
         self._call: grpc.Future | None = None
         self.sessions = 0
@@ -108,9 +109,18 @@ class FakeProbe:
                             ack=pb.WindowAck(run_id=cmd.open.run_id, window_id=cmd.open.window_id, ok=True)
                         )
                     )
+                elif kind == "close" and cmd.close.window_id in self.closed:
+                    batch = self.closed[cmd.close.window_id]
+                    done = pb.WindowDone(
+                        run_id=cmd.close.run_id,
+                        window_id=cmd.close.window_id,
+                        readings=len(batch),
+                        batch=batch,
+                    )
+                    out.put(pb.ProbeMessage(done=done))
                 elif kind == "close":
                     nodes = self.windows.pop(cmd.close.window_id, [])
-                    batch = [
+                    batch = self.closed[cmd.close.window_id] = [
                         pb.Reading(
                             run_id=cmd.close.run_id,
                             window_id=cmd.close.window_id,
