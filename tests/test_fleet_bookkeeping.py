@@ -150,3 +150,26 @@ def test_session_needs_a_registered_session_id(fleet: Fleet) -> None:
         list(call)
     assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
     p.stop()
+
+
+def test_reconnects_land_in_the_window_result(fleet: Fleet) -> None:
+    """The controller role puts the window's reconnects in its result (report.json:
+    points[].iterations[].extra.probe_reconnects)."""
+    from swarmscope.controller.model import IterationResult, PointInfo, RunInfo
+    from swarmscope.controller.role import ControllerRole
+    from swarmscope.events import RunEvents
+
+    run = RunInfo("run-1", "exec_storm", "exec", {}, time.time_ns())
+    ctl = ControllerRole(
+        run, fleet, RunEvents(), reconcile=lambda w, pt, g, r, t, m: IterationResult.for_window(w, pt, [])
+    )
+    ctl.add_nodes("worker-1", [{"name": "n1", "host": "host-a", "cgroup_id": 101}])
+    a = FakeProbe(fleet.address, TOKEN, "host-a").start()
+    fleet.wait_for_probes(1, timeout_s=10)
+    point = PointInfo(0, {"nodes": 1}, 1)
+    win = ctl.open_window(point, 1, ["n1"])
+    a.reconnect()
+    ctl.add_results(win.window_id, "worker-1", {"n1": {"generated": 7}})
+    result = ctl.close_window(win, point, timeout_s=5)
+    assert result.extra["probe_reconnects"] == {"fake-host-a@host-a": 1}
+    a.stop()
