@@ -60,7 +60,7 @@ def install(environment: Any) -> bool:
 
     password = load_password()
 
-    class _User(UserMixin):  # type: ignore[misc]
+    class _User(UserMixin):
         def __init__(self, name: str):
             self.id = name
 

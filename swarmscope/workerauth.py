@@ -108,7 +108,7 @@ def install() -> bool:
             self.socket.setsockopt(zmqrpc.zmq.IDENTITY, identity.encode())
             self.socket.connect(f"tcp://{host}:{int(port)}")
 
-    zmqrpc.Server, zmqrpc.Client = CurveServer, CurveClient
+    zmqrpc.Server, zmqrpc.Client = CurveServer, CurveClient  # type: ignore[misc]
     _installed["token"] = token
     return True
 
