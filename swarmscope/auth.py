@@ -64,16 +64,20 @@ def token_matches(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(expected.encode(), given.encode())
 
 
-def load_token(path: str | None = None, env: str = TOKEN_ENV) -> str:
-    """Read the token from ``path`` if given, else from ``$SWARMSCOPE_TOKEN``."""
+def read_secret(path: str | None, env: str, what: str) -> str:
+    """A secret from the file ``path`` if given, else from ``$env``, stripped; "" if neither has one."""
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
-                tok = fh.read().strip()
+                return fh.read().strip()
         except OSError as e:
-            raise SetupError(f"cannot read token file {path}: {e.strerror}") from e
-    else:
-        tok = os.environ.get(env, "").strip()
+            raise SetupError(f"cannot read {what} file {path}: {e.strerror}") from e
+    return os.environ.get(env, "").strip()
+
+
+def load_token(path: str | None = None, env: str = TOKEN_ENV) -> str:
+    """Read the token from ``path`` if given, else from ``$SWARMSCOPE_TOKEN``."""
+    tok = read_secret(path, env, "token")
     if not tok:
         raise SetupError(f"no token: pass --token-file or set {env}")
     return tok

@@ -33,15 +33,9 @@ FAILED_LOGIN_DELAY_S = 1.0
 
 
 def load_password() -> str:
-    path = os.environ.get(ENV_PASSWORD_FILE, "")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                pw = fh.read().strip()
-        except OSError as e:
-            raise SetupError(f"cannot read the web UI password file {path}: {e.strerror}") from e
-    else:
-        pw = os.environ.get(ENV_PASSWORD, "").strip()
+    from swarmscope.auth import read_secret
+
+    pw = read_secret(os.environ.get(ENV_PASSWORD_FILE), ENV_PASSWORD, "the web UI password")
     if len(pw) < 8:
         raise SetupError(
             f"--web-login needs a password of 8+ characters in ${ENV_PASSWORD_FILE} or ${ENV_PASSWORD}"

@@ -39,17 +39,13 @@ _installed: dict[str, Any] = {}
 
 def load_token() -> str:
     """The token from ``$SWARMSCOPE_WORKER_TOKEN_FILE``, else ``$SWARMSCOPE_WORKER_TOKEN``; "" if none."""
-    path = os.environ.get(ENV_TOKEN_FILE, "")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                tok = fh.read().strip()
-        except OSError as e:
-            raise SetupError(f"cannot read the worker token file {path}: {e.strerror}") from e
-        if not tok:
-            raise SetupError(f"the worker token file {path} is empty")
-        return tok
-    return os.environ.get(ENV_TOKEN, "").strip()
+    from swarmscope.auth import read_secret
+
+    path = os.environ.get(ENV_TOKEN_FILE)
+    tok = read_secret(path, ENV_TOKEN, "the worker token")
+    if path and not tok:
+        raise SetupError(f"the worker token file {path} is empty")
+    return tok
 
 
 def keypair(token: str, role: bytes) -> tuple[bytes, bytes]:

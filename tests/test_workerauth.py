@@ -116,3 +116,22 @@ def test_keys_are_derived_per_role_and_token() -> None:
     assert len({mpub, wpub, msec, wsec}) == 4
     assert zmq.curve_public(msec) == mpub and zmq.curve_public(wsec) == wpub
     assert workerauth.keypair("other", b"worker") != (wpub, wsec)
+
+
+def test_swarmscope_run_worker_token_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """swarmscope run, distributed: workers it starts get a fresh token; external workers on a
+    non-loopback master need one set (one clear error otherwise)."""
+    from swarmscope import run
+    from swarmscope.errors import SetupError
+
+    monkeypatch.setattr(workerauth, "install", lambda: True)  # do not patch Locust in this process
+    for var in (workerauth.ENV_TOKEN, workerauth.ENV_TOKEN_FILE):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SetupError, match="needs a worker token"):
+        run._worker_token({"spawn_workers": False, "master_bind": "0.0.0.0:5557"}, "0.0.0.0")
+    assert workerauth.ENV_TOKEN not in os.environ
+    run._worker_token({"spawn_workers": True, "master_bind": "0.0.0.0:5557"}, "0.0.0.0")
+    first = os.environ[workerauth.ENV_TOKEN]
+    assert len(first) >= 40
+    run._worker_token({"spawn_workers": True, "master_bind": "0.0.0.0:5557"}, "0.0.0.0")
+    assert os.environ[workerauth.ENV_TOKEN] == first  # a token already set is kept
