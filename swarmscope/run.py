@@ -20,15 +20,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from typing import Any
 
+from swarmscope.controller.options import RunConfig
 
-def _spawn_workers(
-    kind: Any, cfg: Mapping[str, Any], port: int, log_dir: str
-) -> list[subprocess.Popen[bytes]]:
+
+def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[subprocess.Popen[bytes]]:
     procs = []
-    for i in range(cfg["workers"]):
+    for i in range(cfg.workers):
         log = open(os.path.join(log_dir, f"worker-{i + 1}.log"), "ab")
         # The worker gets its kind's locustfile and the master's address, nothing else: the
         # run's config reaches it over the network (swarmscope:setup).
@@ -52,7 +51,7 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.kill()
 
 
-def _worker_token(cfg: Mapping[str, Any], host: str) -> None:
+def _worker_token(cfg: RunConfig, host: str) -> None:
     """Workers authenticate to the master (CURVE, swarmscope.workerauth). Workers started here
     inherit a fresh per-run token through the environment. External workers need the token set
     on both sides; without one the master refuses to listen beyond loopback."""
@@ -60,11 +59,11 @@ def _worker_token(cfg: Mapping[str, Any], host: str) -> None:
     from swarmscope.errors import SetupError
 
     if not workerauth.load_token():
-        if cfg["spawn_workers"]:
+        if cfg.spawn_workers:
             os.environ[workerauth.ENV_TOKEN] = auth.new_token()
         elif host not in ("127.0.0.1", "localhost", "::1"):
             raise SetupError(
-                f"master_bind={cfg['master_bind']} with external workers needs a worker token: set "
+                f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
                 f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
             )
         else:
@@ -76,7 +75,7 @@ def _worker_token(cfg: Mapping[str, Any], host: str) -> None:
     workerauth.install()
 
 
-def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -> dict[str, Any] | None:
+def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
 
@@ -85,10 +84,10 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
     from swarmscope.process import SwarmscopeProcess
 
     env = Environment(user_classes=[])
-    distributed = cfg["mode"] == "distributed"
+    distributed = cfg.mode == "distributed"
     runner: Any
     if distributed:
-        host, port = cfg["master_bind"].rsplit(":", 1)
+        host, port = cfg.master_bind.rsplit(":", 1)
         _worker_token(cfg, host)
         runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
         proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
@@ -102,7 +101,7 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
     workers: list[subprocess.Popen[bytes]] = []
     status = "failed"
     try:
-        if distributed and cfg["spawn_workers"]:
+        if distributed and cfg.spawn_workers:
             workers = _spawn_workers(kind, cfg, int(port), proc.run.run_dir)
         Sweep(proc, runner, distributed).run()
         status = "ok"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import zmq
@@ -128,10 +129,10 @@ def test_swarmscope_run_worker_token_rules(monkeypatch: pytest.MonkeyPatch) -> N
     for var in (workerauth.ENV_TOKEN, workerauth.ENV_TOKEN_FILE):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(SetupError, match="needs a worker token"):
-        run._worker_token({"spawn_workers": False, "master_bind": "0.0.0.0:5557"}, "0.0.0.0")
+        run._worker_token(SimpleNamespace(spawn_workers=False, master_bind="0.0.0.0:5557"), "0.0.0.0")
     assert workerauth.ENV_TOKEN not in os.environ
-    run._worker_token({"spawn_workers": True, "master_bind": "0.0.0.0:5557"}, "0.0.0.0")
+    run._worker_token(SimpleNamespace(spawn_workers=True, master_bind="0.0.0.0:5557"), "0.0.0.0")
     first = os.environ[workerauth.ENV_TOKEN]
     assert len(first) >= 40
-    run._worker_token({"spawn_workers": True, "master_bind": "0.0.0.0:5557"}, "0.0.0.0")
+    run._worker_token(SimpleNamespace(spawn_workers=True, master_bind="0.0.0.0:5557"), "0.0.0.0")
     assert os.environ[workerauth.ENV_TOKEN] == first  # a token already set is kept
