@@ -196,6 +196,11 @@ class ControllerRole:
         result = self.reconcile(win, point, generated, readings, tracer_result, missing)
         if silent:
             result.extra["silent_workers"] = sorted(silent)
+        # Probes that reconnected while the window was open (their readings were kept).
+        take = getattr(self.fleet, "take_reconnects", None)
+        reconnects = take(win.window_id) if take is not None else {}
+        if reconnects:
+            result.extra["probe_reconnects"] = reconnects
         unopened = self._unopened.pop(win.window_id, {})
         if unopened:
             result.extra["probe_problems"] = unopened

@@ -56,6 +56,9 @@ def install(kind_name: str) -> None:
             raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
         return
     _INSTALLED["kind"] = get_kind(kind_name)
+    from swarmscope import workerauth
+
+    workerauth.install()  # with a worker token set: Locust's master port admits only its workers
     events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -166,6 +169,9 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
+        from swarmscope import weblogin
+
+        weblogin.install(environment)  # --web-login: the UI behind Locust's login page
     except SwarmscopeError as e:
         print(f"swarmscope: {e}", file=sys.stderr)
         runner.quit()
