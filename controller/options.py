@@ -5,7 +5,7 @@ swarmscope.config's: defaults < file < env < --set.
 
 from __future__ import annotations
 
-from swarmscope.config import Field
+from swarmscope.config import Field, list_of
 
 COMMON_FIELDS = [
     Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
@@ -70,5 +70,12 @@ COMMON_FIELDS = [
         "distributed: how long to wait for workers to connect",
         min=1,
         max=3600,
+    ),
+    Field(
+        "checks",
+        list_of(str),
+        None,
+        "pass/fail checks over report.json, e.g. 'loss_ratio.max < 0.01' (a failed one exits 99)",
+        nullable=True,
     ),
 ]

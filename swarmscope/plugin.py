@@ -54,6 +54,10 @@ def install(kind_name: str) -> None:
             raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
         return
     _INSTALLED["kind"] = get_kind(kind_name)
+    from swarmscope import locust_checks, webui
+
+    locust_checks.install()
+    webui.install(kind_name)
     events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -142,6 +146,7 @@ class _FreeRun:
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
+    from swarmscope import locust_checks
     from swarmscope.process import SwarmscopeProcess
 
     if runner is None:
@@ -157,12 +162,14 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     try:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
+        checks = locust_checks.load(cfg, environment.parsed_options) if cfg is not None else []
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
     except SwarmscopeError as e:
         print(f"swarmscope: {e}", file=sys.stderr)
         runner.quit()
         sys.exit(e.exit_code)
     environment.swarmscope = proc
+    locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
     if not isinstance(runner, WorkerRunner):
         # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI

@@ -52,7 +52,9 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.kill()
 
 
-def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -> dict[str, Any] | None:
+def run_scenario(
+    kind: Any, cfg: Mapping[str, Any], run_id: str | None = None, checks: list[Any] | None = None
+) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
 
@@ -71,6 +73,7 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
         runner = env.create_local_runner()
         proc = SwarmscopeProcess.make(cfg, kind, role="local", run_id=run_id)
     env.swarmscope = proc  # type: ignore[attr-defined]
+    proc.checks = list(checks or [])
     register_messages(proc, runner)
     assert proc.run is not None and proc.controller is not None
     print(f"swarmscope: run {proc.run.run_id} -> {proc.run.run_dir}", file=sys.stderr)
