@@ -231,8 +231,9 @@ class _Value:
 def _tags(item: Any) -> dict[str, float]:
     if not isinstance(item, Mapping):
         return {}
-    tags = {}
-    params = item.get("params") if isinstance(item.get("params"), Mapping) else {}
+    tags: dict[str, float] = {}
+    raw = item.get("params")
+    params: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     for k, v in [*params.items(), *((k, item.get(k)) for k in TAG_KEYS)]:
         if isinstance(v, int | float) and not isinstance(v, bool) and k not in tags:
             tags[k] = float(v)
@@ -251,7 +252,7 @@ def _lookup(v: _Value, name: str, out: list[_Value]) -> None:
         elif _is_point(node) and name in POINT_NUMBERS:
             stats = dict(node["summary"].get(name) or {})
             out.append(_Value({**stats, "\0": node["totals"].get(name)}, v.tags, f"{v.where}.{name}"))
-        elif isinstance(node.get("points"), list):
+        elif isinstance(node.get("points"), list) and node["points"]:
             _lookup(_Value(node["points"], v.tags, f"{v.where}.points"), name, out)
         else:
             raise KeyError(f"{v.where.lstrip('.') or 'the report'} has no {name!r}")
@@ -273,7 +274,9 @@ def resolve(operand: Operand, report: Mapping[str, Any]) -> list[_Value]:
             if seg == "*" or isinstance(seg, int):
                 if not isinstance(v.value, list):
                     raise KeyError(f"{v.where.lstrip('.') or 'the report'} is not a list")
-                items = list(enumerate(v.value)) if seg == "*" else [(seg, v.value[seg])]
+                items: list[tuple[int, Any]] = (
+                    list(enumerate(v.value)) if isinstance(seg, str) else [(seg, v.value[seg])]
+                )
                 nxt += [_Value(it, {**v.tags, **_tags(it)}, f"{v.where}[{i}]") for i, it in items]
             else:
                 _lookup(v, str(seg), nxt)
