@@ -151,11 +151,16 @@ KINDS: dict[str, tuple[Columns, Callable[[Sequence[Any]], list[dict[str, str]]]]
 }
 
 
-def live(proc: Any) -> dict[str, Any]:
-    """What the tab shows now: the run, its links, the kind's columns and rows."""
+def live(proc: Any, open_window: Any = None) -> dict[str, Any]:
+    """What the tab shows now: the run, its links, the kind's columns and rows; the window
+    measuring now (``open_window``, a WindowInfo) is a last row marked open until it closes."""
     columns, rows_of = KINDS.get(proc.kind.name, (EXEC_COLUMNS, exec_rows))
     results = list(proc.controller.results) if proc.controller is not None else []
     run = proc.run
+    rows = rows_of(results)
+    if open_window is not None:
+        first = f"{open_window.point}.{open_window.iteration} open"
+        rows.append({k: first if i == 0 else "…" for i, (k, _) in enumerate(columns)})
     return {
         "run_id": run.run_id if run else "",
         "kind": proc.kind.name,
@@ -163,7 +168,8 @@ def live(proc: Any) -> dict[str, Any]:
         "windows": len(results),
         "links": {"report": "swarmscope/report.html", "trace": "swarmscope/trace.json"},
         "columns": [{"key": k, "title": t} for k, t in columns],
-        "rows": rows_of(results),
+        "open_window": open_window.window_id if open_window is not None else None,
+        "rows": rows,
     }
 
 
@@ -195,6 +201,10 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
     def proc() -> Any:
         return getattr(environment, "swarmscope", None)
 
+    def now(p: Any) -> dict[str, Any]:
+        free = getattr(environment, "swarmscope_free", None)  # the plug-in's locust -f state
+        return live(p, getattr(free, "window", None))
+
     columns = KINDS.get(_KIND[0], (EXEC_COLUMNS, exec_rows))[0]
     web_ui.template_args["extended_tabs"] = [{"title": "swarmscope", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
@@ -213,7 +223,7 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         p = proc()
         if request.path.rstrip("/").endswith("/stats/requests") and p is not None and response.is_json:
             data = response.get_json()
-            data["extended_stats"] = [{"key": TAB_KEY, "data": live(p)["rows"]}]
+            data["extended_stats"] = [{"key": TAB_KEY, "data": now(p)["rows"]}]
             response.set_data(json.dumps(data))
         return response
 
@@ -222,12 +232,12 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         p = proc()
         if p is None:
             return Response("swarmscope is not set up in this process", 503)
-        return Response(_page(live(p)), mimetype="text/html")
+        return Response(_page(now(p)), mimetype="text/html")
 
     @app.route("/swarmscope/live.json")
     def _swarmscope_live() -> Any:
         p = proc()
-        return jsonify(live(p) if p is not None else {})
+        return jsonify(now(p) if p is not None else {})
 
     def _report(name: str) -> Any:
         from swarmscope.controller.report import write_report
