@@ -138,7 +138,15 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
     rep = load_report(only_run_dir(out))
     (it,) = rep["points"][0]["iterations"]
     want = [
-        ["0.1", n["node"], str(n["generated"]), str(n["kernel"]), "-", "-", "yes" if n["harness_ok"] else "MISMATCH"]
+        [
+            "0.1",
+            n["node"],
+            str(n["generated"]),
+            str(n["kernel"]),
+            "-",
+            "-",
+            "yes" if n["harness_ok"] else "MISMATCH",
+        ]
         for n in it["per_node"]
     ]
     assert len(want) == 2
