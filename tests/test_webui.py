@@ -99,12 +99,24 @@ class Locust:
             assert time.monotonic() < deadline, data
             time.sleep(0.5)
 
-    def quit(self) -> str:
-        self.p.send_signal(signal.SIGTERM)  # Locust's orderly stop: quitting fires, report written
-        _, err = self.p.communicate(timeout=90)
-        return err
+    def stop_and_look(self, tmp: pathlib.Path, name: str) -> tuple[pathlib.Path, list[list[str]]]:
+        """Stop (the UI's button), wait for the window's row, screenshot the tab, read its table."""
+        get(self.base + "/stop", {})
+        self.wait_windows(1)
+        png = shot(tmp, self.base + "/?tab=swarmscope", name)
+        return png, table_rows(chromium(self.base + "/?tab=swarmscope", "--dump-dom"))
 
-    def kill(self) -> None:
+    def quit_report(self, out: pathlib.Path) -> dict[str, Any]:
+        """Locust's orderly stop (SIGTERM: quitting fires, the report is written); the report."""
+        self.p.send_signal(signal.SIGTERM)
+        _, err = self.p.communicate(timeout=90)
+        assert self.p.returncode == 0, err[-3000:]
+        return load_report(only_run_dir(out))
+
+    def __enter__(self) -> Locust:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         if self.p.poll() is None:
             self.p.kill()
             self.p.communicate(timeout=30)
@@ -112,8 +124,7 @@ class Locust:
 
 def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    loc = Locust("scenarios/exec_storm.py", out, "--ss-burst-s", "0.3")
-    try:
+    with Locust("scenarios/exec_storm.py", out, "--ss-burst-s", "0.3") as loc:
         assert get(loc.base + "/swarm", {"user_count": 2, "spawn_rate": 2})["success"] is True
         time.sleep(1.5)
         during = get(loc.base + "/swarmscope/live.json")  # live: the window measuring now
@@ -124,18 +135,11 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
         ]  # fmt: skip
         shot(tmp_path, loc.base + "/?tab=swarmscope", "webui-exec-during.png")
         time.sleep(1.0)
-        get(loc.base + "/stop", {})
-        loc.wait_windows(1)
-        png = shot(tmp_path, loc.base + "/?tab=swarmscope", "webui-exec.png")
-        tab = table_rows(chromium(loc.base + "/?tab=swarmscope", "--dump-dom"))
+        png, tab = loc.stop_and_look(tmp_path, "webui-exec.png")
         page = table_rows(chromium(loc.base + "/swarmscope/", "--dump-dom", budget_ms=0))
         links = chromium(loc.base + "/?tab=download_data", "--dump-dom")
         report_html = get(loc.base + "/swarmscope/report.html")
-        err = loc.quit()
-    finally:
-        loc.kill()
-    assert loc.p.returncode == 0, err[-3000:]
-    rep = load_report(only_run_dir(out))
+        rep = loc.quit_report(out)
     (it,) = rep["points"][0]["iterations"]
     want = [
         [
@@ -159,19 +163,11 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
 
 def test_ingress_flood_tab_equals_report(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    loc = Locust("scenarios/ingress_flood.py", out)
-    try:
+    with Locust("scenarios/ingress_flood.py", out) as loc:
         assert get(loc.base + "/swarm", {"user_count": 5, "spawn_rate": 5})["success"] is True
         time.sleep(3.5)
-        get(loc.base + "/stop", {})
-        loc.wait_windows(1)
-        png = shot(tmp_path, loc.base + "/?tab=swarmscope", "webui-ingress.png")
-        tab = table_rows(chromium(loc.base + "/?tab=swarmscope", "--dump-dom"))
-        err = loc.quit()
-    finally:
-        loc.kill()
-    assert loc.p.returncode == 0, err[-3000:]
-    rep = load_report(only_run_dir(out))
+        png, tab = loc.stop_and_look(tmp_path, "webui-ingress.png")
+        rep = loc.quit_report(out)
     (it,) = rep["points"][0]["iterations"]
     steps = it["extra"]["steps"]
     assert len(steps) >= 1
