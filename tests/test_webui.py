@@ -137,7 +137,9 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
         time.sleep(1.0)
         png, tab = loc.stop_and_look(tmp_path, "webui-exec.png")
         page = table_rows(chromium(loc.base + "/swarmscope/", "--dump-dom", budget_ms=0))
-        links = chromium(loc.base + "/?tab=download_data", "--dump-dom")
+        shot(tmp_path, loc.base + "/?tab=reports", "webui-download-data.png")
+        reports_tab = chromium(loc.base + "/?tab=reports", "--dump-dom")
+        links = re.findall(r'<a\b[^>]*href="(swarmscope/[^"]+)"[^>]*>([^<]+)</a>', reports_tab)
         report_html = get(loc.base + "/swarmscope/report.html")
         rep = loc.quit_report(out)
     (it,) = rep["points"][0]["iterations"]
@@ -157,7 +159,11 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
     head = ["Window", "Node", "Generated", "Kernel", "Reported", "Loss %", "Generated = kernel"]
     assert tab == [head, *want], png
     assert page == [head, *want]
-    assert "swarmscope/report.html" in links and "swarmscope/trace.json" in links
+    assert links == [  # rendered anchors in Locust's "Download Data" tab
+        ("swarmscope/report.html", "swarmscope report (HTML, rendered now)"),
+        ("swarmscope/report.json", "swarmscope report.json"),
+        ("swarmscope/trace.json", "swarmscope trace (trace.json)"),
+    ]
     assert f"<small>{rep['run_id']}</small>" in report_html  # rendered from the store mid-run
 
 
