@@ -197,23 +197,21 @@ def item_lines(text: str, key: str = "checks") -> list[int]:
     return []
 
 
-def from_config(cfg: Mapping[str, Any], sources: Mapping[str, str], extra: Sequence[str] = ()) -> list[Check]:
+def from_config(
+    cfg: Any, extra: Sequence[str] = (), read: Callable[[str], str | None] | None = None
+) -> list[Check]:
     """The run's checks: the config's ``checks`` (each located at its file line when it comes from
-    a scenario file) and ``extra`` ones from ``--check``; ConfigError lists every invalid one."""
+    a scenario file, whose text ``read(path)`` gives: the app's once-per-process reader) and
+    ``extra`` ones from ``--check``; a ConfigError lists every invalid one."""
     items: list[tuple[str, str]] = []
-    texts = list(cfg.get("checks") or [])
-    source = sources.get("checks", "config")
-    lines: list[int] = []
+    texts = list(getattr(cfg, "checks", None) or [])
+    source = getattr(cfg, "sources", {}).get("checks", "config")
     path, _, line = source.rpartition(":")
-    if path and line.isdigit():
-        try:
-            with open(path, encoding="utf-8") as fh:
-                lines = item_lines(fh.read())
-        except OSError:
-            lines = []
-    for i, text in enumerate(texts):
+    text = read(path) if read is not None and path and line.isdigit() else None
+    lines = item_lines(text) if text else []
+    for i, t in enumerate(texts):
         where = f"{path}:{lines[i]}" if len(lines) == len(texts) else f"{source} (item {i + 1})"
-        items.append((text, where))
+        items.append((t, where))
     items += [(t, "--check") for t in extra]
     return parse_checks(items)
 

@@ -42,13 +42,13 @@ def _add_option(parser: Any, **_: Any) -> None:
     )
 
 
-def load(cfg: Any, options: Any) -> list[Check]:
-    """The run's checks, parsed and located; also written into ``cfg`` so the report shows them."""
+def load(cfg: Any, options: Any) -> tuple[list[Check], Any]:
+    """The run's checks, parsed and located, and ``cfg`` with all of them (the report shows them)."""
     extra = list(getattr(options, "ss_check", None) or [])
-    checks = from_config(cfg, getattr(cfg, "sources", {}), extra)
-    if hasattr(cfg, "data"):
-        cfg.data["checks"] = [c.text for c in checks] or None
-    return checks
+    from swarmscope.kinds import scenario_text
+
+    checks = from_config(cfg, extra, read=scenario_text)
+    return checks, cfg.replace(checks=[c.text for c in checks] or None)
 
 
 def attach(environment: Any, proc: Any, checks: list[Check]) -> None:

@@ -43,20 +43,20 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from swarmscope.kinds import load_scenario
+    from swarmscope.kinds import load_scenario, scenario_text
 
     sets = list(args.sets) + ([f"out={args.out}"] if args.out else [])
     kind, cfg = load_scenario(args.scenario_file, sets)
     from swarmscope.controller.checks import EXIT_CODE, failed, from_config, render_results
 
-    checks = from_config(cfg, cfg.sources, args.checks)  # invalid ones: a ConfigError, exit 2
-    cfg.data["checks"] = [c.text for c in checks] or None
+    checks = from_config(cfg, args.checks, read=scenario_text)  # invalid ones: a ConfigError, exit 2
+    cfg = cfg.replace(checks=[c.text for c in checks] or None)  # the report shows every one
     if args.explain:
         _explain(kind, cfg)
         return 0
     from swarmscope.run import run_scenario
 
-    report = run_scenario(kind, cfg.data, checks=checks)
+    report = run_scenario(kind, cfg, checks=checks)
     if report is None:
         return 1
     from swarmscope.controller.report import render_console
@@ -86,7 +86,7 @@ def _explain(kind: Any, cfg: Any) -> None:
 
     print(f"scenario kind {kind.name} (metric {kind.metric})")
     for key, f in kind.schema.fields.items():
-        print(f"{key:<24} = {cfg[key]!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
+        print(f"{key:<24} = {getattr(cfg, key)!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
     try:
         programs = kind.programs(cfg, {})
     except KeyError:  # a kind whose options come from its workers' set-up (known at run time)
