@@ -193,14 +193,22 @@ TRACER_FIELDS: list[Field] = [
         'regex of the tracer\'s loss warning; group n (or the first) is the number lost; "" = none',
         check=_check_lost_regex,
     ),
-    Field("tracer_ready_timeout_s", float, 60.0, "wait this long for the tracer to trace", min=0.1),
-    Field("tracer_drain_timeout_s", float, 10.0, "wait this long for the end-of-window sentinels", min=0.1),
+    Field("tracer_ready_timeout_s", float, 60.0, "wait this long for the tracer to trace", min=0.1, max=3600),
+    Field(
+        "tracer_drain_timeout_s",
+        float,
+        10.0,
+        "wait this long for the end-of-window sentinels",
+        min=0.1,
+        max=3600,
+    ),
     Field(
         "tracer_read_rate",
         float,
         None,
         "transport pressure: read the tracer's output at most this many lines/s (null: full speed)",
         min=1,
+        max=1e9,
         nullable=True,
     ),
     Field(
@@ -217,6 +225,7 @@ TRACER_FIELDS: list[Field] = [
         None,
         "size of the pipe the tracer writes into (null: the kernel's default, 64 KiB)",
         min=4096,
+        max=1 << 30,
         nullable=True,
     ),
 ]

@@ -66,7 +66,9 @@ INGRESS_FIELDS: list[Field] = [
         "fault to inject (the fault injectors' registry, controller.faults)",
         choices=("none", *fault_names()),
     ),
-    Field("fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0),
+    Field(
+        "fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0, max=86400
+    ),
     Field(
         "restart_delay_s",
         float,
