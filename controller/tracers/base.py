@@ -110,6 +110,23 @@ def make_tracer(
     return factory(cfg)
 
 
+# What a tracer under test inherits from the controller's environment: only what finding a
+# program, its locale and its temp directory need (and, for our own Python agents, where the
+# package and BCC's headers are). Never SWARMSCOPE_TOKEN or anything else of ours (issue 18).
+TRACER_ENV_KEEP = (
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM",
+    "PYTHONPATH", "BCC_KERNEL_SOURCE",
+)  # fmt: skip
+
+
+def tracer_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The explicit environment of a tracer under test: the kept variables, then ``extra``."""
+    env = {k: os.environ[k] for k in TRACER_ENV_KEEP if k in os.environ}
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env.update(extra or {})
+    return env
+
+
 def command_argv(value: Any) -> list[str]:
     """``tracer_command`` as argv: a list is taken as is, a string is split like a shell would."""
     if isinstance(value, str):
