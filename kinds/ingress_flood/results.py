@@ -94,6 +94,9 @@ def reconcile_window(
     extra: dict[str, Any] = {
         "steps": rows,
         "requests": sum(int(r["requests"]) for r in got),
+        # Sent outside the load (the preflight, before the first window): counted once, in the
+        # first window the target's worker reports, so requests + these = the server's log.
+        "preflight_requests": sum(int(r.get("preflight_requests", 0)) for r in got),
         "successes": successes,
         "server_requests": server,
         "proxy": proxy,
@@ -139,9 +142,11 @@ def build_sections(
         "windows": len(ordered),
         "requests": sum(int(r.extra.get("requests", 0)) for r in ordered),
         "successes": sum(int(r.extra.get("successes", 0)) for r in ordered),
+        "preflight_requests": sum(int(r.extra.get("preflight_requests", 0)) for r in ordered),
         "server_requests": None if not ordered or None in servers else sum(int(s or 0) for s in servers),
         "k6_dropped_iterations": sum(int(r.extra.get("k6_dropped_iterations", 0)) for r in ordered),
     }
+    summary["target_requests"] = summary["requests"] + summary["preflight_requests"]
     summary["exact"] = (
         None if summary["server_requests"] is None else (summary["server_requests"] == summary["successes"])
     )
