@@ -411,7 +411,8 @@ class ResultStore:
         It appears in report.json under ``sections[name]`` and at the top level as ``name``
         (so ``add_section(run_id, "steps", [...])`` gives ``report["steps"]``). It is drawn in
         report.html by the renderer registered under ``name`` in the code
-        (``report.register_section``), never by anything named in the store. Storing the same name again replaces it.
+        (``report.register_section``), never by anything named in the store. Storing the same
+        name again replaces it.
         """
         if name in RESERVED_SECTION_NAMES or not name:
             raise ResultsError(f"section name {name!r} is reserved by report.json; pick another")

@@ -34,7 +34,8 @@ ALL = sorted({(k, f.key) for k in KINDS for f in _numeric(k)})
 def test_pause_s_nan_is_refused() -> None:
     with pytest.raises(ConfigError) as ei:
         get_kind("exec_storm").schema.load(env={}, sets=["pause_s=nan"])
-    assert [(p.key, p.reason) for p in ei.value.problems] == [("pause_s", "must be a finite number, not 'nan'")]
+    got = [(p.key, p.reason) for p in ei.value.problems]
+    assert got == [("pause_s", "must be a finite number, not 'nan'")]
 
 
 @pytest.mark.parametrize(("kind", "key"), ALL)

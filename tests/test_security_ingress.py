@@ -40,8 +40,13 @@ def test_path_must_start_with_slash_and_final_url_is_checked() -> None:
     ]
     # Checked on the final URL even when the path passed its own check.
     assert host_allowed(target_url("http://localhost", "@example.invalid/"), []) is not None
-    for host in ("http://user@127.0.0.1/", "http://127.0.0.1:80@example.invalid/",
-                 "http://127.0.0.1/?x=1", "http://127.0.0.1/#f", "http://127.0.0.1\\@example.invalid/"):
+    for host in (
+        "http://user@127.0.0.1/",
+        "http://127.0.0.1:80@example.invalid/",
+        "http://127.0.0.1/?x=1",
+        "http://127.0.0.1/#f",
+        "http://127.0.0.1\\@example.invalid/",
+    ):
         assert [k for k, _ in _problems(f"host={host}")] == ["host"], host  # fmt: skip
     assert [k for k, _ in _problems("host=http://127.0.0.1", "path=/a b")] == ["path"]
     KIND.schema.load(env={}, sets=["host=http://127.0.0.1:8080/base", "path=/x?y=1"])
