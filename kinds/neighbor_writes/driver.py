@@ -75,7 +75,7 @@ class NeighborDriver:
         self._xdp: Any = None
         self._ns: Any = None
         self._work: Path | None = None
-        self._cp: tuple[subprocess.Popen[str], str] | None = None  # locust -f control plane
+        self._cp: Any = None  # locust -f control plane (targets.neighbors.server.ControlPlane)
         self._lock = threading.Lock()
         self._free: dict[str, _FreeTally] = {}
         self._users = 0
@@ -118,7 +118,7 @@ class NeighborDriver:
         if self._cp is not None:
             from swarmscope.targets.neighbors.server import stop
 
-            stop(self._cp[0])
+            stop(self._cp.proc)
             self._cp = None
         self._stack.close()
 
@@ -166,34 +166,36 @@ class NeighborDriver:
         work = self._work_dir()
         db = str(work / f"neigh-{start}-{count}-{time.monotonic_ns()}.db")
         keys, values = R.make_entries(count, start=start)
-        server, addr = start_server(db)
+        cp = start_server(db)
         try:
             if p["mode"] == "list_program":
-                out.update(self._list(addr, keys, values, p))
+                out.update(self._list(cp.address, cp.token, keys, values, p))
             else:
-                out.update(self._write_watch(addr, start, count, p))
+                out.update(self._write_watch(cp.address, cp.token, start, count, p))
         finally:
-            stop(server)
+            stop(cp.proc)
             with contextlib.suppress(OSError):
                 for suffix in ("", "-wal", "-shm"):
                     os.unlink(db + suffix)
         out.update(self._verify(xdp, keys, values, start, count, int(p["verify_packets"])))
         return out
 
-    def _agent(self, addr: str) -> Any:
+    def _agent(self, addr: str, token: str) -> Any:
         from swarmscope.targets.neighbors.agent import Agent
         from swarmscope.v1 import neighbors_pb2 as pb
 
-        agent = Agent(addr, self._xdp)
+        agent = Agent(addr, self._xdp, token=token)
         agent.stub.Status(pb.StatusRequest())  # connected now, as a long-lived agent already is
         return agent
 
-    def _list(self, addr: str, keys: bytes, values: bytes, p: Mapping[str, Any]) -> dict[str, Any]:
+    def _list(
+        self, addr: str, token: str, keys: bytes, values: bytes, p: Mapping[str, Any]
+    ) -> dict[str, Any]:
         from swarmscope.workers.neighbor_writer import NeighborWriter
 
-        agent = self._agent(addr)
+        agent = self._agent(addr, token)
         try:
-            w = NeighborWriter(addr)
+            w = NeighborWriter(addr, token)
             w.status()
             w.write(keys, values, int(p["batch_size"]))  # preload: not timed
             w.close()
@@ -204,8 +206,12 @@ class NeighborDriver:
             agent.close()
         return {"starts": [[len(keys) // R.KEY_SIZE, t0]], "t_user_ns": t_user}
 
-    def _write_watch(self, addr: str, start: int, count: int, p: Mapping[str, Any]) -> dict[str, Any]:
-        agent = self._agent(addr)
+    def _write_watch(
+        self, addr: str, token: str, start: int, count: int, p: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        from swarmscope.targets.neighbors.server import TOKEN_ENV
+
+        agent = self._agent(addr, token)
         ready = threading.Event()
         th = threading.Thread(target=agent.watch, kwargs={"ready": lambda _r: ready.set()}, daemon=True)
         th.start()
@@ -220,7 +226,8 @@ class NeighborDriver:
                 "-n", str(count), "--start", str(start), "--batch", str(p["batch_size"]),
                 "--out", str(timing_file),
             ]  # fmt: skip
-            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]))
+            env = {**os.environ, TOKEN_ENV: token}  # the token never on a command line
+            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]), env=env)
             timing = json.loads(timing_file.read_text())
             timing_file.unlink()
             last = timing["revisions"][-1]
@@ -264,16 +271,17 @@ class NeighborDriver:
         return {"reported": len(got), "problems": problems, "xdp": xdp_check}
 
     # -- free-running tests (locust -f) ------------------------------------------------------
-    def control_plane(self, host: str | None) -> str:
-        """The control plane users write to: Locust's --host, else one this driver starts."""
+    def control_plane(self, host: str | None) -> tuple[str, str | None]:
+        """(address, token) of the control plane users write to: Locust's --host (its token
+        from $SWARMSCOPE_NEIGHBORS_TOKEN), else one this driver starts (with a fresh token)."""
         if host:
-            return host
+            return host, None
         with self._lock:
             if self._cp is None:
                 from swarmscope.targets.neighbors.server import start_server
 
                 self._cp = start_server(str(self._work_dir() / "locust.db"))
-            return self._cp[1]
+            return self._cp.address, self._cp.token
 
     def next_block(self, per_user: int) -> int:
         """First generated-neighbor index of a new user's block (disjoint across workers)."""
@@ -307,7 +315,7 @@ class NeighborDriver:
         if self._cp is not None:
             from swarmscope.workers.neighbor_writer import NeighborWriter
 
-            w = NeighborWriter(self._cp[1])
+            w = NeighborWriter(self._cp.address, self._cp.token)
             cp_entries = int(w.status().entries)
             w.close()
         return {
@@ -318,7 +326,7 @@ class NeighborDriver:
                 "failures": t.failures,
                 "hist": t.hist.encode().decode("ascii"),
                 "raw_us": t.raw_us if len(t.raw_us) < RAW_CAP else None,
-                "control_plane": self._cp[1] if self._cp is not None else "",
+                "control_plane": self._cp.address if self._cp is not None else "",
                 "control_plane_entries": cp_entries,
             }
         }

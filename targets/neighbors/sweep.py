@@ -46,7 +46,7 @@ from typing import Any
 from swarmscope.errors import LoadGenError
 from swarmscope.kinds.neighbor_writes.results import ARION_US, entry_latencies, percentile, plot
 from swarmscope.targets.neighbors import records as R
-from swarmscope.targets.neighbors.server import start_server, stop
+from swarmscope.targets.neighbors.server import TOKEN_ENV, start_server, stop
 from swarmscope.v1 import neighbors_pb2 as pb
 
 
@@ -123,7 +123,8 @@ class Bench:
         from swarmscope.workers.neighbor_writer import NeighborWriter
 
         db = tempfile.mktemp(prefix=f"neigh-{n}-", suffix=".db", dir=self.work)
-        server, addr = start_server(db)
+        cp = start_server(db)
+        server, addr = cp.proc, cp.address
         target = self.target()
         keys, values = R.make_entries(n, ifindex=0)
         if self.cfg["target"] == "kernel":
@@ -132,10 +133,10 @@ class Bench:
         try:
             if self.cfg["target"] == "xdp":
                 self.tracer.events()  # drain: only this point's updates count
-            agent = Agent(addr, target)
+            agent = Agent(addr, target, token=cp.token)
             agent.stub.Status(pb.StatusRequest())  # connect now: a long-lived agent already is
             if mode == "list_program":
-                w = NeighborWriter(addr)
+                w = NeighborWriter(addr, cp.token)
                 w.status()
                 w.write(keys, values, self.cfg["batch_size"])  # preload, not timed
                 w.close()
@@ -165,7 +166,8 @@ class Bench:
                     "--out",
                     str(out),
                 ]
-                subprocess.run(cmd, check=True, timeout=self.cfg["point_timeout_s"])
+                env = {**os.environ, TOKEN_ENV: cp.token}  # the token never on a command line
+                subprocess.run(cmd, check=True, timeout=self.cfg["point_timeout_s"], env=env)
                 timing = json.loads(out.read_text())
                 last_rev = timing["revisions"][-1]
                 if not agent.wait_revision(last_rev, self.cfg["point_timeout_s"]):
