@@ -310,8 +310,12 @@ class Schema:
 
 
 def read_text(path: str) -> str:
+    """The file's text; OSError when it cannot be read, ConfigError when it is not UTF-8."""
     with open(path, encoding="utf-8") as fh:
-        return fh.read()
+        try:
+            return fh.read()
+        except UnicodeDecodeError as e:  # found by fuzzing: was a traceback
+            raise ConfigError([Problem(path, "-", f"not UTF-8 text (byte {e.start}): {e.reason}")]) from e
 
 
 def _key_lines(text: str, known: Mapping[str, Any]) -> dict[str, int]:
