@@ -173,6 +173,16 @@ def _validate(f: Field, value: Any) -> list[str]:
     return reasons
 
 
+def host_port(v: Any) -> str | None:
+    """Field check: ``host:port`` (host may be empty or an IP or a name; port 0-65535)."""
+    host, sep, port = str(v).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"must be host:port with a port 0-65535, not {_short(v)}"
+    if any(c.isspace() for c in host):
+        return f"the host must not contain spaces, not {_short(v)}"
+    return None
+
+
 def flatten(data: Mapping[str, Any], prefix: str = "", known: Iterable[str] = ()) -> dict[str, Any]:
     """Flatten nested maps to dotted keys, except where a key is itself a known field."""
     known_set = set(known)

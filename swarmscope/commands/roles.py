@@ -81,7 +81,7 @@ def _controller(args: argparse.Namespace) -> int:
         "-f", locustfile_for(kind), "--master", "--master-bind-port", str(args.locust_port),
         "--web-port", str(args.web_port), "--ss-scenario-file", args.scenario,
         "--ss-grpc-bind", f"0.0.0.0:{args.grpc_port}", "--ss-probe", "external",
-        "--ss-metrics-port", str(args.metrics_port), *_extra(args),
+        "--ss-metrics-port", str(args.metrics_port), "--ss-metrics-bind", "0.0.0.0", *_extra(args),
     ]  # fmt: skip
     return _locust(argv, kind)
 
