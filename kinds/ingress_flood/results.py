@@ -134,18 +134,20 @@ def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_d
     )
     faults = [{**f, "restarts": restarts} for r in ordered for f in r.extra.get("faults", [])]
     servers = [r.extra.get("server_requests") for r in ordered]
-    summary = {
+    requests = sum(int(r.extra.get("requests", 0)) for r in ordered)
+    preflights = sum(int(r.extra.get("preflight_requests", 0)) for r in ordered)
+    summary: dict[str, Any] = {
         "url": next((r.extra["url"] for r in ordered if r.extra.get("url")), cfg.host or None),
         "engine": cfg.engine,
         "model": cfg.model,
         "windows": len(ordered),
-        "requests": sum(int(r.extra.get("requests", 0)) for r in ordered),
+        "requests": requests,
         "successes": sum(int(r.extra.get("successes", 0)) for r in ordered),
-        "preflight_requests": sum(int(r.extra.get("preflight_requests", 0)) for r in ordered),
+        "preflight_requests": preflights,
+        "target_requests": requests + preflights,
         "server_requests": None if not ordered or None in servers else sum(int(s or 0) for s in servers),
         "k6_dropped_iterations": sum(int(r.extra.get("k6_dropped_iterations", 0)) for r in ordered),
     }
-    summary["target_requests"] = summary["requests"] + summary["preflight_requests"]
     summary["exact"] = (
         None if summary["server_requests"] is None else (summary["server_requests"] == summary["successes"])
     )
