@@ -70,7 +70,7 @@ def test_a_namespace_made_here_is_trusted_while_it_exists() -> None:
         assert net in own_networks()
         assert host_allowed(target.url, []) is None
         cfg = KIND.schema.load(env={}, sets=[f"host={target.url}"])
-        assert cfg["host"] == target.url
+        assert cfg.host == target.url
         # Same /16, another /30: not ours.
         other = ipaddress.ip_address(target.ns_addr) + 4
         assert host_allowed(f"http://{other}/", []) is not None

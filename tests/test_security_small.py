@@ -81,7 +81,7 @@ def test_bad_master_bind_is_a_config_error() -> None:
         assert [p.key for p in ei.value.problems] == ["master_bind"]
     with pytest.raises(ConfigError):
         schema.load(env={}, sets=["grpc_bind=nohostport"])
-    assert schema.load(env={}, sets=["master_bind=:5557"])["master_bind"] == ":5557"
+    assert schema.load(env={}, sets=["master_bind=:5557"]).master_bind == ":5557"
 
 
 def test_unwritable_out_is_one_error_not_a_traceback(tmp_path: pathlib.Path) -> None:
