@@ -124,6 +124,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._lock = threading.Condition()
         self._probes: dict[str, ProbeState] = {}  # by session id
         self._windows: dict[str, _Window] = {}
+        self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
         self._seq = 0
         self.readings_received = 0
 
@@ -281,6 +282,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
             del self._windows[window_id]
             return list(win.readings), missing
 
+    def take_spans(self, window_id: str) -> list[bytes]:
+        """The spans probes sent with a window's readings (OTLP request bytes), removed here."""
+        with self._lock:
+            return self._spans.pop(window_id, [])
+
     def shutdown_probes(self, reason: str = "run finished") -> None:
         with self._lock:
             for p in self._probes.values():
@@ -406,6 +412,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 if win is not None:
                     for r in msg.done.batch:
                         win.readings.append(_reading(r))
+                    if msg.done.trace:
+                        self._spans.setdefault(win.window_id, []).append(msg.done.trace)
                     self.readings_received += len(msg.done.batch)
                     win.done.add(state.session_id)
                     if len(win.done) >= len(win.expected):

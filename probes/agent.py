@@ -43,10 +43,12 @@ from opentelemetry import trace
 
 from swarmscope import __version__, auth
 from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.probes import window_span
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
 from swarmscope.sys import otel
 from swarmscope.sys.cgroups import resolve_cgroup_id
+from swarmscope.sys.otlpjson import WindowSpans
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 
@@ -114,9 +116,10 @@ class ProbeAgent:
         self.rpc_timeout_s = rpc_timeout_s
         self._token = token
         self._factory = program_factory
-        # The global tracer is a no-op unless the process set up an SDK provider (cli.py does,
-        # through swarmscope.sys.otel, when an OTLP endpoint is set).
-        self._tracer = tracer or otel.tracer("swarmscope.probes")
+        # The probe's own provider: its window spans go back in WindowDone (and over OTLP when
+        # an endpoint is set), so the run's trace has them either way.
+        self._spans = WindowSpans("swarmscope-probe", {"host.name": node_name})
+        self._tracer = tracer or self._spans.tracer
         self._programs: dict[str, Program] = {}
         # Optional self-metrics sink (probes.selfmetrics.ProbeSelfMetrics): window_opened(),
         # window_closed(readings).
@@ -295,6 +298,7 @@ class ProbeAgent:
                         window_id=cmd.close.window_id,
                         readings=len(readings),
                         batch=readings,
+                        trace=self._spans.take(cmd.close.window_id),
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
                 elif kind == "shutdown":
@@ -476,15 +480,7 @@ class ProbeAgent:
             )
             for n in w.nodes
         ]
-        for r in readings:
-            attrs: dict[str, str | int | float] = {
-                "node": r.node,
-                **{k: int(v) for k, v in r.counters.items()},
-                **{k: float(v) for k, v in r.gauges.items()},
-            }
-            if r.error:
-                attrs["error"] = r.error
-            w.span.add_event("reading", attributes=attrs, timestamp=end)
+        window_span.annotate(w.span, readings, end)
         if any(r.error for r in readings):
             w.span.set_status(trace.Status(trace.StatusCode.ERROR, "a reading has an error"))
         w.span.end(end_time=end)

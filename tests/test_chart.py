@@ -340,6 +340,7 @@ def test_install_default_values(cluster: Cluster) -> None:
     # NOTES.txt: how to reach the UI, the metrics and the traces, with this release's names
     assert f"kubectl -n {ns} port-forward svc/ss-swarmscope-controller 8089:8089" in r.stdout
     assert f"kubectl -n {ns} port-forward svc/ss-swarmscope-jaeger 16686:16686" in r.stdout
+    assert "http://127.0.0.1:16686/trace/<trace id>" in r.stdout
     assert "9646/metrics" in r.stdout
     assert_probes_on_every_node(api, ns, "ss", cluster.nodes)
 

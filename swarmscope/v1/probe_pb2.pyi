@@ -177,16 +177,18 @@ class Reading(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ...) -> None: ...
 
 class WindowDone(_message.Message):
-    __slots__ = ("run_id", "window_id", "readings", "batch")
+    __slots__ = ("run_id", "window_id", "readings", "batch", "trace")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     READINGS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     readings: int
     batch: _containers.RepeatedCompositeFieldContainer[Reading]
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ...) -> None: ...
+    trace: bytes
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ...) -> None: ...
 
 class ProbeMessage(_message.Message):
     __slots__ = ("session_id", "heartbeat", "ack", "reading", "done")

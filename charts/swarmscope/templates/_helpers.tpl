@@ -86,6 +86,18 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* OTLP export of a probe's or worker's own spans: the chart's Jaeger or otel.endpoint, the
+same as the controller's. With tracing off nothing is set (not OTEL_SDK_DISABLED): their spans
+still travel back to the controller with each window's results and land in trace.json. */}}
+{{- define "swarmscope.otlpEnv" -}}
+{{- if .Values.tracing.enabled }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ include "swarmscope.otelEndpoint" . | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .Values.otel.protocol | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* NODE_NAME from the downward API: workers and probes identify their node by it. */}}
 {{- define "swarmscope.nodeNameEnv" -}}
 - name: NODE_NAME
