@@ -90,6 +90,12 @@ def register(subparsers: Any) -> None:
         metavar="PORT",
         help="serve the probe's own metrics (swarmscope_probe_*) on PORT: /metrics, /healthz (chart: 9647)",
     )
+    p.add_argument(
+        "--metrics-bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address of --metrics-port (default 127.0.0.1; the chart's DaemonSet: 0.0.0.0)",
+    )
     p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")
     p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
     p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
@@ -144,7 +150,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         metrics = ProbeSelfMetrics()
         # Run statistics on for the probe's lifetime, so its programs' own cost is visible.
         stats_fd = bpf.enable_stats()
-        server = serve(metrics.registry, args.metrics_port)
+        server = serve(metrics.registry, args.metrics_port, args.metrics_bind)
     agent = ProbeAgent(
         controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics, tls=tls
     )

@@ -39,7 +39,7 @@ from swarmscope.probes import bpfstats
 from swarmscope.sys import bpf
 
 
-def serve(registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Serve ``/metrics`` (the registry) and ``/healthz`` on a daemon thread; port 0 picks one."""
 
     class Handler(BaseHTTPRequestHandler):

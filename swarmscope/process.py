@@ -27,6 +27,7 @@ from typing import Any
 from swarmscope import auth
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
+from swarmscope.errors import ResultsError
 from swarmscope.events import RunEvents
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,10 @@ class SwarmscopeProcess:
         rid = run_id or new_run_id(kind.name)
         out = os.path.abspath(cfg.out)
         run_dir = os.path.join(out, rid)
-        os.makedirs(run_dir, exist_ok=True)
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+        except OSError as e:  # e.g. --out /proc/x: one clear error, not a traceback
+            raise ResultsError(f"out: cannot create the run directory {run_dir}: {e.strerror or e}") from e
         self.run = RunInfo(
             run_id=rid,
             scenario=kind.name,
@@ -118,7 +122,7 @@ class SwarmscopeProcess:
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:
-            self.metrics.serve(int(cfg.metrics_port))
+            self.metrics.serve(int(cfg.metrics_port), cfg.metrics_bind)
         self.events.iteration_done.add_listener(_print_iteration)
         if cfg.probe == "embedded":
             from swarmscope.controller.embedded import EmbeddedProbe

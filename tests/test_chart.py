@@ -167,7 +167,11 @@ def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in ctr["env"]
     assert ctr["args"][:2] == ["probe", "--controller"]
     assert ctr["args"][2] == "t-swarmscope-controller.t.svc:7001"
-    assert ctr["args"][3:] == ["--token-file", "/var/run/swarmscope/token", "--metrics-port", "9647"]
+    # The probe binds its metrics to loopback unless told: the pod's IP is where the kubelet's
+    # health checks and Prometheus reach it.
+    assert ctr["args"][3:] == [
+        "--token-file", "/var/run/swarmscope/token", "--metrics-port", "9647", "--metrics-bind", "0.0.0.0"
+    ]  # fmt: skip
     assert ctr["resources"]["limits"]["memory"]
 
 

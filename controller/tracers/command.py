@@ -50,6 +50,7 @@ from swarmscope.controller.tracers.base import (
     TracerResult,
     command_argv,
     register_tracer,
+    tracer_env,
 )
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.errors import ConfigError, Problem, TracerError
@@ -263,7 +264,7 @@ class CommandTracer:
                 stdout=w,
                 stderr=w,
                 start_new_session=True,  # own process group: SIGINT/SIGKILL reach all its children
-                env=None if self.env is None else {**os.environ, **self.env},
+                env=tracer_env(self.env),  # explicit: none of the controller's secrets
             )
         except OSError as e:
             os.close(r)

@@ -19,8 +19,11 @@ stops is exact. Everything is torn down on exit, also when the body raises.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -78,6 +81,32 @@ _BACKEND_BODY = """
   server {{ listen 127.0.0.1:8081; location / {{ return 200 "backend-1\\n"; }} }}
   server {{ listen 127.0.0.1:8082; location / {{ return 200 "backend-2\\n"; }} }}
 """
+
+
+# The host side of every namespace's veth this module makes: ssi<6 hex>h (see LocalIngress).
+_HOST_VETH = re.compile(r"ssi[0-9a-f]{6}h")
+
+
+def own_networks() -> list[ipaddress.IPv4Network]:
+    """The /30 networks of the ingress namespaces that exist on this machine now (made here).
+
+    Read from the host-side veths' addresses, so a namespace torn down (or never made) is not
+    trusted: traffic may go to what swarmscope created, not to the whole 10.201.0.0/16."""
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+        links = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    nets = []
+    for link in links:
+        if not _HOST_VETH.fullmatch(str(link.get("ifname", ""))):
+            continue
+        for a in link.get("addr_info", []):
+            if a.get("family") == "inet" and int(a.get("prefixlen", 0)) == 30:
+                nets.append(ipaddress.IPv4Network(f"{a['local']}/30", strict=False))
+    return nets
 
 
 def _run(*cmd: str) -> None:
