@@ -27,6 +27,7 @@ from typing import Any
 from swarmscope import auth
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.events import RunEvents
+from swarmscope.sys import owners
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,9 @@ class SwarmscopeProcess:
         # The span listener goes first: it sets run.trace_id at run_started, which the store saves.
         self.spans = RunSpans.attach(self.events)
         self.store = ResultStore(os.path.join(out, "swarmscope.sqlite"))
+        # Claimed before the row exists: if this process is killed, the next run's start marks
+        # the row `interrupted` (swarmscope.lifecycle.sweep_stale).
+        owners.claim("run", rid, db=os.path.abspath(self.store.path))
         self.store.attach(self.events)
         # The token: a file, else $SWARMSCOPE_TOKEN (the Helm chart's Secret), else a fresh one
         # that only the embedded probe is given.
@@ -180,6 +184,7 @@ class SwarmscopeProcess:
                         self._store_kind_sections()
                 finally:
                     self.events.run_finished.fire(run=self.run, status=status)
+                    owners.release("run", self.run.run_id)
                 if write_report and self.store is not None:
                     from swarmscope.controller.report import write_report as _write
 

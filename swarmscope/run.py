@@ -23,6 +23,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from swarmscope.sys import owners
+
 
 def _spawn_workers(
     kind: Any, cfg: Mapping[str, Any], port: int, log_dir: str
@@ -36,7 +38,15 @@ def _spawn_workers(
             sys.executable, "-m", "swarmscope.cli", "worker", "--controller", "127.0.0.1",
             "--locust-port", str(port), "--kind", kind.name,
         ]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=owners.die_with_parent,  # a SIGKILLed master takes its workers
+            )
+        )
         log.close()
     return procs
 
@@ -54,6 +64,15 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
+
+    from swarmscope.lifecycle import stop_on_signals, sweep_stale
+
+    sweep_stale()  # what a killed earlier run left (cgroups, netns, links, its `running` row)
+    with stop_on_signals() as sigs:
+        return _run(kind, cfg, run_id, sigs)
+
+
+def _run(kind: Any, cfg: Mapping[str, Any], run_id: str | None, sigs: Any) -> dict[str, Any] | None:
     from locust.env import Environment
 
     from swarmscope.controller.sweep import Sweep
@@ -81,10 +100,11 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
             workers = _spawn_workers(kind, cfg, int(port), proc.run.run_dir)
         Sweep(proc, runner, distributed).run()
         status = "ok"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (stop_on_signals): the report is still written
         status = "interrupted"
         raise
     finally:
+        sigs.disarm()  # the teardown below runs to its end whatever arrives now
         try:
             report = proc.close(status)  # builds the kind's sections from what was measured
         finally:

@@ -52,6 +52,7 @@ from swarmscope.controller.tracers.base import (
 )
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.errors import ConfigError, Problem, TracerError
+from swarmscope.sys import owners
 from swarmscope.sys.sentinel import Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,7 @@ class CommandTracer:
                 stdout=w,
                 stderr=w,
                 start_new_session=True,  # own process group: SIGINT/SIGKILL reach all its children
+                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
                 env=None if self.env is None else {**os.environ, **self.env},
             )
         except OSError as e:

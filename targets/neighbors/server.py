@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from swarmscope.errors import LoadGenError
+from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.store import Store
 from swarmscope.v1 import neighbors_pb2 as pb
@@ -135,7 +136,7 @@ def serve(db: str, listen: str = "127.0.0.1:0", workers: int = 16) -> tuple[grpc
 def start_server(db: str) -> tuple[subprocess.Popen[str], str]:
     """This server as a subprocess on a fresh port; (process, "127.0.0.1:<port>") once it listens."""
     cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", db]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=owners.die_with_parent)
     line = p.stdout.readline() if p.stdout else ""
     if not line.startswith("LISTENING"):
         p.kill()
