@@ -177,6 +177,11 @@ class SwarmscopeProcess:
         if self._closed:
             return self.report
         self._closed = True
+        ctl = self.controller
+        if status == "ok" and ctl is not None and kernel_missing_everywhere(ctl.results):
+            # No node's kernel count in any window: nothing was measured, whatever else ran.
+            log.warning("no kernel count for any node in any window: the run is marked failed")
+            status = "failed"
         try:
             if self.run is not None:
                 try:
@@ -204,6 +209,12 @@ class SwarmscopeProcess:
             if self.worker is not None:
                 self.worker.close()
         return self.report
+
+
+def kernel_missing_everywhere(results: Any) -> bool:
+    """True when there were windows and not one node of any had a kernel count."""
+    results = list(results)
+    return bool(results) and all(n.kernel is None for r in results for n in r.per_node)
 
 
 def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:

@@ -58,7 +58,7 @@ def _exec_args(extra: tuple[str, ...] = ()) -> list[str]:
 def _neigh_args(extra: tuple[str, ...] = ()) -> list[str]:
     return [
         "scenarios/neighbor_writes.yaml", "--set", "neighbors=2000,3000,4000,5000,6000,7000,8000",
-        "--set", "page_size=1000", "--set", "batch_size=500", "--set", "pause_s=0.3", *extra,
+        "--set", "page_size=1000", "--set", "batch_size=500", *extra,
     ]  # fmt: skip
 
 
