@@ -70,7 +70,14 @@ def _ingress_args(extra: tuple[str, ...] = ()) -> list[str]:
 
 
 def _distributed() -> tuple[str, ...]:
-    return ("--set", "mode=distributed", "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{_free_port()}")
+    return (
+        "--set",
+        "mode=distributed",
+        "--set",
+        "workers=2",
+        "--set",
+        f"master_bind=127.0.0.1:{_free_port()}",
+    )
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,9 @@ CASES: dict[str, Case] = {
         "neighbor control plane", "neighbor_writes", (), "swarmscope.targets.neighbors.server"
     ),
     # The agent lives in the worker process that programs its XDP map (kinds/neighbor_writes).
-    "neighbor-agent": Case("neighbor agent", "neighbor_writes", (), "swarmscope.cli worker", distributed=True),
+    "neighbor-agent": Case(
+        "neighbor agent", "neighbor_writes", (), "swarmscope.cli worker", distributed=True
+    ),
     "nginx": Case("nginx", "ingress_flood", (), "nginx: master"),
 }
 
@@ -198,7 +207,10 @@ def leftovers(w: _Watch) -> list[str]:
     for kind, name in sorted(w.claims):
         if kind == "netns" and name in netns:
             left.append(f"netns {name}")
-        if kind == "link" and subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0:
+        if (
+            kind == "link"
+            and subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
+        ):
             left.append(f"link {name} (with its XDP program)")
         if kind == "pindir" and (OWNERS / kind / name).exists():
             left.append(f"pinned dir {name}")

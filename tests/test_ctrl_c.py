@@ -118,7 +118,9 @@ def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "results"
-    p = _locust("--web-host", "127.0.0.1", "--web-port", str(port), "--ss-out", str(out), "--ss-burst-s", "0.5")
+    p = _locust(
+        "--web-host", "127.0.0.1", "--web-port", str(port), "--ss-out", str(out), "--ss-burst-s", "0.5"
+    )
     base = f"http://127.0.0.1:{port}"
     try:
 
