@@ -12,7 +12,8 @@
 A worker or probe that dies mid-run leaves its nodes *missing* in the windows it missed; the
 run goes on and every other reading is kept. A failure keeps every finished window: the store
 has them, the kind's sections are built from them, and the report is written with status
-"failed" or "interrupted".
+"failed" or "interrupted". SIGTERM and SIGINT stop it in that order (swarmscope.lifecycle);
+at start it sweeps what killed earlier runs left (docs/lifecycle.md).
 """
 
 from __future__ import annotations
