@@ -156,9 +156,10 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         if isinstance(runner, MasterRunner)
         else "worker"
     )
-    from swarmscope.lifecycle import sweep_stale
+    if role != "worker":  # a worker sweeping here would miss the master's first messages
+        from swarmscope.lifecycle import sweep_stale
 
-    sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
+        sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None

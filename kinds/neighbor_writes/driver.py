@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarmscope.errors import LoadGenError
 from swarmscope.node import node_host
+from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ class NeighborDriver:
                 "-n", str(count), "--start", str(start), "--batch", str(p["batch_size"]),
                 "--out", str(timing_file),
             ]  # fmt: skip
-            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]))
+            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]), preexec_fn=owners.die_with_parent)
             timing = json.loads(timing_file.read_text())
             timing_file.unlink()
             last = timing["revisions"][-1]
