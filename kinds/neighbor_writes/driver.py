@@ -79,6 +79,7 @@ class NeighborDriver:
         self._xdp: Any = None
         self._ns: Any = None
         self._work: Path | None = None
+        self._closed = False
         self._cp: tuple[subprocess.Popen[str], str] | None = None  # locust -f control plane
         self._lock = threading.Lock()
         self._free: dict[str, _FreeTally] = {}
@@ -108,6 +109,10 @@ class NeighborDriver:
     def _datapath(self) -> Any:
         """Namespace + attached XDP program, made once (the first window), torn down at close.
         target=kernel: the namespace only (each window makes its own device, see _kernel)."""
+        if self._closed:
+            # A window still queued when the worker quits must not make a namespace nobody
+            # will delete (seen in the fault matrix: SIGTERM while windows were queued).
+            raise LoadGenError("the neighbor driver is closed")
         if self._ns is None:
             from swarmscope.targets.neighbors.netns import VethNetns
 
@@ -124,6 +129,7 @@ class NeighborDriver:
         return self._xdp
 
     def close(self) -> None:
+        self._closed = True
         if self._cp is not None:
             from swarmscope.targets.neighbors.server import stop
 
