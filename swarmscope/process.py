@@ -186,7 +186,7 @@ class SwarmscopeProcess:
         ctl = self.controller
         if status == "ok" and ctl is not None and kernel_missing_everywhere(ctl.results):
             # No node's kernel count in any window: nothing was measured, whatever else ran.
-            log.warning("no kernel count for any node in any window: the run is marked failed")
+            log.warning("no kernel count for any node in any window (sources missing): the run is failed")
             status = "failed"
         try:
             if self.run is not None:
@@ -218,9 +218,11 @@ class SwarmscopeProcess:
 
 
 def kernel_missing_everywhere(results: Any) -> bool:
-    """True when there were windows and not one node of any had a kernel count."""
+    """True when there were windows and not one node of any had a kernel count because a
+    source was missing (a probe, a worker). Kinds that count nothing in the kernel (ingress:
+    kernel None, nothing missing) are not caught by it."""
     results = list(results)
-    return bool(results) and all(n.kernel is None for r in results for n in r.per_node)
+    return bool(results) and all(n.kernel is None and n.missing for r in results for n in r.per_node)
 
 
 def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:

@@ -157,3 +157,19 @@ def _state(pid: int) -> str:
         return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_status_rule_no_kernel_count_anywhere_is_not_ok() -> None:
+    """A run whose every node lacks its kernel count because a source was missing is not ok;
+    a kind with no kernel column (ingress: kernel None, nothing missing) is."""
+    from swarmscope.controller.model import IterationResult, NodeCount
+    from swarmscope.process import kernel_missing_everywhere
+
+    def it(*nodes: NodeCount) -> IterationResult:
+        return IterationResult("r", 0, {}, 1, "w", 0, 1, list(nodes))
+
+    gone = [NodeCount("n1", 5, None, missing=["probe"]), NodeCount("n2", 6, None, missing=["probe"])]
+    assert kernel_missing_everywhere([it(*gone), it(*gone)])
+    assert not kernel_missing_everywhere([it(*gone), it(NodeCount("n1", 5, 5), gone[1])])
+    assert not kernel_missing_everywhere([it(NodeCount("n1", 5, None))])  # no kernel column
+    assert not kernel_missing_everywhere([])
