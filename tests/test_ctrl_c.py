@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pathlib
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -19,23 +18,13 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
+from helpers import free_port, is_root, load_report, locust_exec_storm, locust_master_worker, only_run_dir
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
-
-
-def _locust(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def _wait_for(pred, what: str, timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
@@ -81,7 +70,9 @@ def _sigint_and_wait(p: subprocess.Popen[str], limit_s: float = 45.0) -> tuple[s
 
 def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    p = _locust("--headless", "-u", "2", "-r", "2", "-t", "120s", "--ss-out", str(out), "--ss-burst-s", "0.5")
+    p = locust_exec_storm(
+        "--headless", "-u", "2", "-r", "2", "-t", "120s", "--ss-out", str(out), "--ss-burst-s", "0.5"
+    )
     try:
         _wait_for(lambda: _window_open(out), "the window to open")
         time.sleep(3)
@@ -94,13 +85,7 @@ def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
 
 def test_ctrl_c_master_worker(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    port = free_port()
-    master = _locust(
-        "--master", "--headless", "-u", "2", "-r", "2", "-t", "120s", "--expect-workers", "1",
-        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-        "--ss-out", str(out), "--ss-burst-s", "0.5",
-    )  # fmt: skip
-    worker = _locust("--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--ss-nodes", "2")
+    master, worker = locust_master_worker(out, "120s", "0.5")
     try:
         _wait_for(lambda: _window_open(out), "the window to open")
         time.sleep(3)
@@ -114,14 +99,11 @@ def test_ctrl_c_master_worker(tmp_path: pathlib.Path) -> None:
 
 
 def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "results"
-    p = _locust(
+    out, port = tmp_path / "results", free_port()
+    base = f"http://127.0.0.1:{port}"
+    p = locust_exec_storm(
         "--web-host", "127.0.0.1", "--web-port", str(port), "--ss-out", str(out), "--ss-burst-s", "0.5"
     )
-    base = f"http://127.0.0.1:{port}"
     try:
 
         def up() -> bool:
