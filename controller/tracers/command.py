@@ -54,6 +54,7 @@ from swarmscope.controller.tracers.base import (
 )
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.errors import ConfigError, Problem, TracerError
+from swarmscope.sys import owners
 from swarmscope.sys.sentinel import Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
@@ -264,6 +265,7 @@ class CommandTracer:
                 stdout=w,
                 stderr=w,
                 start_new_session=True,  # own process group: SIGINT/SIGKILL reach all its children
+                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
                 env=tracer_env(self.env),  # explicit: none of the controller's secrets
             )
         except OSError as e:

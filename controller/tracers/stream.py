@@ -54,6 +54,7 @@ from swarmscope.controller.tracers.base import (
     tracer_env,
 )
 from swarmscope.errors import TracerError
+from swarmscope.sys import owners
 from swarmscope.sys.cgroups import cgroup_id, pid_cgroup_path
 from swarmscope.sys.sentinel import Sentinels, sentinel_number
 from swarmscope.v1 import stream_pb2 as pb
@@ -238,6 +239,7 @@ class StreamTracer:
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
                 text=True,
+                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
                 env=tracer_env(),  # explicit: none of the controller's secrets
             )
         except OSError as e:

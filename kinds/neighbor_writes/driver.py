@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarmscope.errors import LoadGenError
 from swarmscope.node import node_host
+from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.workers import spans
 
@@ -79,6 +80,7 @@ class NeighborDriver:
         self._xdp: Any = None
         self._ns: Any = None
         self._work: Path | None = None
+        self._closed = False
         self._cp: Any = None  # locust -f control plane (targets.neighbors.server.ControlPlane)
         self._lock = threading.Lock()
         self._free: dict[str, _FreeTally] = {}
@@ -108,6 +110,10 @@ class NeighborDriver:
     def _datapath(self) -> Any:
         """Namespace + attached XDP program, made once (the first window), torn down at close.
         target=kernel: the namespace only (each window makes its own device, see _kernel)."""
+        if self._closed:
+            # A window still queued when the worker quits must not make a namespace nobody
+            # will delete (seen in the fault matrix: SIGTERM while windows were queued).
+            raise LoadGenError("the neighbor driver is closed")
         if self._ns is None:
             from swarmscope.targets.neighbors.netns import VethNetns
 
@@ -124,6 +130,7 @@ class NeighborDriver:
         return self._xdp
 
     def close(self) -> None:
+        self._closed = True
         if self._cp is not None:
             from swarmscope.targets.neighbors.server import stop
 
@@ -260,7 +267,9 @@ class NeighborDriver:
                 "--out", str(timing_file),
             ]  # fmt: skip
             env = {**os.environ, TOKEN_ENV: token}  # the token never on a command line
-            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]), env=env)
+            subprocess.run(
+                cmd, check=True, timeout=float(p["timeout_s"]), env=env, preexec_fn=owners.die_with_parent
+            )
             timing = json.loads(timing_file.read_text())
             timing_file.unlink()
             last = timing["revisions"][-1]

@@ -37,6 +37,7 @@ from types import TracebackType
 import psutil
 
 from swarmscope.errors import SetupError
+from swarmscope.sys import owners
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ class LocalIngress:
         subprocess.run(["ip", "link", "del", self.veth_host], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+        owners.release("link", self.veth_host)
+        owners.release("netns", self.netns)
 
     def _kill_everything_in_netns(self) -> None:
         """Masters first (a live master respawns a killed worker), then whatever is left in the
@@ -203,6 +206,9 @@ class LocalIngress:
                     log.warning("nginx %d did not exit", p.pid)
 
     def _setup_net(self) -> None:
+        # Claimed first: a run killed right after `ip netns add` still leaves a claim to sweep.
+        owners.claim("netns", self.netns)
+        owners.claim("link", self.veth_host)
         _run("ip", "netns", "add", self.netns)
         _run("ip", "link", "add", self.veth_host, "type", "veth", "peer", "name", self.veth_ns)
         _run("ip", "link", "set", self.veth_ns, "netns", self.netns)
@@ -239,7 +245,11 @@ class LocalIngress:
         # ip netns exec execs nginx in place, so the Popen pid is the nginx master. Its own
         # session makes master and workers one process group: a kill takes them all at once.
         return subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=owners.die_with_parent,  # the master goes with us; the sweep takes the rest
         )
 
     def _wait_ready(self, timeout: float = 10.0) -> None:

@@ -39,6 +39,7 @@ import grpc
 from swarmscope import auth
 from swarmscope.errors import LoadGenError, SwarmscopeError
 from swarmscope.grpcauth import Guard, RateLimit, token_channel
+from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.store import Compacted, Store
 from swarmscope.v1 import neighbors_pb2 as pb
@@ -213,7 +214,13 @@ def start_server(db: str, token: str | None = None) -> ControlPlane:
     listens. The token goes through the environment, never the command line."""
     token = token or auth.new_token()
     cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", db]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, TOKEN_ENV: token})
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, TOKEN_ENV: token},
+        preexec_fn=owners.die_with_parent,
+    )
     line = p.stdout.readline() if p.stdout else ""
     if not line.startswith("LISTENING"):
         p.kill()
