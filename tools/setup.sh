@@ -27,7 +27,8 @@ done
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk
+      umoci busybox-static)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()
