@@ -2,7 +2,7 @@
 
     tools, node_tools = build_tools(), build_node_tools()
     with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as n:
-        n.import_image(node_tools.busybox_tar, "swarmscope.local/busybox:test")
+        busybox = n.import_image(node_tools.busybox_tar, "swarmscope.local/busybox")
         c.api.post("/api/v1/namespaces/default/pods", pod_on(n.name, ...))
 
 containerd v2.1, runc v1.3, the CNI plugins v1.7 and the kubelet (same version as the API
@@ -178,9 +178,17 @@ class RealNode:
             "-n", "k8s.io", *args, check=check,
         )  # fmt: skip
 
-    def import_image(self, tar: Path, name: str) -> None:
-        """Import an OCI archive into the CRI's namespace under a fully qualified name."""
-        self.ctr("images", "import", "--index-name", name, str(tar))
+    def import_image(self, tar: Path, repo: str) -> str:
+        """Import an OCI archive into the CRI's namespace as ``repo:<the archive's tag>``.
+
+        The image gets exactly that one fully qualified name (`--base-name`): the CRI resolves
+        an image by id to one of its names, and `--index-name` would add a second
+        docker.io/library/import-<date> name that the CRI then fails to find."""
+        self.ctr("images", "import", "--base-name", repo, str(tar))
+        names = [n for n in self.ctr("images", "ls", "-q").stdout.split() if n.startswith(repo + ":")]
+        if len(names) != 1:
+            raise RuntimeError(f"realnode: importing {tar} as {repo} gave {names}")
+        return names[0]
 
     @classmethod
     @contextlib.contextmanager
@@ -230,7 +238,8 @@ class RealNode:
             str(self.tools.containerd_bin / "containerd"), "--config", str(self.dir / "containerd.toml"),
         ], env)  # fmt: skip
         _wait("containerd", lambda: self.ctr("version").returncode == 0, START_TIMEOUT, self.procs)
-        self.import_image(self.tools.pause_tar, PAUSE_IMAGE)
+        if self.import_image(self.tools.pause_tar, PAUSE_IMAGE.split(":")[0]) != PAUSE_IMAGE:
+            raise RuntimeError(f"realnode: {self.tools.pause_tar} is not {PAUSE_IMAGE}")
         self.timings["containerd"] = time.monotonic() - t
 
         t = time.monotonic()

@@ -91,6 +91,6 @@ def test_node_tools_are_cached_by_version(tmp_path: Path) -> None:
     r = run_build(env, "--path", "node")
     tools = tmp_path / "root" / "tools"
     names = [Path(p).name for p in r.stdout.split()]
-    assert names[:4] == ["kubelet-v1.36.3", "containerd-v2.1.4", "runc-v1.3.0", "cni-v1.7.1"]
-    assert names[4].startswith("nodeimages-3.10-v1.36.3-busybox-")
+    assert names[:4] == ["kubelet-v1.36.3", "containerd-v2.1.4", "runc-v1.3.0-seccomp", "cni-v1.7.1"]
+    assert names[4].startswith("nodeimages-r2-3.10-v1.36.3-busybox-")
     assert all(Path(p).parent == tools for p in r.stdout.split())

@@ -25,7 +25,6 @@ from realnode import RealNode, build_node_tools, cgroup_hierarchies, pod_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # cold tool builds take minutes
 
-BUSYBOX = "swarmscope.local/busybox:test"
 POD_TIMEOUT = 90.0
 PAGE = "served-from-a-real-pod"
 T = TypeVar("T")
@@ -49,17 +48,18 @@ def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
             n = c.api.get(f"/api/v1/nodes/{node.name}")
             info = n["status"]["nodeInfo"]
             assert info["kubeletVersion"] == "v1.36.3"
-            assert info["containerRuntimeVersion"] == "containerd://v2.1.4"
+            assert info["containerRuntimeVersion"] == "containerd://2.1.4"
             assert {"type": "InternalIP", "address": node.net.host_ip} in n["status"]["addresses"]
             kinds = sorted(x["metadata"]["name"] for x in c.api.get("/api/v1/nodes")["items"])
             assert kinds == sorted(["kwok-node-0", node.name])
 
-            node.import_image(node_tools.busybox_tar, BUSYBOX)
+            busybox = node.import_image(node_tools.busybox_tar, "swarmscope.local/busybox")
+            assert busybox == "swarmscope.local/busybox:1.35.0"
             script = (
                 f"mkdir /tmp/www && echo {PAGE} > /tmp/www/index.html && echo started"
                 " && exec httpd -f -p 8080 -h /tmp/www"
             )
-            web = pod_on(node.name, "web", BUSYBOX, ["sh", "-c", script])
+            web = pod_on(node.name, "web", busybox, ["sh", "-c", script])
             c.api.post("/api/v1/namespaces/default/pods", web)
 
             def running() -> dict[str, Any] | None:

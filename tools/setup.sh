@@ -28,7 +28,7 @@ done
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
       gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk
-      umoci busybox-static)
+      umoci busybox-static libseccomp-dev pkg-config)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()

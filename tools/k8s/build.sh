@@ -42,9 +42,9 @@ dir_of() {
     kwok) echo "$CACHE/kwok-$KWOK_VERSION" ;;
     kubelet) echo "$CACHE/kubelet-$KUBE_VERSION" ;;
     containerd) echo "$CACHE/containerd-$CONTAINERD_VERSION" ;;
-    runc) echo "$CACHE/runc-$RUNC_VERSION" ;;
+    runc) echo "$CACHE/runc-$RUNC_VERSION-seccomp" ;;
     cni) echo "$CACHE/cni-$CNI_VERSION" ;;
-    nodeimages) echo "$CACHE/nodeimages-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
+    nodeimages) echo "$CACHE/nodeimages-r2-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
     *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet containerd runc cni all node)" >&2; return 2 ;;
   esac
 }
@@ -175,10 +175,12 @@ build_containerd() (
       -ldflags "-s -w -X $m/version.Version=$CONTAINERD_VERSION" -o "$out/bin/" ./cmd/...)
 )
 
-# build_runc OUT: runc needs cgo (its nsenter is C). Built without the seccomp tag because
-# libseccomp-dev is not installed: pods here run Unconfined (kubelet's seccompDefault is off).
+# build_runc OUT: runc needs cgo (its nsenter is C) and the seccomp tag with libseccomp-dev
+# (tools/setup.sh): containerd gives every pod sandbox a seccomp profile, which a runc built
+# without seccomp refuses ("config provided but seccomp not supported").
 build_runc() {
-  GOBIN="$1/bin" CGO_ENABLED=1 "$GO" install -trimpath -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
+  GOBIN="$1/bin" CGO_ENABLED=1 "$GO" install -trimpath -tags seccomp \
+    -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
     "github.com/opencontainers/runc@$RUNC_VERSION"
 }
 
@@ -201,11 +203,11 @@ build_kwok() {
   chmod -R u+w "$out/stage"
 }
 
-# oci_image OUT NAME ROOTFS ENTRYPOINT...: an OCI image archive (umoci, no Docker engine) of
-# one layer holding ROOTFS, for `ctr images import --index-name`.
+# oci_image OUT NAME TAG ROOTFS ENTRYPOINT...: OUT/NAME.tar, an OCI image archive (umoci, no
+# Docker engine) of one layer holding ROOTFS, tagged TAG, for `ctr images import --base-name`.
 oci_image() (
-  local out=$1 name=$2 rootfs=$3 w
-  shift 3
+  local out=$1 file=$2 name=$3 rootfs=$4 w
+  shift 4
   w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
   umoci init --layout "$w/oci"
   umoci new --image "$w/oci:$name"
@@ -216,14 +218,15 @@ oci_image() (
   for a in "$@"; do ep+=(--config.entrypoint "$a"); done
   umoci config --image "$w/oci:$name" --os linux --architecture amd64 "${ep[@]}"
   umoci gc --layout "$w/oci"
-  tar -C "$w/oci" -cf "$out/$name.tar" .
+  tar -C "$w/oci" -cf "$out/$file.tar" .
 )
 
 # build_nodeimages OUT: the two images a node needs before the project's own: the pod sandbox
 # (pause, compiled static from the pause.c that k8s.io/kubernetes ships) and a busybox for test
 # pods (Debian's busybox-static). Import with
-#   ctr -n k8s.io images import --index-name registry.k8s.io/pause:3.10 OUT/pause.tar
-# (fully qualified names: the CRI resolves an image by id to one of its names).
+#   ctr -n k8s.io images import --base-name registry.k8s.io/pause OUT/pause.tar  # -> :3.10
+# so the image has exactly one, fully qualified name: the CRI resolves an image by id to one of
+# its names, and `--index-name` leaves a second docker.io/library/import-<date> name it trips on.
 build_nodeimages() (
   local out=$1 src r
   command -v umoci >/dev/null && [ -x /bin/busybox ] || { log "need umoci and busybox-static (tools/setup.sh)"; return 1; }
@@ -232,11 +235,11 @@ build_nodeimages() (
   mkdir -p "$r/pause" "$r/busybox/bin" "$r/busybox/tmp"
   gcc -Os -static -Wall -Werror -DVERSION="v$PAUSE_VERSION-swarmscope" -o "$r/pause/pause" "$src/build/pause/linux/pause.c"
   strip "$r/pause/pause"
-  oci_image "$out" pause "$r/pause" /pause
+  oci_image "$out" pause "$PAUSE_VERSION" "$r/pause" /pause
   cp /bin/busybox "$r/busybox/bin/busybox"
   for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$r/busybox/bin/$a"; done
   chmod 1777 "$r/busybox/tmp"
-  oci_image "$out" busybox "$r/busybox" /bin/sh
+  oci_image "$out" busybox "${BUSYBOX_VERSION%%-*}" "$r/busybox" /bin/sh
 )
 
 ensure() {
