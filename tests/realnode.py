@@ -48,7 +48,13 @@ POD_TIMEOUT = 120.0  # a pod being deleted at teardown
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # Fixed paths the kubelet and containerd's shims use whatever they are told; removed at teardown
 # (only when empty) if the node created them.
-GLOBAL_DIRS = (Path("/var/log/containers"), Path("/run/containerd/s"), Path("/run/containerd"))
+GLOBAL_DIRS = (
+    Path("/var/log/containers"),
+    Path("/run/containerd/runc/k8s.io"),
+    Path("/run/containerd/runc"),
+    Path("/run/containerd/s"),
+    Path("/run/containerd"),
+)
 
 
 @dataclass(frozen=True)
@@ -309,6 +315,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "{self.tools.runc}"
+        Root = "{self.run / "runc"}"
         SystemdCgroup = false
 """)
         kubelet: dict[str, Any] = {
@@ -432,6 +439,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
             left.append(f"link {self.net.host_if}")
         if self.run.exists():
             left.append(f"dir {self.run}")
+        left += [f"dir {g}" for g in self.absent if g.exists()]
         left += [f"log link {p}" for p in _container_log_links(self.dir)]
         mark = str(self.containerd_sock).encode()
         for pid in (p for p in os.listdir("/proc") if p.isdigit()):
