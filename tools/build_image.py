@@ -150,9 +150,19 @@ def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
         hooks = []
         for dst in p.copies:
             hooks += [f'--customize-hook=mkdir -p "$1{dst}"', f"--customize-hook=copy-in {ctx}/. {dst}"]
+        # A build host behind a TLS-inspecting proxy trusts an extra CA (its SSL_CERT_FILE /
+        # PIP_CERT): the RUN steps get that bundle for their downloads, and it is removed again,
+        # so the image keeps Debian's own trust store.
+        ca = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or ""
+        ca_env = ""
+        if ca and Path(ca).is_file():
+            hooks.append(f"--customize-hook=upload {ca} /tmp/build-ca.crt")
+            ca_env = "PIP_CERT=/tmp/build-ca.crt SSL_CERT_FILE=/tmp/build-ca.crt "
         for cwd, cmd in p.runs:
-            inner = f"cd {shlex.quote(cwd)} && {cmd}"
+            inner = f"cd {shlex.quote(cwd)} && env -u PIP_FIND_LINKS {ca_env}sh -c {shlex.quote(cmd)}"
             hooks.append(f'--customize-hook=chroot "$1" sh -c {shlex.quote(inner)}')
+        if ca_env:
+            hooks.append('--customize-hook=rm -f "$1/tmp/build-ca.crt"')
         rootfs_tar = wd / "rootfs.tar"
         subprocess.run(
             ["mmdebstrap", f"--variant={p.variant}", "--mode=root", *hooks, p.suite, str(rootfs_tar)],
