@@ -164,10 +164,16 @@ def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
         if ca_env:
             hooks.append('--customize-hook=rm -f "$1/tmp/build-ca.crt"')
         rootfs_tar = wd / "rootfs.tar"
-        subprocess.run(
-            ["mmdebstrap", f"--variant={p.variant}", "--mode=root", *hooks, p.suite, str(rootfs_tar)],
-            check=True,
-        )
+        try:
+            # mmdebstrap's own temp dir goes under wd, so a failed run's leftover mounts (it
+            # mounts /proc, /sys and their submounts for the hooks) can be found and removed.
+            subprocess.run(
+                ["mmdebstrap", f"--variant={p.variant}", "--mode=root", *hooks, p.suite, str(rootfs_tar)],
+                check=True,
+                env={**os.environ, "TMPDIR": str(wd)},
+            )
+        finally:
+            _unmount_under(wd)
         oci = f"{wd / 'oci'}:swarmscope"
         subprocess.run(["umoci", "init", "--layout", str(wd / "oci")], check=True)
         subprocess.run(["umoci", "new", "--image", oci], check=True)
@@ -184,6 +190,16 @@ def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
         tmp = out.with_suffix(".tmp")
         subprocess.run(["tar", "-C", str(wd / "oci"), "-cf", str(tmp), "."], check=True)
         tmp.rename(out)
+
+
+def _unmount_under(d: Path) -> None:
+    mounts = [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4].startswith(f"{d}/")
+    ]
+    for m in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], check=False, capture_output=True)
 
 
 def main(argv: list[str]) -> int:
