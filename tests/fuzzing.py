@@ -168,6 +168,24 @@ fleet.stop()
 """
 
 
+def register(stub: Any, token: str, probe_id: str) -> str:
+    """A legitimate probe's handshake (Hello, the controller's proof checked, then Register
+    with the probe's proof); the session id."""
+    pn = auth.new_nonce()
+    hello = stub.Hello(ppb.HelloRequest(probe_nonce=pn, probe_id=probe_id), timeout=10)
+    assert auth.check(auth.controller_proof(token, pn, hello.server_nonce), hello.proof)
+    reply = stub.Register(
+        ppb.RegisterRequest(
+            probe_id=probe_id,
+            nonce=pn,
+            server_nonce=hello.server_nonce,
+            proof=auth.probe_proof(token, hello.server_nonce, pn, probe_id),
+        ),
+        timeout=10,
+    )
+    return str(reply.session_id)
+
+
 class FleetServer:
     """The probe fleet's gRPC server (controller.fleet.Fleet) alone in a child process."""
 
@@ -191,14 +209,8 @@ class FleetServer:
         """Up, and a legitimate probe still registers (the proof checks out)."""
         if self.proc.poll() is not None:
             return False
-        nonce = auth.new_nonce()
         with grpc.insecure_channel(self.address) as ch:
-            reply = ppbg.ProbeControlStub(ch).Register(
-                ppb.RegisterRequest(probe_id="fuzz-check", nonce=nonce),
-                metadata=[(auth.TOKEN_HEADER, self.token)],
-                timeout=10,
-            )
-        return auth.verify(self.token, nonce, reply.proof)
+            return bool(register(ppbg.ProbeControlStub(ch), self.token, "fuzz-check"))
 
     def __enter__(self) -> FleetServer:
         return self
@@ -287,7 +299,8 @@ def _campaign(server: Any, cases: int, body: Any) -> dict[str, int]:
 
 
 def fuzz_fleet(server: FleetServer, cases: int) -> dict[str, int]:
-    """Register and Session with random messages, raw bytes, oversized fields; three tokens."""
+    """Hello, Register and Session with random messages, raw bytes, oversized fields; the real
+    handshake (Hello, then the proof) for valid sessions, bad or no token otherwise."""
     probe_ids = st.sampled_from([f"fuzz-{i}" for i in range(16)])  # re-registration replaces
     register = st.builds(
         ppb.RegisterRequest,
@@ -327,7 +340,8 @@ def fuzz_fleet(server: FleetServer, cases: int) -> dict[str, int]:
         ),
     )
     raw = st.one_of(st.binary(max_size=256), st.integers(0, FLEET_MAX_FUZZ_BYTES).map(lambda n: b"\x0a" * n))
-    what = st.sampled_from(["register", "session", "raw_register", "raw_session"])
+    what = st.sampled_from(["hello", "register", "session", "raw_register", "raw_session"])
+    hello = st.builds(ppb.HelloRequest, probe_nonce=sized_bytes(4096), probe_id=sized_text(1 << 16))
     ch = grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", -1)])
     stub = ppbg.ProbeControlStub(ch)
 
@@ -340,20 +354,26 @@ def fuzz_fleet(server: FleetServer, cases: int) -> dict[str, int]:
             st.lists(message, max_size=4),
             st.lists(raw, min_size=1, max_size=3),
             st.booleans(),
+            hello,
         )
         def one(
-            kind: str, tok: str, reg: Any, msgs: list[Any], payloads: list[bytes], valid_session: bool
+            kind: str,
+            tok: str,
+            reg: Any,
+            msgs: list[Any],
+            payloads: list[bytes],
+            valid_session: bool,
+            hello_req: Any,
         ) -> None:
             md = _md(tok, server.token)
             if kind == "register":
                 _call(counts, lambda: stub.Register(reg, metadata=md, timeout=10))
+            elif kind == "hello":
+                _call(counts, lambda: stub.Hello(hello_req, metadata=md, timeout=10))
             elif kind == "session":
                 if valid_session and tok == "good" and msgs:
-                    nonce = auth.new_nonce()
-                    sid = stub.Register(
-                        ppb.RegisterRequest(probe_id="fuzz-s", nonce=nonce), metadata=md
-                    ).session_id
-                    msgs[0].session_id = sid
+                    # The real handshake: Hello, check nothing, answer the server nonce.
+                    msgs[0].session_id = register(stub, server.token, "fuzz-s")
                 _call(counts, lambda: list(stub.Session(iter(msgs), metadata=md, timeout=1)))
             elif kind == "raw_register":
                 _call(

@@ -15,6 +15,7 @@ BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench" / "probes.py"
 @pytest.mark.root
 @pytest.mark.bpf
 def test_bench_probes_short() -> None:
+    before = _bench_netns()
     out = subprocess.run(
         [sys.executable, BENCH, "--rounds", "1", "--duration-s", "0.3", "--json"],
         check=True,
@@ -35,8 +36,9 @@ def test_bench_probes_short() -> None:
     ovh = res["overhead"]
     assert len(ovh["without_exec_per_s"]) == len(ovh["with_exec_per_s"]) == 1
     assert ovh["ratio_with_to_without"] > 0
-    assert not [
-        ln
-        for ln in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()
-        if "ss-bench-" in ln
-    ]
+    assert _bench_netns() - before == set()  # its own namespaces are gone (not another run's)
+
+
+def _bench_netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {ln.split()[0] for ln in out.splitlines() if ln.startswith("ss-bench-")}
