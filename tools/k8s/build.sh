@@ -22,7 +22,7 @@ HELM_VERSION=v3.22.0
 ETCD_VERSION=v3.6.8
 KUBE_VERSION=v1.36.3
 KWOK_VERSION=v0.8.0
-GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+GO=${GO:-$("$(dirname "$0")/../go.sh")}  # new enough; fetched through the module proxy if not
 export GOFLAGS=${GOFLAGS:--mod=mod}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
