@@ -163,9 +163,8 @@ def test_top_ebpf_filters(xdp: tuple[str, int]) -> None:
     _, pid = xdp
     by_pid = top_json("-d", "0.05", "--pid", str(os.getpid()))
     assert [p["id"] for p in by_pid["programs"]] == [pid]
-    assert by_pid["programs"][0]["pids"] == [
-        {"pid": os.getpid(), "comm": by_pid["programs"][0]["pids"][0]["comm"]}
-    ]
+    comm = pathlib.Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
+    assert by_pid["programs"][0]["pids"] == [{"pid": os.getpid(), "comm": comm}]
     assert all(p["type"] == "xdp" for p in top_json("-d", "0.05", "--type", "xdp")["programs"])
     assert top_json("-d", "0.05", "--name", "^no-such-prog$")["programs"] == []
     table = subprocess.run(
