@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(pts))
     goals = {}
     for mode, goal in GOALS_US.items():
-        at = [p for p in pts if p["mode"] == mode and p["neighbors"] == max(cfg["neighbors"])]
+        at = [p for p in pts if p["mode"] == mode and p["neighbors"] == max(cfg.neighbors)]
         if at:
             us, n = at[0]["per_neighbor_us"], at[0]["neighbors"]
             goals[mode] = {"n": n, "per_neighbor_us": us, "goal_us": goal, "met": us <= goal}

@@ -5,7 +5,7 @@ swarmscope.config's: defaults < file < env < --set.
 
 from __future__ import annotations
 
-from swarmscope.config import Field
+from swarmscope.config import Config, Field
 
 COMMON_FIELDS = [
     Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
@@ -72,3 +72,22 @@ COMMON_FIELDS = [
         max=3600,
     ),
 ]
+
+
+class RunConfig(Config):
+    """The options every kind has, typed (a kind's config class extends this one)."""
+
+    scenario: str
+    out: str
+    probe: str
+    expect_probes: int
+    probe_timeout_s: float
+    window_timeout_s: float
+    grpc_bind: str
+    token_file: str
+    metrics_port: int
+    mode: str
+    workers: int
+    spawn_workers: bool
+    master_bind: str
+    worker_timeout_s: float

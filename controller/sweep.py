@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from swarmscope import messages as M
+from swarmscope.controller.options import RunConfig
 from swarmscope.errors import FleetError
 
 
@@ -74,7 +74,7 @@ def _natural(name: str) -> tuple[Any, ...]:
 
 
 def set_up_workers(
-    runner: Any, ctl: Any, cfg: Mapping[str, Any], per_worker: int, workers: int, timeout_s: float
+    runner: Any, ctl: Any, cfg: RunConfig, per_worker: int, workers: int, timeout_s: float
 ) -> dict[str, dict[str, Any]]:
     """Send ``swarmscope:setup`` to every connected worker that has not answered yet (or to
     this process), wait for their nodes; returns {worker: set-up info}."""
@@ -99,7 +99,7 @@ def set_up_workers(
         if len(done) >= workers:
             return {cid: ctl.worker_info[cid] for cid in done}
         if time.monotonic() > deadline:
-            port = str(cfg.get("master_bind", ":5557")).rsplit(":", 1)[1]
+            port = str(cfg.master_bind).rsplit(":", 1)[1]
             raise FleetError(
                 f"timed out after {timeout_s:.0f}s: {len(ids)}/{workers} workers connected, "
                 f"{len(done)} set up (start them with `swarmscope worker --controller <this host> "
@@ -108,11 +108,9 @@ def set_up_workers(
         time.sleep(0.05)
 
 
-def _setup_msg(
-    cfg: Mapping[str, Any], index: int, workers: int, sim_nodes: int, prefix: str
-) -> dict[str, Any]:
+def _setup_msg(cfg: RunConfig, index: int, workers: int, sim_nodes: int, prefix: str) -> dict[str, Any]:
     return {
-        "cfg": dict(cfg),
+        "cfg": cfg.as_dict(),
         "index": index,
         "workers": workers,
         "sim_nodes": sim_nodes,
@@ -128,7 +126,7 @@ class Sweep:
         self.runner = runner
         self.distributed = distributed
         self.kind = proc.kind
-        self.cfg = proc.cfg
+        self.cfg: RunConfig = proc.cfg
 
     def _worker_alive(self, client_id: str) -> bool:
         from locust.runners import STATE_MISSING
@@ -142,15 +140,15 @@ class Sweep:
         """Run every point; raises on failure (the caller closes the process either way)."""
         proc, kind, cfg, ctl = self.proc, self.kind, self.cfg, self.proc.controller
         points = kind.points(cfg)
-        if cfg["probe"] == "external":
+        if cfg.probe == "external":
             print(
-                f"swarmscope: waiting for {cfg['expect_probes']} probe(s) on {proc.fleet.address}",
+                f"swarmscope: waiting for {cfg.expect_probes} probe(s) on {proc.fleet.address}",
                 file=sys.stderr,
             )
-            proc.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
-        workers = int(cfg["workers"]) if self.distributed else 1
+            proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
+        workers = int(cfg.workers) if self.distributed else 1
         per_worker = math.ceil(kind.sim_nodes(cfg) / workers)
-        infos = set_up_workers(self.runner, ctl, cfg, per_worker, workers, float(cfg["worker_timeout_s"]))
+        infos = set_up_workers(self.runner, ctl, cfg, per_worker, workers, float(cfg.worker_timeout_s))
         shared = kind.shared(cfg, infos)
         by_worker: dict[str, list[str]] = {}
         for d in ctl.nodes.values():
@@ -180,6 +178,7 @@ class Sweep:
                 )
                 params = " ".join(f"{k}={v}" for k, v in point.params.items())
                 progress.step(f"{params} iteration {it}")
-                if cfg.get("pause_s"):
-                    time.sleep(cfg["pause_s"])
+                pause = kind.pause_s(cfg)
+                if pause:
+                    time.sleep(pause)
             proc.events.point_done.fire(run=proc.run, point=point, results=results)

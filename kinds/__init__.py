@@ -59,13 +59,24 @@ def kind_name(
     return "exec_storm"
 
 
+# path -> content: a process reads its scenario file once (``swarmscope controller`` validates it,
+# then the Locust plug-in in the same process loads it again from here, not from the disk).
+_TEXTS: dict[str, str] = {}
+
+
+def scenario_text(path: str) -> str | None:
+    """The scenario file's content, read once per process (None: unreadable; the schema load
+    then reports the problem with its location)."""
+    if path not in _TEXTS:
+        try:
+            _TEXTS[path] = read_text(path)
+        except OSError:
+            return None
+    return _TEXTS[path]
+
+
 def load_scenario(path: str | None, sets: list[str], env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
     """Read the scenario file once: its kind, then its values through that kind's schema."""
-    text: str | None = None
-    if path:
-        try:
-            text = read_text(path)
-        except OSError:
-            text = None  # the schema load reports it with its location
+    text = scenario_text(path) if path else None
     kind = get_kind(kind_name(path, sets, env, text), path or "scenario")
     return kind, kind.schema.load(file=path, env=env, sets=sets, text=text)

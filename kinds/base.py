@@ -23,21 +23,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-from swarmscope.config import Field, Schema
+from swarmscope.config import Config, Field, Schema
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
-from swarmscope.controller.options import COMMON_FIELDS
+from swarmscope.controller.options import COMMON_FIELDS, RunConfig
+
+C = TypeVar("C", bound=RunConfig)  # a kind's config class
 
 CrossCheck = Callable[[dict[str, Any]], list[tuple[str, str]]]
 
 
-class Kind:
+class Kind(Generic[C]):
     """Base class of a scenario kind. Override what differs; the defaults fit a counted load."""
 
     name: ClassVar[str] = ""
     metric: ClassVar[str] = ""  # what is counted: "exec", "requests", "neighbors"
     description: ClassVar[str] = ""
+    config_cls: ClassVar[type[Config]] = RunConfig  # the typed class of cfg (one per kind)
 
     # -- typed config ---------------------------------------------------------------------
     def fields(self) -> list[Field]:
@@ -50,47 +53,49 @@ class Kind:
 
     @cached_property
     def schema(self) -> Schema:
-        return Schema([*COMMON_FIELDS, *self.fields()], self.cross_checks())
+        return Schema([*COMMON_FIELDS, *self.fields()], self.cross_checks(), self.config_cls)
 
     # -- controller side ------------------------------------------------------------------
-    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    def programs(self, cfg: C, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         """Probe programs of a window and their options (``OpenWindow.options``, per program)."""
         return {}
 
-    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
+    def points(self, cfg: C) -> list[PointInfo]:
         """The sweep: one point per swept value, each with its iterations (= windows)."""
         return [PointInfo(0, {}, 1)]
 
-    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
+    def sim_nodes(self, cfg: C) -> int:
         """Simulated nodes the whole run needs on one machine (split across workers)."""
         return 1
 
-    def window_nodes(self, cfg: Mapping[str, Any], point: PointInfo, ordered: list[str]) -> list[str]:
+    def window_nodes(self, cfg: C, point: PointInfo, ordered: list[str]) -> list[str]:
         """The nodes a point's windows measure, from all nodes spread round-robin over workers."""
         return ordered
 
-    def shared(self, cfg: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    def shared(self, cfg: C, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """What every window needs from the workers' set-up replies (e.g. the target's URL)."""
         return {}
 
-    def payload(
-        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def payload(self, cfg: C, point: PointInfo, iteration: int, shared: Mapping[str, Any]) -> dict[str, Any]:
         """What the workers get for one window (plain types: it crosses the network)."""
         return {}
 
-    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
+    def window_timeout_s(self, cfg: C, point: PointInfo) -> float:
         """How long the controller waits for the workers' results of one window."""
-        return float(cfg["window_timeout_s"])
+        return float(cfg.window_timeout_s)
 
-    def expected_per_node(self, cfg: Mapping[str, Any]) -> float | None:
+    def pause_s(self, cfg: C) -> float:
+        """Seconds to wait between windows (0: none)."""
+        return 0.0
+
+    def expected_per_node(self, cfg: C) -> float | None:
         """What a paced generator was asked for per node and window (None: unpaced); a node
         under 95 % of it is flagged generator-saturated."""
         return None
 
     def reconcile(
         self,
-        cfg: Mapping[str, Any],
+        cfg: C,
         window: WindowInfo,
         point: PointInfo,
         results: dict[str, dict[str, Any]],
@@ -113,9 +118,7 @@ class Kind:
             expected_per_node=self.expected_per_node(cfg),
         )
 
-    def sections(
-        self, cfg: Mapping[str, Any], results: Sequence[IterationResult], run_dir: str
-    ) -> dict[str, Any]:
+    def sections(self, cfg: C, results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
         """Report sections of the kind (name -> JSON data), built from every window's result.
 
         Called once at the end of a run, also a failed one (with what was measured)."""
@@ -125,11 +128,11 @@ class Kind:
         """Register the HTML renderers of the kind's sections (controller.report)."""
 
     # -- worker side ----------------------------------------------------------------------
-    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+    def make_driver(self, cfg: C, sim_nodes: int, prefix: str) -> Any:
         """The worker-side driver (workers.driver.Driver) with ``sim_nodes`` simulated nodes,
         or the real node this worker runs on when ``sim_nodes`` is 0 (a cluster)."""
         raise NotImplementedError
 
-    def free_run_nodes(self, cfg: Mapping[str, Any]) -> int:
+    def free_run_nodes(self, cfg: C) -> int:
         """Simulated nodes per worker in a plain ``locust -f`` run."""
         return 1

@@ -10,7 +10,7 @@ Nested YAML maps are flattened to dotted keys (``tracer: {kind: command}`` is ``
 
     schema = Schema([Field("iterations", int, 10, "windows per point", min=1)])
     cfg = schema.load(file="scenarios/exec_storm.yaml", sets=["iterations=30"])
-    cfg["iterations"]  # 30
+    cfg.iterations  # 30
 
 Validation collects every problem (file, key, reason) and raises one :class:`ConfigError`
 listing them all, like k6's ``Validate() []error``.
@@ -19,8 +19,8 @@ listing them all, like k6's ``Validate() []error``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -163,21 +163,50 @@ def flatten(data: Mapping[str, Any], prefix: str = "", known: Iterable[str] = ()
     return out
 
 
-@dataclass
-class Config(Mapping[str, Any]):
-    """Resolved values plus where each came from (for ``swarmscope run --explain``)."""
+class Config:
+    """A validated configuration: frozen, read by attribute (``cfg.iterations``).
 
-    data: dict[str, Any]
-    sources: dict[str, str] = field(default_factory=dict)
+    Which keys exist is the schema's; a subclass only declares the attributes' types for mypy
+    (``iterations: int``), and tests keep each kind's class equal to its schema. ``sources``
+    says where each value came from (for ``--explain``). A config crosses the network as
+    :meth:`as_dict` and is validated again on the other side (``schema.load(data=..., env={})``).
+    """
 
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
+    sources: dict[str, str]
+    _keys: tuple[str, ...]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
+    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str] | None = None):
+        object.__setattr__(self, "_keys", tuple(values))
+        object.__setattr__(self, "sources", dict(sources or {}))
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
 
-    def __len__(self) -> int:
-        return len(self.data)
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"config is frozen: cannot set {key!r} (use .replace)")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"config is frozen: cannot delete {key!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The values by key (what a report stores and what the master sends to workers)."""
+        return {k: getattr(self, k) for k in self._keys}
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` (keys must exist; no validation: for code and tests)."""
+        unknown = set(changes) - set(self._keys)
+        if unknown:
+            raise KeyError(f"not config keys: {', '.join(sorted(unknown))}")
+        srcs = {**self.sources, **dict.fromkeys(changes, "replace")}
+        return type(self)({**self.as_dict(), **changes}, srcs)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.as_dict() == other.as_dict()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # values may be lists
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"{type(self).__name__}({body})"
 
 
 class Schema:
@@ -187,16 +216,20 @@ class Schema:
         self,
         fields: Iterable[Field],
         cross_checks: Iterable[Callable[[dict[str, Any]], list[tuple[str, str]]]] = (),
+        cls: type[Config] = Config,
     ):
         self.fields: dict[str, Field] = {}
         for f in fields:
             if f.key in self.fields:
                 raise ValueError(f"duplicate field {f.key}")
+            if f.key in _RESERVED:
+                raise ValueError(f"field {f.key} shadows a Config attribute")
             self.fields[f.key] = f
         self.cross_checks = list(cross_checks)
+        self.cls = cls
 
     def extend(self, fields: Iterable[Field]) -> Schema:
-        return Schema([*self.fields.values(), *fields], self.cross_checks)
+        return Schema([*self.fields.values(), *fields], self.cross_checks, self.cls)
 
     def load(
         self,
@@ -275,7 +308,7 @@ class Schema:
                     problems.append(Problem(sources.get(key, "config"), key, reason))
         if problems:
             raise ConfigError(problems)
-        return Config(values, sources)
+        return self.cls(values, sources)
 
     def describe(self) -> str:
         """A table of every option: key, env var, default, help (for ``--help`` and the README)."""
@@ -284,6 +317,9 @@ class Schema:
             for f in self.fields.values()
         ]
         return "\n".join(rows)
+
+
+_RESERVED = frozenset({"sources", "as_dict", "replace", "_keys"})
 
 
 def read_text(path: str) -> str:

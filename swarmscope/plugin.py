@@ -31,6 +31,7 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 from swarmscope import messages as M
 from swarmscope.controller.model import PointInfo
 from swarmscope.errors import SwarmscopeError
+from swarmscope.kinds import scenario_text
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _config(options: Any) -> Any:
         if v is not None and key != "scenario":
             sets.append(f"{key}={v}")
     path = getattr(options, "ss_scenario_file", None) if options is not None else None
-    return kind.schema.load(file=path, sets=sets)
+    return kind.schema.load(file=path, sets=sets, text=scenario_text(path) if path else None)
 
 
 def register_messages(proc: Any, runner: Any) -> None:
@@ -184,8 +185,8 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return
     proc, runner = free.proc, environment.runner
     kind, cfg = proc.kind, proc.cfg
-    if cfg["probe"] == "external":
-        proc.fleet.wait_for_probes(cfg["expect_probes"], cfg["probe_timeout_s"])
+    if cfg.probe == "external":
+        proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
     workers = runner.worker_count if isinstance(runner, MasterRunner) else 1
     infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
     free.shared = kind.shared(cfg, infos)
@@ -219,7 +220,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
             # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
             # ask them, so their users stop and they send what they generated.
             runner.send_message(M.STOP, {"window_id": free.window.window_id})
-        proc.controller.close_window(free.window, free.point, timeout_s=proc.cfg["window_timeout_s"])
+        proc.controller.close_window(free.window, free.point, timeout_s=proc.cfg.window_timeout_s)
         free.window = None
         from swarmscope.controller.report import build_report, render_console
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from swarmscope import auth
 from swarmscope.controller.model import RunInfo, new_run_id
+from swarmscope.controller.options import RunConfig
 from swarmscope.events import RunEvents
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,12 @@ ROLES = ("local", "master", "worker")
 
 
 class SwarmscopeProcess:
-    def __init__(self, role: str, cfg: Mapping[str, Any] | None, kind: Any):
+    def __init__(self, role: str, cfg: RunConfig | None, kind: Any):
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
         self.role = role
-        self.cfg: Mapping[str, Any] = cfg or {}
+        # A worker has no config until the master's setup message: the defaults until then.
+        self.cfg: RunConfig = cfg if cfg is not None else kind.schema.load(env={})
         self.kind = kind
         self.events = RunEvents()
         self.run: RunInfo | None = None
@@ -57,13 +59,13 @@ class SwarmscopeProcess:
     @classmethod
     def make(
         cls,
-        cfg: Mapping[str, Any] | None,
+        cfg: RunConfig | None,
         kind: Any,
         role: str = "local",
         run_id: str | None = None,
     ) -> SwarmscopeProcess:
         proc = cls(role, cfg, kind)
-        if role in ("local", "master") and proc.cfg.get("probe") == "embedded" and os.geteuid() != 0:
+        if role in ("local", "master") and proc.cfg.probe == "embedded" and os.geteuid() != 0:
             from swarmscope.errors import SetupError
 
             raise SetupError(
@@ -84,19 +86,19 @@ class SwarmscopeProcess:
         from swarmscope.controller.otel import RunSpans
         from swarmscope.controller.role import ControllerRole
         from swarmscope.controller.store import ResultStore
-        from swarmscope.controller.tracers.base import make_tracer
+        from swarmscope.controller.tracers.base import TracerConfig, make_tracer
 
         cfg, kind = self.cfg, self.kind
         assert cfg, "the controller needs the run's config"
         rid = run_id or new_run_id(kind.name)
-        out = os.path.abspath(cfg["out"])
+        out = os.path.abspath(cfg.out)
         run_dir = os.path.join(out, rid)
         os.makedirs(run_dir, exist_ok=True)
         self.run = RunInfo(
             run_id=rid,
             scenario=kind.name,
             metric=kind.metric,
-            config=dict(cfg),
+            config=cfg.as_dict(),
             started_ns=time.time_ns(),
             run_dir=run_dir,
         )
@@ -106,17 +108,17 @@ class SwarmscopeProcess:
         self.store.attach(self.events)
         # The token: a file, else $SWARMSCOPE_TOKEN (the Helm chart's Secret), else a fresh one
         # that only the embedded probe is given.
-        if cfg.get("token_file") or os.environ.get(auth.TOKEN_ENV):
-            token = auth.load_token(cfg.get("token_file") or None)
+        if cfg.token_file or os.environ.get(auth.TOKEN_ENV):
+            token = auth.load_token(cfg.token_file or None)
         else:
             token = auth.new_token()
-        self.fleet = Fleet(token, bind=cfg["grpc_bind"])
+        self.fleet = Fleet(token, bind=cfg.grpc_bind)
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
-        if cfg.get("metrics_port"):
-            self.metrics.serve(int(cfg["metrics_port"]))
+        if cfg.metrics_port:
+            self.metrics.serve(int(cfg.metrics_port))
         self.events.iteration_done.add_listener(_print_iteration)
-        if cfg["probe"] == "embedded":
+        if cfg.probe == "embedded":
             from swarmscope.controller.embedded import EmbeddedProbe
 
             self.probe = EmbeddedProbe.start(
@@ -125,10 +127,10 @@ class SwarmscopeProcess:
                 os.path.join(run_dir, "probe.log"),
                 programs=sorted(kind.programs(cfg, {})),
             )
-            self.probe.wait_registered(self.fleet, cfg["probe_timeout_s"])
+            self.probe.wait_registered(self.fleet, cfg.probe_timeout_s)
         # With external probes (a cluster) nothing waits here: a controller must come up (and
         # pass its readiness probe) before the probe pods can reach it. Runs wait at their start.
-        if "tracer" in cfg and cfg["tracer"] != "none":
+        if isinstance(cfg, TracerConfig) and cfg.tracer != "none":
             from swarmscope.workers.native import ensure_built
 
             self.tracer = make_tracer(cfg, sentinel=ensure_built().tiny)
@@ -138,12 +140,16 @@ class SwarmscopeProcess:
             self.events,
             reconcile=lambda *a: kind.reconcile(cfg, *a),
             tracer=self.tracer,
-            window_timeout_s=cfg["window_timeout_s"],
+            window_timeout_s=cfg.window_timeout_s,
         )
         self.events.run_started.fire(run=self.run)
 
-    def set_up_worker(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str = "") -> Any:
-        """Make the kind's driver (once): ``sim_nodes`` simulated nodes, or the real node (0)."""
+    def set_up_worker(self, cfg: RunConfig | Mapping[str, Any], sim_nodes: int, prefix: str = "") -> Any:
+        """Make the kind's driver (once): ``sim_nodes`` simulated nodes, or the real node (0).
+
+        ``cfg`` as the master sent it (a dict) is validated again by the kind's schema, with no
+        environment layer: a worker runs the master's values, whatever its own env says."""
+        typed = cfg if isinstance(cfg, RunConfig) else self.kind.schema.load(data=cfg, env={})
         if self.worker is not None:
             return self.worker
         if sim_nodes > 0 and os.geteuid() != 0:
@@ -154,8 +160,8 @@ class SwarmscopeProcess:
                 "(sudo), or in a cluster on real nodes (NODE_NAME set)."
             )
         if self.role == "worker":
-            self.cfg = cfg
-        self.worker = self.kind.make_driver(cfg, sim_nodes, prefix)
+            self.cfg = typed
+        self.worker = self.kind.make_driver(typed, sim_nodes, prefix)
         return self.worker
 
     # -- teardown -------------------------------------------------------------------------------

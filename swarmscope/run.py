@@ -20,15 +20,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from typing import Any
 
+from swarmscope.controller.options import RunConfig
 
-def _spawn_workers(
-    kind: Any, cfg: Mapping[str, Any], port: int, log_dir: str
-) -> list[subprocess.Popen[bytes]]:
+
+def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[subprocess.Popen[bytes]]:
     procs = []
-    for i in range(cfg["workers"]):
+    for i in range(cfg.workers):
         log = open(os.path.join(log_dir, f"worker-{i + 1}.log"), "ab")
         # The worker gets its kind's locustfile and the master's address, nothing else: the
         # run's config reaches it over the network (swarmscope:setup).
@@ -52,7 +51,7 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.kill()
 
 
-def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -> dict[str, Any] | None:
+def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
 
@@ -61,10 +60,10 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
     from swarmscope.process import SwarmscopeProcess
 
     env = Environment(user_classes=[])
-    distributed = cfg["mode"] == "distributed"
+    distributed = cfg.mode == "distributed"
     runner: Any
     if distributed:
-        host, port = cfg["master_bind"].rsplit(":", 1)
+        host, port = cfg.master_bind.rsplit(":", 1)
         runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
         proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
     else:
@@ -77,7 +76,7 @@ def run_scenario(kind: Any, cfg: Mapping[str, Any], run_id: str | None = None) -
     workers: list[subprocess.Popen[bytes]] = []
     status = "failed"
     try:
-        if distributed and cfg["spawn_workers"]:
+        if distributed and cfg.spawn_workers:
             workers = _spawn_workers(kind, cfg, int(port), proc.run.run_dir)
         Sweep(proc, runner, distributed).run()
         status = "ok"

@@ -21,10 +21,10 @@ def test_precedence(tmp_path: pathlib.Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text("iterations: 5\nnodes: [3, 4]\nburst_s: 2\n")
     cfg = SCHEMA.load(file=f, env={"SWARMSCOPE_NODES": "7", "SWARMSCOPE_BURST_S": "3"}, sets=["nodes=2,5"])
-    assert cfg["iterations"] == 5 and cfg.sources["iterations"] == f"{f}:1"
-    assert cfg["burst_s"] == 3.0 and cfg.sources["burst_s"] == "env SWARMSCOPE_BURST_S"
-    assert cfg["nodes"] == [2, 5] and cfg.sources["nodes"] == "--set"
-    assert cfg["tracer.kind"] == "none" and cfg.sources["tracer.kind"] == "default"
+    assert cfg.iterations == 5 and cfg.sources["iterations"] == f"{f}:1"
+    assert cfg.burst_s == 3.0 and cfg.sources["burst_s"] == "env SWARMSCOPE_BURST_S"
+    assert cfg.nodes == [2, 5] and cfg.sources["nodes"] == "--set"
+    assert cfg.as_dict()["tracer.kind"] == "none" and cfg.sources["tracer.kind"] == "default"
 
 
 def test_every_problem_is_listed(tmp_path: pathlib.Path) -> None:

@@ -170,7 +170,7 @@ def test_hosts_outside_loopback_need_allow_list() -> None:
     with pytest.raises(ConfigError, match="allow_hosts"):
         KIND.schema.load(env={}, sets=["host=http://192.0.2.10/"])
     cfg: Config = KIND.schema.load(env={}, sets=["host=http://192.0.2.10/", "allow_hosts=192.0.2.10"])
-    assert cfg["host"] == "http://192.0.2.10/"
+    assert cfg.host == "http://192.0.2.10/"
     with pytest.raises(ConfigError, match="http:// or https://"):
         KIND.schema.load(env={}, sets=["host=ftp://127.0.0.1/"])
     with pytest.raises(ConfigError, match="needs the local target"):

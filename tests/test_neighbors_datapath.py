@@ -17,7 +17,6 @@ from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.agent import KernelTarget, XdpTarget
 from swarmscope.targets.neighbors.netns import VethNetns
-from swarmscope.targets.neighbors.sweep import run_sweep, schema
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -129,10 +128,25 @@ def test_pipeline_small_points_verified(tmp_path: Path) -> None:
     assert (only_run_dir(out) / "neighbors.png").stat().st_size > 10_000
 
 
-def test_sweep_kernel_table_target(tmp_path: Path) -> None:
-    cfg = schema().load(data={"neighbors": [700], "target": "kernel", "batch_size": 300, "plot": False})
-    pts = run_sweep(cfg, tmp_path)["points"]
+def test_kernel_table_target_on_the_pipeline_distributed(tmp_path: Path) -> None:
+    """target=kernel through `swarmscope run`, two worker processes: each programs its own
+    device's table; the probe's neigh_events counts per device (both workers share a cgroup)."""
+    out = tmp_path / "out"
+    p = run_cli(
+        "run", "scenarios/neighbor_writes.yaml", "--set", "target=kernel", "--set", "neighbors=701",
+        "--set", "batch_size=300", "--set", "plot=false", "--set", "mode=distributed",
+        "--set", "workers=2", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    pts = rep["neighbors"]["points"]
     assert [p["mode"] for p in pts] == ["list_program", "write_watch_program"]
     for p in pts:
-        assert p["verified"], p["problems"]
-        assert p["kernel_entries"] == 700  # neigh_update tracepoint count for this process
+        assert p["problems"] == [] and p["verified"] is True
+        assert (p["generated"], p["kernel_entries"], p["reported"]) == (701, 701, 701)
+        assert p["target"] == "kernel" and p["end_clock"].startswith("netlink ack")
+        assert p["workers"] == 2 and 0 < p["p50_us"] <= p["p99_us"] <= p["total_ms"] * 1000 + 1
+    # per node: the kernel's count of that worker's device, its share of N exactly
+    nodes = [c for pt in rep["points"] for it in pt["iterations"] for c in it["per_node"]]
+    assert sorted(c["kernel"] for c in nodes) == [350, 350, 351, 351]
+    assert all(c["generated"] == c["kernel"] == c["reported"] for c in nodes)

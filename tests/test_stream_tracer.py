@@ -21,6 +21,7 @@ import pytest
 
 from swarmscope.config import Schema
 from swarmscope.controller.tracers import TRACER_FIELDS, NodeKey, make_tracer, tracer_cross_check
+from swarmscope.controller.tracers.base import TracerConfig
 from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.controller.tracers.stream import Collector, StreamTracer, attribute
 from swarmscope.errors import ConfigError, SetupError, TracerError
@@ -36,7 +37,7 @@ IDLE = NodeKey("idle", cgroup_id=1 << 62)  # a node with no execs: must stay at 
 
 
 def test_config_keys_and_bounds() -> None:
-    schema = Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check])
+    schema = Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check], cls=TracerConfig)
     sets = ["tracer=stream", "tracer_stream_ringbuf_pages=4", "tracer_stream_collector_rate=0"]
     cfg = schema.load(sets=sets)
     t = make_tracer(cfg)

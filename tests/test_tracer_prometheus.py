@@ -6,6 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from swarmscope.controller.tracers import NodeKey, make_tracer
+from swarmscope.controller.tracers.base import tracer_config
 from swarmscope.errors import ConfigError, TracerError
 from swarmscope.kinds import get_kind
 
@@ -24,8 +25,10 @@ def test_counts_the_increase_per_node_and_the_losses(exporter) -> None:
     url, execs, lost = exporter
     execs.labels("ss-n1").inc(500)  # before the window: not counted
     t = make_tracer(
-        {"tracer": "prometheus", "tracer_prom_url": url, "tracer_prom_metric": "gadget_exec_events_total",
-         "tracer_prom_label": "node", "tracer_prom_lost_metric": "gadget_lost_events"}
+        tracer_config(
+            tracer="prometheus", tracer_prom_url=url, tracer_prom_metric="gadget_exec_events_total",
+            tracer_prom_label="node", tracer_prom_lost_metric="gadget_lost_events",
+        )
     )  # fmt: skip
     assert t is not None
     t.start("w1", [NodeKey("n1", cgroup_id=11, comm="ss-n1"), NodeKey("n2", cgroup_id=12, comm="ss-n2")])
@@ -41,7 +44,7 @@ def test_counts_the_increase_per_node_and_the_losses(exporter) -> None:
 def test_a_counter_that_goes_down_is_an_error_not_a_negative_count(exporter) -> None:
     url, execs, _ = exporter
     t = make_tracer(
-        {"tracer": "prometheus", "tracer_prom_url": url, "tracer_prom_metric": "gadget_exec_events"}
+        tracer_config(tracer="prometheus", tracer_prom_url=url, tracer_prom_metric="gadget_exec_events")
     )
     assert t is not None
     execs.labels("n1").inc(10)
@@ -53,7 +56,9 @@ def test_a_counter_that_goes_down_is_an_error_not_a_negative_count(exporter) -> 
 
 def test_unreachable_endpoint_is_a_tracer_error() -> None:
     t = make_tracer(
-        {"tracer": "prometheus", "tracer_prom_url": "http://127.0.0.1:9/metrics", "tracer_prom_metric": "x"}
+        tracer_config(
+            tracer="prometheus", tracer_prom_url="http://127.0.0.1:9/metrics", tracer_prom_metric="x"
+        )
     )
     assert t is not None
     with pytest.raises(TracerError, match="cannot scrape"):

@@ -27,7 +27,7 @@ from swarmscope.controller.tracers import (
     presets,
     tracer_cross_check,
 )
-from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, command_argv
+from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, command_argv, tracer_config
 from swarmscope.controller.tracers.command import CommandTracer
 from swarmscope.controller.tracers.parse import LineParser, json_path
 from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
@@ -136,13 +136,13 @@ def test_config_keys_command_as_string_or_list(tmp_path: pathlib.Path) -> None:
         "tracer_match: '^(?P<comm>\\S+)$'\n"
     )
     cfg = _schema().load(file=f, env={})
-    assert command_argv(cfg["tracer_command"])[2].startswith("tracepoint:a:b {")
+    assert command_argv(cfg.tracer_command)[2].startswith("tracepoint:a:b {")
     # From --set the command is one string, split like a shell (commas inside survive).
     cfg = _schema().load(
         file=f, env={}, sets=["tracer_command=bpftrace -e 'x { printf(\"%s %d\", comm, pid); }'"]
     )
-    assert command_argv(cfg["tracer_command"]) == ["bpftrace", "-e", 'x { printf("%s %d", comm, pid); }']
-    assert make_tracer({"tracer": "none"}) is None
+    assert command_argv(cfg.tracer_command) == ["bpftrace", "-e", 'x { printf("%s %d", comm, pid); }']
+    assert make_tracer(tracer_config(tracer="none")) is None
 
 
 def test_config_errors_are_all_listed(tmp_path: pathlib.Path) -> None:
@@ -243,11 +243,11 @@ def test_bpftrace_counts_exactly_k_execs_per_node(node_cgroup, tmp_path) -> None
     # The preset (its match and attribution) with the program filtered in the kernel to this
     # node's cgroup and the sentinels, so its "lost" is about these execs only.
     tracer = make_tracer(
-        {
-            "tracer": "bpftrace",
-            "tracer_ready_timeout_s": 60,
-            "tracer_command": _filtered_bpftrace(cgid, rb_pages=None),
-        }
+        tracer_config(
+            tracer="bpftrace",
+            tracer_ready_timeout_s=60,
+            tracer_command=_filtered_bpftrace(cgid, rb_pages=None),
+        )
     )
     assert tracer is not None
     # Two windows in a row with the same adapter: each starts its own tracer process.
@@ -265,9 +265,9 @@ def test_bpftrace_counts_exactly_k_execs_per_node(node_cgroup, tmp_path) -> None
 
 
 def test_make_tracer_takes_the_sentinel_binary() -> None:
-    t = make_tracer({"tracer": "bpftrace"}, sentinel="/usr/bin/env")
+    t = make_tracer(tracer_config(tracer="bpftrace"), sentinel="/usr/bin/env")
     assert isinstance(t, CommandTracer) and t.sentinel == pathlib.Path("/usr/bin/env")
-    assert make_tracer({"tracer": "none"}, sentinel="/usr/bin/env") is None
+    assert make_tracer(tracer_config(tracer="none"), sentinel="/usr/bin/env") is None
 
 
 @pytest.mark.root
@@ -287,13 +287,13 @@ def test_bpftrace_stalled_reader_loses_and_says_so(node_cgroup, tmp_path) -> Non
         '{ printf("%s %llu\\n", comm, cgroup); }'
     )
     tracer = make_tracer(
-        {
-            "tracer": "command",
-            "tracer_command": ["env", "BPFTRACE_PERF_RB_PAGES=1", "bpftrace", "-B", "line", "-e", prog],
-            "tracer_match": presets.BPFTRACE_MATCH,
-            "tracer_stall_s": 300.0,
-            "tracer_pipe_bytes": 4096,
-        }
+        tracer_config(
+            tracer="command",
+            tracer_command=["env", "BPFTRACE_PERF_RB_PAGES=1", "bpftrace", "-B", "line", "-e", prog],
+            tracer_match=presets.BPFTRACE_MATCH,
+            tracer_stall_s=300.0,
+            tracer_pipe_bytes=4096,
+        )
     )
     assert tracer is not None
     tracer.start("w-stall", [NodeKey("n1", cgroup_id=cgid)])
@@ -325,7 +325,7 @@ def test_ig_counts_exactly_k_execs_per_node(ig_path, node_cgroup, tmp_path) -> N
     cg, cgid = node_cgroup
     k = 300
     comm = f"ss-i{secrets.token_hex(2)}"
-    tracer = make_tracer({"tracer": "ig", "tracer_ready_timeout_s": 90})
+    tracer = make_tracer(tracer_config(tracer="ig", tracer_ready_timeout_s=90))
     assert tracer is not None
 
     def window(attempt: int) -> TracerResult:
@@ -344,6 +344,7 @@ monkey.patch_all()
 import gevent, json, os, sys, time
 from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.controller.tracers import NodeKey, make_tracer
+from swarmscope.controller.tracers.base import tracer_config
 import pathlib
 cg, k = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 ticks = []
@@ -352,7 +353,7 @@ def ticker():
         ticks.append(time.monotonic())
         gevent.sleep(0.01)
 g = gevent.spawn(ticker)
-t = make_tracer({"tracer": "bpftrace", "tracer_command": json.loads(sys.argv[3])})
+t = make_tracer(tracer_config(tracer="bpftrace", tracer_command=json.loads(sys.argv[3])))
 t.start("w", [NodeKey("n1", cgroup_id=os.stat(cg).st_ino)])
 exec_in_cgroup(cg, k, pathlib.Path("/bin/true"))
 s0 = time.monotonic()

@@ -30,8 +30,8 @@ class ExecStormUser(User):
         self.node = self.worker.next_node()
         # The master's --ss-* options reach workers in Locust's spawn message (parsed_options).
         opts = self.environment.parsed_options
-        self.burst_s = float(getattr(opts, "ss_burst_s", None) or proc.cfg["burst_s"])
-        self.concurrency = int(getattr(opts, "ss_concurrency", None) or proc.cfg["concurrency"])
+        self.burst_s = float(getattr(opts, "ss_burst_s", None) or proc.cfg.burst_s)
+        self.concurrency = int(getattr(opts, "ss_concurrency", None) or proc.cfg.concurrency)
 
     @task
     def burst(self) -> None:

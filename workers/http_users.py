@@ -159,11 +159,11 @@ class StepShape(LoadTestShape):
     def tick(self) -> tuple[int, float] | None:
         env: Any = self.runner.environment if self.runner is not None else None
         cfg = env.swarmscope.cfg  # the config swarmscope's plug-in loaded on this master
-        steps = cfg["steps"]
-        i = int(self.get_run_time() // cfg["step_duration"])
+        steps = cfg.steps
+        i = int(self.get_run_time() // cfg.step_duration)
         if i >= len(steps):
             return None
-        users = int(cfg["open_users"]) if cfg["model"] == "open" else int(steps[i])
+        users = int(cfg.open_users) if cfg.model == "open" else int(steps[i])
         return users, 10000.0  # a step starts at once (all its users)
 
 

@@ -37,8 +37,8 @@ class NeighborWriterUser(User):
     def on_start(self) -> None:
         proc = self.environment.swarmscope
         self.driver = proc.worker
-        self.batch = int(proc.cfg["batch_size"])
-        self.quota = int(proc.cfg["neighbors_per_user"])
+        self.batch = int(proc.cfg.batch_size)
+        self.quota = int(proc.cfg.neighbors_per_user)
         self.base = self.driver.next_block(self.quota)
         self.done = 0
         self.channel = grpc.insecure_channel(self.driver.control_plane(self.host))

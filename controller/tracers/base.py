@@ -4,7 +4,7 @@ A *tracer under test* is the system whose exec (or other) events swarmscope chec
 for one measurement window and says how many events it reported per simulated node, plus
 the losses it admitted to ("Lost N events", ig's "lost N samples").
 
-    tracer = make_tracer(cfg)            # None when cfg["tracer"] == "none" -> reported is null
+    tracer = make_tracer(cfg)            # None when cfg.tracer == "none" -> reported is null
     if tracer:
         tracer.start("w-3", [NodeKey("n1", cgroup_id=4711, comm="ss-n1")])  # returns when tracing
         ...                               # the load runs
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from swarmscope.config import Field
+from swarmscope.config import Config, Field
 from swarmscope.errors import ConfigError, Problem
 
 # bpftrace 0.17 prints "Lost 123 events"; ig prints {"type":"warn","message":"lost 123 samples"}.
@@ -74,7 +74,33 @@ class TracerUnderTest(Protocol):
         ...
 
 
-TracerFactory = Callable[[Mapping[str, Any]], TracerUnderTest]
+class TracerConfig(Config):
+    """The tracer-under-test options, typed (the exec storm's config class extends this one)."""
+
+    tracer: str
+    tracer_command: Any | None
+    tracer_match: str | None
+    tracer_json_field: str | None
+    tracer_lost_regex: str
+    tracer_ready_timeout_s: float
+    tracer_drain_timeout_s: float
+    tracer_read_rate: float | None
+    tracer_stall_s: float
+    tracer_pipe_bytes: int | None
+    tracer_stream_ringbuf_pages: int
+    tracer_stream_consume_rate: float
+    tracer_stream_queue: int
+    tracer_stream_collector_rate: float
+    tracer_stream_scope: str
+    tracer_prom_url: str
+    tracer_prom_metric: str
+    tracer_prom_label: str
+    tracer_prom_lost_metric: str
+    tracer_prom_settle_s: float
+
+
+# factory(cfg, sentinel): sentinel is the binary exec'ed for readiness and drain (None: default).
+TracerFactory = Callable[[TracerConfig, str | None], TracerUnderTest]
 
 # kind -> factory(cfg). Adapters register themselves on import (see controller/tracers/__init__).
 TRACERS: dict[str, TracerFactory] = {}
@@ -89,7 +115,7 @@ def register_tracer(kind: str) -> Callable[[TracerFactory], TracerFactory]:
 
 
 def make_tracer(
-    cfg: Mapping[str, Any], *, sentinel: str | os.PathLike[str] | None = None
+    cfg: TracerConfig, *, sentinel: str | os.PathLike[str] | None = None
 ) -> TracerUnderTest | None:
     """Build the tracer the config names, or None for ``tracer: none`` (reported stays null).
 
@@ -98,16 +124,14 @@ def make_tracer(
     """
     import swarmscope.controller.tracers  # noqa: F401  (registers the adapters)
 
-    if sentinel is not None:
-        cfg = {**cfg, "tracer_sentinel": os.fspath(sentinel)}
-    kind = cfg.get("tracer", "none") or "none"
+    kind = cfg.tracer or "none"
     if kind == "none":
         return None
     factory = TRACERS.get(kind)
     if factory is None:
         known = ", ".join(["none", *sorted(TRACERS)])
         raise ConfigError([Problem("config", "tracer", f"{kind!r} is not one of {known}")])
-    return factory(cfg)
+    return factory(cfg, os.fspath(sentinel) if sentinel is not None else None)
 
 
 def command_argv(value: Any) -> list[str]:
@@ -296,6 +320,15 @@ TRACER_FIELDS += [
         max=600,
     ),
 ]
+
+
+def tracer_config(**values: Any) -> TracerConfig:
+    """A validated tracer config from keyword values (code and tests; runs load a scenario)."""
+    from swarmscope.config import Schema
+
+    cfg = Schema(TRACER_FIELDS, [tracer_cross_check], TracerConfig).load(data=values, env={})
+    assert isinstance(cfg, TracerConfig)
+    return cfg
 
 
 def tracer_cross_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -46,6 +46,7 @@ from typing import IO, Any
 from swarmscope.controller.tracers.base import (
     DEFAULT_LOST_REGEX,
     NodeKey,
+    TracerConfig,
     TracerResult,
     command_argv,
     register_tracer,
@@ -420,15 +421,15 @@ class CommandTracer:
             )
 
 
-def build_command(cfg: Mapping[str, Any], **preset: Any) -> CommandTracer:
+def build_command(cfg: TracerConfig, sentinel: str | None, **preset: Any) -> CommandTracer:
     """A CommandTracer from the flat scenario keys; ``preset`` supplies what the keys leave null."""
     # Popped whatever wins: a preset's argv left in ``preset`` would be passed twice below.
     preset_argv = preset.pop("argv", None)
-    cmd = cfg.get("tracer_command") or preset_argv
+    cmd = cfg.tracer_command or preset_argv
     if not cmd:
         raise ConfigError([Problem("config", "tracer_command", "is required for this tracer")])
-    match = cfg.get("tracer_match") or None
-    json_field = cfg.get("tracer_json_field") or None
+    match = cfg.tracer_match or None
+    json_field = cfg.tracer_json_field or None
     if not match and not json_field:
         match, json_field = preset.pop("match", None), preset.pop("json_field", None)
     else:
@@ -439,17 +440,17 @@ def build_command(cfg: Mapping[str, Any], **preset: Any) -> CommandTracer:
         name=preset.pop("name", "command"),
         match=match,
         json_field=json_field,
-        lost_regex=cfg.get("tracer_lost_regex", DEFAULT_LOST_REGEX),
-        ready_timeout_s=float(cfg.get("tracer_ready_timeout_s", 60.0)),
-        drain_timeout_s=float(cfg.get("tracer_drain_timeout_s", 10.0)),
-        sentinel=Path(cfg.get("tracer_sentinel") or preset.pop("sentinel", "/bin/true")),
-        read_rate=cfg.get("tracer_read_rate"),
-        stall_s=float(cfg.get("tracer_stall_s") or 0.0),
-        pipe_bytes=cfg.get("tracer_pipe_bytes"),
+        lost_regex=cfg.tracer_lost_regex,
+        ready_timeout_s=float(cfg.tracer_ready_timeout_s),
+        drain_timeout_s=float(cfg.tracer_drain_timeout_s),
+        sentinel=Path(sentinel or preset.pop("sentinel", "/bin/true")),
+        read_rate=cfg.tracer_read_rate,
+        stall_s=float(cfg.tracer_stall_s or 0.0),
+        pipe_bytes=cfg.tracer_pipe_bytes,
         **preset,
     )
 
 
 @register_tracer("command")
-def _command_factory(cfg: Mapping[str, Any]) -> CommandTracer:
-    return build_command(cfg)
+def _command_factory(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
+    return build_command(cfg, sentinel)

@@ -18,11 +18,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from swarmscope.controller.tracers.base import register_tracer
+from swarmscope.controller.tracers.base import TracerConfig, register_tracer
 from swarmscope.controller.tracers.command import CommandTracer, build_command
 from swarmscope.errors import SetupError
 
@@ -80,12 +78,12 @@ def ig_argv(ig: Path | None = None) -> list[str]:
 
 
 @register_tracer("bpftrace")
-def bpftrace_tracer(cfg: Mapping[str, Any]) -> CommandTracer:
-    argv = None if cfg.get("tracer_command") else bpftrace_argv()
-    return build_command(cfg, name="bpftrace", argv=argv, match=BPFTRACE_MATCH)
+def bpftrace_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
+    argv = None if cfg.tracer_command else bpftrace_argv()
+    return build_command(cfg, sentinel, name="bpftrace", argv=argv, match=BPFTRACE_MATCH)
 
 
 @register_tracer("ig")
-def ig_tracer(cfg: Mapping[str, Any]) -> CommandTracer:
-    argv = None if cfg.get("tracer_command") else ig_argv()
-    return build_command(cfg, name="ig", argv=argv, json_field=IG_JSON_FIELD)
+def ig_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
+    argv = None if cfg.tracer_command else ig_argv()
+    return build_command(cfg, sentinel, name="ig", argv=argv, json_field=IG_JSON_FIELD)

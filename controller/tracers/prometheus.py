@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Mapping
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarmscope.controller.tracers.base import NodeKey, TracerResult, register_tracer
+from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
 from swarmscope.errors import TracerError
 
 Samples = dict[tuple[tuple[str, str], ...], float]
@@ -109,11 +107,12 @@ class PrometheusTracer:
 
 
 @register_tracer("prometheus")
-def _make(cfg: Mapping[str, Any]) -> PrometheusTracer:
+def _make(cfg: TracerConfig, sentinel: str | None) -> PrometheusTracer:
+    del sentinel  # scraped, not exec-triggered: no sentinel
     return PrometheusTracer(
-        url=cfg["tracer_prom_url"],
-        metric=cfg["tracer_prom_metric"],
-        label=cfg.get("tracer_prom_label") or None,
-        lost_metric=cfg.get("tracer_prom_lost_metric") or None,
-        settle_s=float(cfg.get("tracer_prom_settle_s") or 0.0),
+        url=cfg.tracer_prom_url,
+        metric=cfg.tracer_prom_metric,
+        label=cfg.tracer_prom_label or None,
+        lost_metric=cfg.tracer_prom_lost_metric or None,
+        settle_s=float(cfg.tracer_prom_settle_s or 0.0),
     )

@@ -25,7 +25,13 @@ import tempfile
 import time
 
 from swarmscope.config import Schema
-from swarmscope.controller.tracers.base import TRACER_FIELDS, NodeKey, make_tracer, tracer_cross_check
+from swarmscope.controller.tracers.base import (
+    TRACER_FIELDS,
+    NodeKey,
+    TracerConfig,
+    make_tracer,
+    tracer_cross_check,
+)
 from swarmscope.errors import SetupError
 from swarmscope.sys.cgroups import cgroup_id, temp_cgroup
 
@@ -66,8 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    schema = Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check])
+    schema = Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check], cls=TracerConfig)
     cfg = schema.load(sets=[f"tracer={args.tracer}", *args.set])
+    assert isinstance(cfg, TracerConfig)
     tracer = make_tracer(cfg)
     if tracer is None:
         print("tracer is none: nothing to check")

@@ -46,7 +46,7 @@ from typing import Any
 import grpc
 
 from swarmscope.controller.fleet import grpc_for_gevent
-from swarmscope.controller.tracers.base import NodeKey, TracerResult, register_tracer
+from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
 from swarmscope.errors import TracerError
 from swarmscope.sys.cgroups import cgroup_id, pid_cgroup_path
 from swarmscope.sys.sentinel import Sentinels, sentinel_number
@@ -363,14 +363,14 @@ class StreamTracer:
 
 
 @register_tracer("stream")
-def stream_tracer(cfg: Mapping[str, Any]) -> StreamTracer:
+def stream_tracer(cfg: TracerConfig, sentinel: str | None) -> StreamTracer:
     return StreamTracer(
-        ringbuf_pages=int(cfg.get("tracer_stream_ringbuf_pages", 8)),
-        consume_rate=float(cfg.get("tracer_stream_consume_rate", 0.0) or 0.0),
-        queue=int(cfg.get("tracer_stream_queue", 256)),
-        collector_rate=float(cfg.get("tracer_stream_collector_rate", 0.0) or 0.0),
-        ready_timeout_s=float(cfg.get("tracer_ready_timeout_s", 60.0)),
-        drain_timeout_s=float(cfg.get("tracer_drain_timeout_s", 10.0)),
-        sentinel=Path(cfg.get("tracer_sentinel") or "/bin/true"),
-        scope=str(cfg.get("tracer_stream_scope") or "nodes"),
+        ringbuf_pages=int(cfg.tracer_stream_ringbuf_pages),
+        consume_rate=float(cfg.tracer_stream_consume_rate or 0.0),
+        queue=int(cfg.tracer_stream_queue),
+        collector_rate=float(cfg.tracer_stream_collector_rate or 0.0),
+        ready_timeout_s=float(cfg.tracer_ready_timeout_s),
+        drain_timeout_s=float(cfg.tracer_drain_timeout_s),
+        sentinel=Path(sentinel or "/bin/true"),
+        scope=str(cfg.tracer_stream_scope or "nodes"),
     )

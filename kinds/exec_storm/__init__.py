@@ -15,7 +15,22 @@ from typing import Any
 
 from swarmscope.config import Field, list_of
 from swarmscope.controller.model import PointInfo
+from swarmscope.controller.options import RunConfig
+from swarmscope.controller.tracers.base import TracerConfig
 from swarmscope.kinds.base import CrossCheck, Kind
+
+
+class ExecStormConfig(RunConfig, TracerConfig):
+    """An exec storm's validated options (fields: :meth:`ExecStorm.fields`)."""
+
+    nodes: list[int]
+    iterations: int
+    burst_s: float
+    concurrency: int
+    pids_max: int
+    max_execs: int
+    pause_s: float
+    rate_per_node: float
 
 
 def _exec_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
@@ -24,10 +39,11 @@ def _exec_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
-class ExecStorm(Kind):
+class ExecStorm(Kind[ExecStormConfig]):
     name = "exec_storm"
     metric = "exec"
     description = "exec() bursts per node; does a tracer report every exec?"
+    config_cls = ExecStormConfig
 
     def fields(self) -> list[Field]:
         from swarmscope.controller.tracers.base import TRACER_FIELDS
@@ -60,36 +76,39 @@ class ExecStorm(Kind):
         return [_exec_checks, tracer_cross_check]
 
     # -- controller side ------------------------------------------------------------------
-    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    def programs(self, cfg: ExecStormConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         return {"exec_count": {}}
 
-    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
-        return [PointInfo(i, {"nodes": n}, int(cfg["iterations"])) for i, n in enumerate(cfg["nodes"])]
+    def points(self, cfg: ExecStormConfig) -> list[PointInfo]:
+        return [PointInfo(i, {"nodes": n}, int(cfg.iterations)) for i, n in enumerate(cfg.nodes)]
 
-    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
-        return max(cfg["nodes"])
+    def sim_nodes(self, cfg: ExecStormConfig) -> int:
+        return max(cfg.nodes)
 
-    def window_nodes(self, cfg: Mapping[str, Any], point: PointInfo, ordered: list[str]) -> list[str]:
+    def window_nodes(self, cfg: ExecStormConfig, point: PointInfo, ordered: list[str]) -> list[str]:
         return ordered[: int(point.params["nodes"])]
 
     def payload(
-        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
+        self, cfg: ExecStormConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
     ) -> dict[str, Any]:
         return {
-            "duration_s": cfg["burst_s"],
-            "concurrency": cfg["concurrency"],
-            "rate": cfg["rate_per_node"],
-            "max_execs": cfg["max_execs"],
+            "duration_s": cfg.burst_s,
+            "concurrency": cfg.concurrency,
+            "rate": cfg.rate_per_node,
+            "max_execs": cfg.max_execs,
         }
 
-    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
-        return float(cfg["burst_s"]) + float(cfg["window_timeout_s"])
+    def window_timeout_s(self, cfg: ExecStormConfig, point: PointInfo) -> float:
+        return float(cfg.burst_s) + float(cfg.window_timeout_s)
 
-    def expected_per_node(self, cfg: Mapping[str, Any]) -> float | None:
-        return float(cfg["rate_per_node"]) * float(cfg["burst_s"]) or None
+    def pause_s(self, cfg: ExecStormConfig) -> float:
+        return float(cfg.pause_s)
+
+    def expected_per_node(self, cfg: ExecStormConfig) -> float | None:
+        return float(cfg.rate_per_node) * float(cfg.burst_s) or None
 
     # -- worker side ----------------------------------------------------------------------
-    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+    def make_driver(self, cfg: ExecStormConfig, sim_nodes: int, prefix: str) -> Any:
         import os
 
         from swarmscope.workers.role import WorkerRole
@@ -98,13 +117,13 @@ class ExecStorm(Kind):
         return WorkerRole.create(
             sim_nodes,
             group=group,
-            pids_max=int(cfg["pids_max"]),
-            max_execs=int(cfg["max_execs"]),
+            pids_max=int(cfg.pids_max),
+            max_execs=int(cfg.max_execs),
             prefix=prefix,
         )
 
-    def free_run_nodes(self, cfg: Mapping[str, Any]) -> int:
-        return int(cfg["nodes"][0])
+    def free_run_nodes(self, cfg: ExecStormConfig) -> int:
+        return int(cfg.nodes[0])
 
 
 KIND = ExecStorm()

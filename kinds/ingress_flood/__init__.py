@@ -22,14 +22,16 @@ from swarmscope.config import Field
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.ingress_flood.config import IngressConfig
 
 START_DELAY_S = 0.3  # a window starts this long after its payload is made: every worker at once
 
 
-class IngressFlood(Kind):
+class IngressFlood(Kind[IngressConfig]):
     name = "ingress_flood"
     metric = "requests"
     description = "HTTP load in steps against an ingress: exact latency, proxy cost, faults"
+    config_cls = IngressConfig
 
     def __init__(self) -> None:
         # The LB's pids change when it restarts (a fault): the target worker sends them with
@@ -47,14 +49,14 @@ class IngressFlood(Kind):
         return [cross_check]
 
     # -- controller side ------------------------------------------------------------------
-    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
-        key = "rate" if cfg["model"] == "open" else "users"
-        return [PointInfo(i, {key: _num(s)}, 1) for i, s in enumerate(cfg["steps"])]
+    def points(self, cfg: IngressConfig) -> list[PointInfo]:
+        key = "rate" if cfg.model == "open" else "users"
+        return [PointInfo(i, {key: _num(s)}, 1) for i, s in enumerate(cfg.steps)]
 
-    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
-        return int(cfg["workers"]) if cfg["mode"] == "distributed" else 1
+    def sim_nodes(self, cfg: IngressConfig) -> int:
+        return int(cfg.workers) if cfg.mode == "distributed" else 1
 
-    def shared(self, cfg: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    def shared(self, cfg: IngressConfig, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         errors = [str(i["error"]) for i in infos.values() if i.get("error")]
         if errors:
             raise ConfigError([Problem("target", "host", e) for e in errors])
@@ -64,38 +66,35 @@ class IngressFlood(Kind):
         self._lb_pids[str(target["url"])] = list(target.get("lb_pids") or [])
         return {"url": target["url"], "target_node": target["node"]}
 
-    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-        if cfg["proxy_processes"]:
-            return {"procstat": {"names": ",".join(cfg["proxy_processes"])}}
+    def programs(self, cfg: IngressConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        if cfg.proxy_processes:
+            return {"procstat": {"names": ",".join(cfg.proxy_processes)}}
         pids = self._lb_pids.get(str(shared.get("url")), [])
         return {"procstat": {"pids": ",".join(map(str, pids))} if pids else {}}
 
     def payload(
-        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
+        self, cfg: IngressConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
     ) -> dict[str, Any]:
         return {
             "step": point.index,
-            "last": point.index == len(cfg["steps"]) - 1,
+            "last": point.index == len(cfg.steps) - 1,
             "users": point.params.get("users"),
             "rate": point.params.get("rate"),
-            "model": cfg["model"],
-            "open_users": cfg["open_users"],
-            "step_duration": cfg["step_duration"],
+            "model": cfg.model,
+            "open_users": cfg.open_users,
+            "step_duration": cfg.step_duration,
             "url": shared.get("url", ""),
             "start_at": time.time() + START_DELAY_S,
         }
 
-    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
+    def window_timeout_s(self, cfg: IngressConfig, point: PointInfo) -> float:
         return (
-            START_DELAY_S
-            + float(cfg["step_duration"])
-            + float(cfg["stop_timeout_s"])
-            + float(cfg["window_timeout_s"])
+            START_DELAY_S + float(cfg.step_duration) + float(cfg.stop_timeout_s) + float(cfg.window_timeout_s)
         )
 
     def reconcile(
         self,
-        cfg: Mapping[str, Any],
+        cfg: IngressConfig,
         window: WindowInfo,
         point: PointInfo,
         results: dict[str, dict[str, Any]],
@@ -113,7 +112,7 @@ class IngressFlood(Kind):
         return res
 
     def sections(
-        self, cfg: Mapping[str, Any], results: Sequence[IterationResult], run_dir: str
+        self, cfg: IngressConfig, results: Sequence[IterationResult], run_dir: str
     ) -> dict[str, Any]:
         from swarmscope.kinds.ingress_flood.results import build_sections
 
@@ -123,7 +122,7 @@ class IngressFlood(Kind):
         from swarmscope.kinds.ingress_flood import report  # noqa: F401  (registers on import)
 
     # -- worker side ----------------------------------------------------------------------
-    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+    def make_driver(self, cfg: IngressConfig, sim_nodes: int, prefix: str) -> Any:
         from swarmscope.kinds.ingress_flood.driver import IngressDriver
 
         return IngressDriver(cfg, prefix)

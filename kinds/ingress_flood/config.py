@@ -20,6 +20,7 @@ from typing import Any
 
 from swarmscope.config import Field, list_of
 from swarmscope.controller.faults import names as fault_names
+from swarmscope.controller.options import RunConfig
 from swarmscope.errors import ConfigError, Problem
 
 # Addresses of namespaces this project makes (targets.ingress.local uses 10.201.X.0/30).
@@ -110,6 +111,29 @@ INGRESS_FIELDS: list[Field] = [
     Field("preflight_timeout_s", float, 5.0, "preflight request timeout", min=0.1, max=120),
     Field("tls_verify", bool, True, "verify TLS certificates (https targets)"),
 ]
+
+
+class IngressConfig(RunConfig):
+    """An ingress flood's validated options (fields: :data:`INGRESS_FIELDS`)."""
+
+    host: str
+    steps: list[float]
+    step_duration: float
+    engine: str
+    model: str
+    open_users: int
+    path: str
+    fault: str
+    fault_at: float
+    restart_delay_s: float
+    stall_s: float
+    lb_workers: int
+    allow_hosts: list[str] | None
+    proxy_processes: list[str] | None
+    generator_bound_pct: float
+    stop_timeout_s: float
+    preflight_timeout_s: float
+    tls_verify: bool
 
 
 def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:

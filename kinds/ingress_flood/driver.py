@@ -28,11 +28,11 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from swarmscope.errors import SwarmscopeError
+from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.node import node_host
 from swarmscope.workers.http_stats import StepRecorder, downtime
 
@@ -51,14 +51,14 @@ def worker_index(prefix: str) -> int:
 
 
 class IngressDriver:
-    def __init__(self, cfg: Mapping[str, Any], prefix: str = ""):
-        self.cfg = dict(cfg)
+    def __init__(self, cfg: IngressConfig, prefix: str = ""):
+        self.cfg = cfg
         self.name = f"{prefix}n1"
         self.host = node_host()
         self.index = worker_index(prefix)
         self.target: Any = None
         self.error = ""
-        self.base_url = str(cfg["host"]).rstrip("/")
+        self.base_url = str(cfg.host).rstrip("/")
         self.active: Any = None  # the WindowLoad FloodUsers of this process record into
         self._window = ""
         self._done: dict[str, dict[str, Any]] = {}
@@ -74,13 +74,13 @@ class IngressDriver:
 
         cfg = self.cfg
         try:
-            if not cfg["host"]:
+            if not cfg.host:
                 from swarmscope.targets.ingress.local import LocalIngress
 
-                self.target = LocalIngress(cfg["restart_delay_s"], cfg["lb_workers"])
+                self.target = LocalIngress(cfg.restart_delay_s, cfg.lb_workers)
                 self.target.__enter__()
                 self.base_url = self.target.url.rstrip("/")
-            preflight(self.base_url + cfg["path"], cfg["preflight_timeout_s"], cfg["tls_verify"])
+            preflight(self.base_url + cfg.path, cfg.preflight_timeout_s, cfg.tls_verify)
         except SwarmscopeError as e:
             # Reported to the controller in info(), which fails the run with it.
             self.error = str(e)
@@ -105,7 +105,7 @@ class IngressDriver:
         so wait (briefly) until all ``lb_workers`` are there before the probe is told the pids."""
         if self.target is None:
             return []
-        want = 1 + int(self.cfg["lb_workers"])
+        want = 1 + int(self.cfg.lb_workers)
         deadline = time.monotonic() + timeout_s
         pids = self.target.lb_pids()
         while len(pids) < want and time.monotonic() < deadline:
@@ -123,11 +123,11 @@ class IngressDriver:
         if window_id and window_id != self._window:
             cfg = self.cfg
             t0 = time.time()
-            self._start(window_id, t0, len(cfg["steps"]), cfg["model"] == "open")
-            steps = [float(s) for s in cfg["steps"]]
+            self._start(window_id, t0, len(cfg.steps), cfg.model == "open")
+            steps = [float(s) for s in cfg.steps]
             rec = self.active.recorder
             self.active.rate_at = lambda t: steps[rec.step_of(t)]
-            self.active.users = int(cfg["open_users"])
+            self.active.users = int(cfg.open_users)
             self.active.start_cpu_meter()
         self._window = window_id
 
@@ -152,7 +152,7 @@ class IngressDriver:
         load.rate_at, load.users = (lambda t: rate), users
         extra: dict[str, Any] = {}
         gevent.sleep(max(0.0, start_at - time.time()))
-        if self.cfg["engine"] == "k6":
+        if self.cfg.engine == "k6":
             extra = self._run_k6(load, users, rate, dur, openm)
         else:
             self._run_users(load, users, dur, environment)
@@ -180,17 +180,15 @@ class IngressDriver:
         from swarmscope.workers.http_users import WindowLoad
 
         cfg = self.cfg
-        keep = cfg["fault"] != "none" and self.index == 0
-        rec = StepRecorder(cfg["step_duration"], t0, keep_timeline=keep, n_steps=n_steps)
-        self.active = WindowLoad(rec, self.base_url, cfg["path"], "open" if openm else "closed")
+        keep = cfg.fault != "none" and self.index == 0
+        rec = StepRecorder(cfg.step_duration, t0, keep_timeline=keep, n_steps=n_steps)
+        self.active = WindowLoad(rec, self.base_url, cfg.path, "open" if openm else "closed")
         if self.target is not None:
             self._log_before = self.target.access_log_count()
         if keep and self._fault is None:
             from swarmscope.controller.faults import make_fault
 
-            self._fault = make_fault(
-                cfg["fault"], at_s=cfg["fault_at"], target=self.target, stall_s=cfg["stall_s"]
-            )
+            self._fault = make_fault(cfg.fault, at_s=cfg.fault_at, target=self.target, stall_s=cfg.stall_s)
             self._fault.arm(t0)  # fault_at counts from the first step's start
         return self.active
 
@@ -211,7 +209,7 @@ class IngressDriver:
         # records it) first, as Locust's own stop with a stop timeout does.
         for u in running:
             u.stop(force=False)
-        if not group.join(timeout=float(self.cfg["stop_timeout_s"])):
+        if not group.join(timeout=float(self.cfg.stop_timeout_s)):
             log.warning("ingress: users still in a request after the stop timeout; killed")
             group.kill(block=True)
 
@@ -225,7 +223,7 @@ class IngressDriver:
         out = Path(tempfile.mkdtemp(prefix="ss-k6-"))
         try:
             res = run_k6(
-                self.base_url + self.cfg["path"], [step], dur, "open" if openm else "closed", out,
+                self.base_url + self.cfg.path, [step], dur, "open" if openm else "closed", out,
                 max_vus=users, keep_timeline=load.recorder.keep_timeline,
             )  # fmt: skip
         finally:
@@ -237,7 +235,7 @@ class IngressDriver:
         load, self.active = self.active, None
         load.stop()
         rec: StepRecorder = load.recorder
-        out: dict[str, Any] = {**extra, "engine": self.cfg["engine"]}
+        out: dict[str, Any] = {**extra, "engine": self.cfg.engine}
         if self.index == 0:
             out["url"] = self.base_url
         if self.target is not None:
@@ -272,7 +270,7 @@ class IngressDriver:
             d = downtime(self._timeline, r["at"]) if "error" not in r else {}
             if d and d.get("downtime_s") and d.get("recovery_s") is None and not last:
                 break  # not recovered yet: report it with a later window, when it is known
-            out.append({**r, **d, "restart_delay_s": self.cfg["restart_delay_s"]})
+            out.append({**r, **d, "restart_delay_s": self.cfg.restart_delay_s})
             self._fault_sent += 1
         if self._fault_sent == len(self._fault.records) and self._fault.records:
             self._timeline = []  # every fault reported: the timeline is no longer needed

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
+from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.workers.http_stats import StepRecorder
 
 PROXY_GAUGES = {
@@ -41,7 +42,7 @@ def proxy_from(readings: list[ProbeReading]) -> dict[str, float] | None:
 
 
 def reconcile_window(
-    cfg: Mapping[str, Any],
+    cfg: IngressConfig,
     window: WindowInfo,
     point: PointInfo,
     results: dict[str, dict[str, Any]],
@@ -60,11 +61,11 @@ def reconcile_window(
             flags.append(f"missing:{node}:worker")
     got = [results[n] for n in window.nodes if n in results]
     blobs = {n: results[n]["recorder"] for n in window.nodes if n in results}
-    key = "rate" if cfg["model"] == "open" else "users"
+    key = "rate" if cfg.model == "open" else "users"
     proxy = proxy_from(readings)
     rows: list[dict[str, Any]] = []
     if blobs:
-        rows = StepRecorder.merge(blobs.values()).summary(cfg["generator_bound_pct"])
+        rows = StepRecorder.merge(blobs.values()).summary(cfg.generator_bound_pct)
     swept = key in point.params
     if swept:  # swarmscope run: this window is one step, the point's
         if not rows:
@@ -75,7 +76,7 @@ def reconcile_window(
     else:  # locust -f: one window holds every step StepShape ran
         for row in rows:
             i = row["step"]
-            row[key] = _num(cfg["steps"][i]) if i < len(cfg["steps"]) else None
+            row[key] = _num(cfg.steps[i]) if i < len(cfg.steps) else None
     for row in rows:
         if row.get("generator_bound"):
             flags.append(f"generator-bound:step{row['step']}")
@@ -120,9 +121,7 @@ def fault_span(f: Mapping[str, Any]) -> dict[str, Any] | None:
             "end_ns": int(float(end) * 1e9), "attrs": attrs}  # fmt: skip
 
 
-def build_sections(
-    cfg: Mapping[str, Any], results: Sequence[IterationResult], run_dir: str
-) -> dict[str, Any]:
+def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
     """``steps`` (one row per step, merged percentiles, proxy from the probe), ``faults`` and the
     ``ingress`` summary, with the PNG plots written into ``run_dir``."""
     ordered = sorted(results, key=lambda r: (r.point, r.iteration))
@@ -133,9 +132,9 @@ def build_sections(
     faults = [{**f, "restarts": restarts} for r in ordered for f in r.extra.get("faults", [])]
     servers = [r.extra.get("server_requests") for r in ordered]
     summary = {
-        "url": next((r.extra["url"] for r in ordered if r.extra.get("url")), cfg["host"] or None),
-        "engine": cfg["engine"],
-        "model": cfg["model"],
+        "url": next((r.extra["url"] for r in ordered if r.extra.get("url")), cfg.host or None),
+        "engine": cfg.engine,
+        "model": cfg.model,
         "windows": len(ordered),
         "requests": sum(int(r.extra.get("requests", 0)) for r in ordered),
         "successes": sum(int(r.extra.get("successes", 0)) for r in ordered),
@@ -148,7 +147,7 @@ def build_sections(
     t0 = ordered[0].started_ns / 1e9 if ordered else 0.0
     from swarmscope.kinds.ingress_flood.plots import write_plots
 
-    plots = write_plots({"steps": steps, "faults": faults, "model": cfg["model"], "t0": t0}, Path(run_dir))
+    plots = write_plots({"steps": steps, "faults": faults, "model": cfg.model, "t0": t0}, Path(run_dir))
     summary["plots"] = plots
     return {"steps": steps, "faults": faults, "ingress": summary}
 

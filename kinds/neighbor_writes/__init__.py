@@ -1,4 +1,4 @@
-"""Scenario kind ``neighbor_writes``: neighbor entries from a control plane into an XDP map.
+"""Scenario kind ``neighbor_writes``: neighbor entries from a control plane into a datapath.
 
     swarmscope run scenarios/neighbor_writes.yaml --set neighbors=1000,100000
     swarmscope run scenarios/neighbor_writes.yaml --set mode=distributed --set workers=2
@@ -10,8 +10,12 @@ map id and verification. The window's probe program ``map_update``, restricted t
 pids, times every map-update call in the kernel; reconcile (results.py) matches each worker's
 starts with the ends of its calls into per-entry latencies, pooled over workers.
 generated (written) == kernel (in the probe's update calls) == reported (read back from the
-map) on every node, or the point is not verified. Caveat: target=kernel (the kernel neighbor
-table) is not on this pipeline yet; ``python -m swarmscope.targets.neighbors.sweep`` runs it.
+map) on every node, or the point is not verified.
+
+``target: kernel`` programs the kernel's own neighbor table instead (a device in the worker's
+test namespace, written over netlink): the probe program is ``neigh_events``, whose per-device
+update count is the kernel column; an entry's end is the netlink ACK of its send (the kernel
+acknowledges after the table is written), and ``ip neigh`` lists what is reported.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 
 from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
-from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.controller.options import RunConfig
+from swarmscope.kinds.base import Kind
 
 MODES = ("list_program", "write_watch_program")
 
@@ -39,8 +44,7 @@ NEIGHBOR_FIELDS: list[Field] = [
         "target",
         str,
         "xdp",
-        "datapath: XDP hash map, or the kernel neighbor table (kernel: only through "
-        "python -m swarmscope.targets.neighbors.sweep for now)",
+        "datapath: XDP hash map, or the kernel neighbor table of a device in a test namespace",
         choices=("xdp", "kernel"),
     ),
     Field("batch_size", int, 5000, "entries per put-batch message (writer and Locust users)", min=1),
@@ -59,48 +63,50 @@ NEIGHBOR_FIELDS: list[Field] = [
 ]
 
 
-def _pipeline_target(v: dict[str, Any]) -> list[tuple[str, str]]:
-    if v["target"] != "xdp":
-        return [
-            (
-                "target",
-                "only xdp runs on the run pipeline; the kernel table runs with "
-                "`python -m swarmscope.targets.neighbors.sweep <scenario> --set target=kernel`",
-            )
-        ]
-    return []
+class NeighborConfig(RunConfig):
+    """A neighbor-writes run's validated options (fields: :meth:`NeighborWrites.fields`)."""
+
+    neighbors: list[int]
+    modes: list[str]
+    target: str
+    batch_size: int
+    page_size: int
+    verify_packets: int
+    point_timeout_s: float
+    plot: bool
+    neighbors_per_user: int
 
 
-class NeighborWrites(Kind):
+class NeighborWrites(Kind[NeighborConfig]):
     name = "neighbor_writes"
     metric = "neighbors"
     description = "neighbor entries control plane -> XDP map; per-entry latency on the kernel's clock"
+    config_cls = NeighborConfig
 
     def fields(self) -> list[Field]:
         return list(NEIGHBOR_FIELDS)
 
-    def cross_checks(self) -> list[CrossCheck]:
-        return [_pipeline_target]
-
     # -- controller side ------------------------------------------------------------------
-    def programs(self, cfg: Mapping[str, Any], shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    def programs(self, cfg: NeighborConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        if cfg.target == "kernel":  # counted per cgroup and device: nothing to configure
+            return {"neigh_events": {}}
         pids = shared.get("pids") or []
         # Only the agents' calls: the kernel clock is per pid (and map id, matched at reconcile).
         return {"map_update": {"pids": ",".join(str(p) for p in pids)} if pids else {}}
 
-    def points(self, cfg: Mapping[str, Any]) -> list[PointInfo]:
-        pairs = [(n, m) for n in cfg["neighbors"] for m in cfg["modes"]]
+    def points(self, cfg: NeighborConfig) -> list[PointInfo]:
+        pairs = [(n, m) for n in cfg.neighbors for m in cfg.modes]
         return [PointInfo(i, {"neighbors": n, "mode": m}, 1) for i, (n, m) in enumerate(pairs)]
 
-    def sim_nodes(self, cfg: Mapping[str, Any]) -> int:
-        return int(cfg["workers"]) if cfg["mode"] == "distributed" else 1  # a worker is a node
+    def sim_nodes(self, cfg: NeighborConfig) -> int:
+        return int(cfg.workers) if cfg.mode == "distributed" else 1  # a worker is a node
 
-    def shared(self, cfg: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    def shared(self, cfg: NeighborConfig, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         nodes = {str(i["node"]): int(i["pid"]) for i in infos.values() if "node" in i}
         return {"pids": sorted(set(nodes.values())), "nodes": dict(sorted(nodes.items()))}
 
     def payload(
-        self, cfg: Mapping[str, Any], point: PointInfo, iteration: int, shared: Mapping[str, Any]
+        self, cfg: NeighborConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
     ) -> dict[str, Any]:
         from swarmscope.kinds.neighbor_writes.results import shares
 
@@ -108,20 +114,20 @@ class NeighborWrites(Kind):
         return {
             "n": n,
             "mode": point.params["mode"],
-            "batch_size": cfg["batch_size"],
-            "page_size": cfg["page_size"],
-            "verify_packets": cfg["verify_packets"],
-            "target": cfg["target"],
-            "timeout_s": cfg["point_timeout_s"],
+            "batch_size": cfg.batch_size,
+            "page_size": cfg.page_size,
+            "verify_packets": cfg.verify_packets,
+            "target": cfg.target,
+            "timeout_s": cfg.point_timeout_s,
             "shares": shares(n, list(shared.get("nodes", {}))),
         }
 
-    def window_timeout_s(self, cfg: Mapping[str, Any], point: PointInfo) -> float:
-        return float(cfg["point_timeout_s"]) + float(cfg["window_timeout_s"])
+    def window_timeout_s(self, cfg: NeighborConfig, point: PointInfo) -> float:
+        return float(cfg.point_timeout_s) + float(cfg.window_timeout_s)
 
     def reconcile(
         self,
-        cfg: Mapping[str, Any],
+        cfg: NeighborConfig,
         window: WindowInfo,
         point: PointInfo,
         results: dict[str, dict[str, Any]],
@@ -133,7 +139,7 @@ class NeighborWrites(Kind):
 
         return reconcile(cfg, window, point, results, readings, missing_probes)
 
-    def sections(self, cfg: Mapping[str, Any], results: Any, run_dir: str) -> dict[str, Any]:
+    def sections(self, cfg: NeighborConfig, results: Any, run_dir: str) -> dict[str, Any]:
         from swarmscope.kinds.neighbor_writes.results import sections
 
         return sections(cfg, results, run_dir)
@@ -142,7 +148,7 @@ class NeighborWrites(Kind):
         import swarmscope.kinds.neighbor_writes.results  # noqa: F401  (registers "neighbors")
 
     # -- worker side ----------------------------------------------------------------------
-    def make_driver(self, cfg: Mapping[str, Any], sim_nodes: int, prefix: str) -> Any:
+    def make_driver(self, cfg: NeighborConfig, sim_nodes: int, prefix: str) -> Any:
         from swarmscope.kinds.neighbor_writes.driver import NeighborDriver
 
         return NeighborDriver(cfg, prefix)

@@ -35,11 +35,14 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmscope.errors import LoadGenError
 from swarmscope.node import node_host
 from swarmscope.targets.neighbors import records as R
+
+if TYPE_CHECKING:
+    from swarmscope.kinds.neighbor_writes import NeighborConfig
 
 RAW_CAP = 100_000
 
@@ -58,10 +61,10 @@ class _FreeTally:
 
 
 class NeighborDriver:
-    def __init__(self, cfg: Mapping[str, Any], prefix: str):
+    def __init__(self, cfg: NeighborConfig, prefix: str):
         from swarmscope.workers.nodes import own_cgroup_node
 
-        self.cfg = dict(cfg)
+        self.cfg = cfg
         self.name = f"{prefix}n1"
         # Locust users of different workers must write disjoint blocks: the worker's number
         # comes from its prefix ("w3-" -> 3; "" in one process -> 0).
@@ -102,13 +105,18 @@ class NeighborDriver:
         return self._work
 
     def _datapath(self) -> Any:
-        """Namespace + attached XDP program, made once (the first window), torn down at close."""
-        if self._xdp is None:
-            from swarmscope.targets.neighbors.agent import XdpTarget
+        """Namespace + attached XDP program, made once (the first window), torn down at close.
+        target=kernel: the namespace only (each window makes its own device, see _kernel)."""
+        if self._ns is None:
             from swarmscope.targets.neighbors.netns import VethNetns
 
             self._ns = self._stack.enter_context(VethNetns())
-            xdp = XdpTarget(None, max(1 << 10, max(self.cfg["neighbors"])), miss_action="XDP_DROP")
+        if self.cfg.target == "kernel":
+            return None
+        if self._xdp is None:
+            from swarmscope.targets.neighbors.agent import XdpTarget
+
+            xdp = XdpTarget(None, max(1 << 10, max(self.cfg.neighbors)), miss_action="XDP_DROP")
             self._stack.callback(xdp.close)
             xdp.attach(self._ns.host_dev)
             self._xdp = xdp
@@ -152,14 +160,14 @@ class NeighborDriver:
         from swarmscope.targets.neighbors.server import start_server, stop
 
         xdp = self._datapath()
-        xdp.clear()
-        out: dict[str, Any] = {
-            "generated": count,
-            "start": start,
-            "pid": self.pid,
-            "map_id": fd_map_id(self.pid, xdp.fd),
-            "starts": [],
-        }
+        out: dict[str, Any] = {"generated": count, "start": start, "pid": self.pid, "starts": []}
+        if xdp is not None:
+            xdp.clear()
+            out["map_id"] = fd_map_id(self.pid, xdp.fd)
+            target = xdp
+        else:
+            target = self._kernel()
+            out["device"] = self._ns.dummy
         if count == 0:  # N smaller than the number of workers: nothing to write here
             out.update(reported=0, problems=[])
             return out
@@ -169,29 +177,54 @@ class NeighborDriver:
         server, addr = start_server(db)
         try:
             if p["mode"] == "list_program":
-                out.update(self._list(addr, keys, values, p))
+                out.update(self._list(addr, target, keys, values, p))
             else:
-                out.update(self._write_watch(addr, start, count, p))
+                out.update(self._write_watch(addr, target, start, count, p))
         finally:
             stop(server)
+            if xdp is None:
+                target.close()
             with contextlib.suppress(OSError):
                 for suffix in ("", "-wal", "-shm"):
                     os.unlink(db + suffix)
-        out.update(self._verify(xdp, keys, values, start, count, int(p["verify_packets"])))
+        if xdp is None:
+            # The kernel's own clock for a netlink write: the ACK of each send, in this process.
+            out["ends"] = [[int(n), int(t)] for n, t in target.table.send_ns]
+            out.update(self._verify_kernel(count))
+        else:
+            out.update(self._verify(xdp, keys, values, start, count, int(p["verify_packets"])))
         return out
 
-    def _agent(self, addr: str) -> Any:
+    def _kernel(self) -> Any:
+        """A fresh device in the namespace (the previous window's entries go with the old one)
+        and its kernel neighbor table as the agent's target, with a fresh revision file."""
+        from swarmscope.targets.neighbors.agent import KernelTarget
+
+        ifindex = self._ns.add_dummy()
+        state = self._work_dir() / "kernel-revision"
+        state.unlink(missing_ok=True)  # a new control plane per window counts from revision 0
+        return KernelTarget(ifindex, self._ns.name, str(state))
+
+    def _verify_kernel(self, count: int) -> dict[str, Any]:
+        """The kernel table as ``ip neigh`` lists it (reported) against what was written."""
+        have = self._ns.neigh_count(self._ns.dummy)
+        problems = [] if have == count else [f"kernel table holds {have} entries, {count} written"]
+        return {"reported": have, "problems": problems}
+
+    def _agent(self, addr: str, target: Any) -> Any:
         from swarmscope.targets.neighbors.agent import Agent
         from swarmscope.v1 import neighbors_pb2 as pb
 
-        agent = Agent(addr, self._xdp)
+        agent = Agent(addr, target)
         agent.stub.Status(pb.StatusRequest())  # connected now, as a long-lived agent already is
         return agent
 
-    def _list(self, addr: str, keys: bytes, values: bytes, p: Mapping[str, Any]) -> dict[str, Any]:
+    def _list(
+        self, addr: str, target: Any, keys: bytes, values: bytes, p: Mapping[str, Any]
+    ) -> dict[str, Any]:
         from swarmscope.workers.neighbor_writer import NeighborWriter
 
-        agent = self._agent(addr)
+        agent = self._agent(addr, target)
         try:
             w = NeighborWriter(addr)
             w.status()
@@ -204,8 +237,10 @@ class NeighborDriver:
             agent.close()
         return {"starts": [[len(keys) // R.KEY_SIZE, t0]], "t_user_ns": t_user}
 
-    def _write_watch(self, addr: str, start: int, count: int, p: Mapping[str, Any]) -> dict[str, Any]:
-        agent = self._agent(addr)
+    def _write_watch(
+        self, addr: str, target: Any, start: int, count: int, p: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        agent = self._agent(addr, target)
         ready = threading.Event()
         th = threading.Thread(target=agent.watch, kwargs={"ready": lambda _r: ready.set()}, daemon=True)
         th.start()

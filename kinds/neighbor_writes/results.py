@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.report import SectionHTML, register_section
+
+if TYPE_CHECKING:
+    from swarmscope.kinds.neighbor_writes import NeighborConfig
 
 SERIES = "map_update.call"
 
@@ -109,7 +112,7 @@ def kernel_ends(readings: list[ProbeReading], node: str, pid: int, map_id: int |
 
 
 def reconcile(
-    cfg: Mapping[str, Any],
+    cfg: NeighborConfig,
     window: WindowInfo,
     point: PointInfo,
     results: dict[str, dict[str, Any]],
@@ -143,8 +146,13 @@ def reconcile(
             problems.append(f"{node}: no probe reading")
         if res.get("error"):
             problems.append(f"{node}: {res['error']}")
-        ends = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
-        kernel = ends[-1][0] if ends else 0
+        if cfg.target == "kernel":  # the ACKs' times; the count from the neigh_events probe
+            ends = [list(e) for e in res.get("ends") or []]
+            dev = f"neigh.update.dev.{res.get('device', '?')}"
+            kernel = sum(int(r.counters.get(dev, 0)) for r in have)
+        else:
+            ends = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
+            kernel = ends[-1][0] if ends else 0
         gen, rep = int(res["generated"]), res.get("reported")
         starts = res.get("starts") or []
         lat = entry_latencies(starts, ends)
@@ -191,7 +199,7 @@ def reconcile(
     pt: dict[str, Any] = {
         "neighbors": n,
         "mode": mode,
-        "target": cfg["target"],
+        "target": cfg.target,
         "total_ms": None if math.isnan(total_ms) else round(total_ms, 3),
         "per_neighbor_us": None if math.isnan(total_ms) else round(total_ms * 1000 / n, 3),
         "arion_per_neighbor_us": ARION_US.get(mode, {}).get(n),
@@ -201,7 +209,9 @@ def reconcile(
         "kernel_entries": kern_total,
         "reported": rep_total,
         "update_calls": calls,
-        "end_clock": "bpf sys_exit_bpf (probe map_update)",
+        "end_clock": "netlink ack (count: probe neigh_events)"
+        if cfg.target == "kernel"
+        else "bpf sys_exit_bpf (probe map_update)",
         "workers": len(window.nodes),
         "verified": not problems,
         "problems": problems,
@@ -259,15 +269,15 @@ def _reconcile_free(
 
 
 # -- report -----------------------------------------------------------------------------------
-def sections(cfg: Mapping[str, Any], results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
+def sections(cfg: NeighborConfig, results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
     points = [dict(r.extra["neighbors"]) for r in results if "neighbors" in r.extra]
     free = [r.extra["locust"] for r in results if "locust" in r.extra]
     if not points and not free:
         return {}
-    section: dict[str, Any] = {"target": cfg["target"], "points": points}
+    section: dict[str, Any] = {"target": cfg.target, "points": points}
     if free:
         section["locust"] = free
-    if cfg["plot"] and points:
+    if cfg.plot and points:
         plot(points, Path(run_dir) / "neighbors.png")
         section["plot"] = "neighbors.png"
     return {"neighbors": section}

@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from swarmscope.run import run_scenario
 
-    report = run_scenario(kind, cfg.data)
+    report = run_scenario(kind, cfg)
     if report is None:
         return 1
     from swarmscope.controller.report import render_console
@@ -66,7 +66,7 @@ def _explain(kind: Any, cfg: Any) -> None:
 
     print(f"scenario kind {kind.name} (metric {kind.metric})")
     for key, f in kind.schema.fields.items():
-        print(f"{key:<24} = {cfg[key]!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
+        print(f"{key:<24} = {getattr(cfg, key)!r:<30} ({cfg.sources[key]}; env {f.env_var})\n    {f.help}")
     try:
         programs = kind.programs(cfg, {})
     except KeyError:  # a kind whose options come from its workers' set-up (known at run time)

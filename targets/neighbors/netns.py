@@ -43,7 +43,10 @@ class VethNetns:
         self.name = f"{prefix}-{tag}"
         self.host_dev = f"ssn{tag}h"
         self.ns_dev = f"ssn{tag}p"
-        self.dummy = "ssnbr0"  # the kernel-table target device (a veth: no dummy module here)
+        # The kernel-table target device (a veth: no dummy module here). Its name is unique on
+        # the machine: the probe's neigh_events counts per device name, and several workers'
+        # namespaces may sit in one cgroup.
+        self.dummy, self._dummy_peer = f"ssn{tag}d", f"ssn{tag}e"
 
     def __enter__(self) -> VethNetns:
         try:
@@ -70,7 +73,7 @@ class VethNetns:
         every neighbor entry on it at once, which is how the sweep starts a point empty.
         """
         ip("-n", self.name, "link", "del", self.dummy, check=False)
-        ip("-n", self.name, "link", "add", self.dummy, "type", "veth", "peer", "name", "ssnbr1")
+        ip("-n", self.name, "link", "add", self.dummy, "type", "veth", "peer", "name", self._dummy_peer)
         ip("-n", self.name, "link", "set", self.dummy, "up")
         return int(json.loads(ip("-n", self.name, "-j", "link", "show", self.dummy).stdout)[0]["ifindex"])
 
