@@ -34,6 +34,16 @@ COMMON_FIELDS = [
     Field("grpc_bind", str, "127.0.0.1:0", "where the probe fleet listens (host:port; port 0 picks one)"),
     Field("token_file", str, "", "file holding the controller/probe token (default: a fresh token per run)"),
     Field(
+        "tls_cert",
+        str,
+        "",
+        "TLS for the probe fleet: the controller's certificate (PEM; with probe=external)",
+    ),
+    Field("tls_key", str, "", "TLS for the probe fleet: the key of tls_cert (PEM)"),
+    Field(
+        "tls_client_ca", str, "", "mTLS: only probes with a client certificate this CA signed get in (PEM)"
+    ),
+    Field(
         "metrics_port",
         int,
         0,
@@ -85,6 +95,9 @@ class RunConfig(Config):
     window_timeout_s: float
     grpc_bind: str
     token_file: str
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
     metrics_port: int
     mode: str
     workers: int

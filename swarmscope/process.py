@@ -112,7 +112,7 @@ class SwarmscopeProcess:
             token = auth.load_token(cfg.token_file or None)
         else:
             token = auth.new_token()
-        self.fleet = Fleet(token, bind=cfg.grpc_bind)
+        self.fleet = Fleet(token, bind=cfg.grpc_bind, tls=_fleet_tls(cfg))
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:
@@ -205,6 +205,30 @@ class SwarmscopeProcess:
             if self.worker is not None:
                 self.worker.close()
         return self.report
+
+
+def _fleet_tls(cfg: Any) -> Any:
+    """TLS files of the probe fleet from the config; None for plaintext (one machine, loopback)."""
+    from swarmscope.errors import ConfigError, Problem
+    from swarmscope.tls import TLSFiles
+
+    files = TLSFiles(cert=cfg.tls_cert, key=cfg.tls_key, ca=cfg.tls_client_ca)
+    if not files.enabled:
+        return None
+    problems = []
+    if not (files.cert and files.key):
+        problems.append(Problem("config", "tls_cert/tls_key", "TLS needs both the certificate and its key"))
+    if cfg.probe == "embedded":
+        problems.append(
+            Problem(
+                "config",
+                "tls_cert",
+                "TLS is for external probes (a cluster); the embedded probe is on loopback",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return files
 
 
 def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:

@@ -51,6 +51,30 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.kill()
 
 
+def _worker_token(cfg: RunConfig, host: str) -> None:
+    """Workers authenticate to the master (CURVE, swarmscope.workerauth). Workers started here
+    inherit a fresh per-run token through the environment. External workers need the token set
+    on both sides; without one the master refuses to listen beyond loopback."""
+    from swarmscope import auth, workerauth
+    from swarmscope.errors import SetupError
+
+    if not workerauth.load_token():
+        if cfg.spawn_workers:
+            os.environ[workerauth.ENV_TOKEN] = auth.new_token()
+        elif host not in ("127.0.0.1", "localhost", "::1"):
+            raise SetupError(
+                f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
+                f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
+            )
+        else:
+            print(
+                f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
+                "master and the workers); listening on loopback only",
+                file=sys.stderr,
+            )
+    workerauth.install()
+
+
 def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
@@ -64,6 +88,7 @@ def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[s
     runner: Any
     if distributed:
         host, port = cfg.master_bind.rsplit(":", 1)
+        _worker_token(cfg, host)
         runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
         proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
     else:

@@ -160,20 +160,47 @@ class WorkerRole:
         """Burst on every listed node this process owns, concurrently; return the window's tally."""
         import gevent
 
+        from swarmscope.workers import spans
+
         mine = [self.by_name[n] for n in node_names if n in self.by_name]
-        handles = []
+        handles, started, ended = [], {}, {}
         for node in mine:
+            started[node.name] = time.time_ns()
             try:
-                handles.append(self.start(window_id, node, duration_s, concurrency, rate))
+                handles.append((node.name, self.start(window_id, node, duration_s, concurrency, rate)))
             except LoadGenError as e:
                 with self._lock:
                     self._tally(window_id, node.name).errors.append(str(e))
-        jobs = [gevent.spawn(self.finish, h) for h in handles]
+
+        def finish_timed(name: str, h: Any) -> None:
+            try:
+                self.finish(h)
+            finally:
+                ended[name] = time.time_ns()
+
+        jobs = [gevent.spawn(finish_timed, name, h) for name, h in handles]
         gevent.joinall(jobs, raise_error=False)
         for j in jobs:
             if j.exception is not None and not isinstance(j.exception, LoadGenError):
                 log.error("burst failed: %s", j.exception)
-        return self.take(window_id, [n.name for n in mine])
+        out = self.take(window_id, [n.name for n in mine])
+        for name, t0 in started.items():
+            tally = out[name]
+            spans.record(
+                window_id,
+                f"burst {name}",
+                t0,
+                ended.get(name, t0),
+                {
+                    "swarmscope.node": name,
+                    "swarmscope.generated": tally["generated"],
+                    "swarmscope.failed": tally["failed"],
+                    "swarmscope.concurrency": concurrency,
+                    "swarmscope.rate": tally["rate"],
+                    "swarmscope.error": "; ".join(tally["errors"]) or None,
+                },
+            )
+        return out
 
     # -- the driver interface (workers.driver.Driver) -------------------------------------------
     def info(self) -> dict[str, Any]:
