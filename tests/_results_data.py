@@ -132,6 +132,8 @@ def expected_iteration_json(r: IterationResult) -> dict:
     both = [n for n in r.per_node if n.reported is not None and n.kernel is not None]
     rep_both, ker_both = sum(n.reported or 0 for n in both), sum(n.kernel or 0 for n in both)
     reported = [n.reported for n in r.per_node if n.reported is not None]
+    g_both = [n for n in r.per_node if n.reported is not None and n.generated is not None]
+    gen_g, rep_g = sum(n.generated or 0 for n in g_both), sum(n.reported or 0 for n in g_both)
     return {
         "iteration": r.iteration,
         "window_id": r.window_id,
@@ -141,6 +143,8 @@ def expected_iteration_json(r: IterationResult) -> dict:
         "kernel": sum(n.kernel or 0 for n in r.per_node),
         "reported": sum(reported) if reported else None,
         "loss_ratio": 1.0 - rep_both / ker_both if both and ker_both else None,
+        # (generated - reported) / reported over the nodes with both (docs/report-json.md)
+        "loss_vs_reported": (gen_g - rep_g) / rep_g if g_both and rep_g else None,
         "tracer_lost": r.tracer_lost,
         "flags": r.flags,
         "per_node": [
@@ -153,6 +157,9 @@ def expected_iteration_json(r: IterationResult) -> dict:
                 "missing": n.missing,
                 "rate": n.rate,
                 "loss_ratio": None if n.reported is None or not n.kernel else 1.0 - n.reported / n.kernel,
+                "loss_vs_reported": None
+                if n.reported is None or n.generated is None or not n.reported
+                else (n.generated - n.reported) / n.reported,
                 "harness_ok": n.generated == n.kernel,
             }
             for n in r.per_node
