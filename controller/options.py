@@ -5,7 +5,7 @@ swarmscope.config's: defaults < file < env < --set.
 
 from __future__ import annotations
 
-from swarmscope.config import Config, Field
+from swarmscope.config import Config, Field, list_of
 
 COMMON_FIELDS = [
     Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
@@ -81,6 +81,13 @@ COMMON_FIELDS = [
         min=1,
         max=3600,
     ),
+    Field(
+        "checks",
+        list_of(str),
+        None,
+        "pass/fail checks over report.json, e.g. 'loss_ratio.max < 0.01' (a failed one exits 99)",
+        nullable=True,
+    ),
 ]
 
 
@@ -104,3 +111,4 @@ class RunConfig(Config):
     spawn_workers: bool
     master_bind: str
     worker_timeout_s: float
+    checks: list[str] | None

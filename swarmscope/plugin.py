@@ -56,9 +56,11 @@ def install(kind_name: str) -> None:
             raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
         return
     _INSTALLED["kind"] = get_kind(kind_name)
-    from swarmscope import workerauth
+    from swarmscope import locust_checks, webui, workerauth
 
     workerauth.install()  # with a worker token set: Locust's master port admits only its workers
+    locust_checks.install()
+    webui.install(kind_name)
     events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -153,6 +155,7 @@ class _FreeRun:
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
+    from swarmscope import locust_checks
     from swarmscope.process import SwarmscopeProcess
 
     if runner is None:
@@ -168,6 +171,9 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     try:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
+        checks: list[Any] = []
+        if cfg is not None:
+            checks, cfg = locust_checks.load(cfg, environment.parsed_options)
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
         from swarmscope import weblogin
 
@@ -177,6 +183,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         runner.quit()
         sys.exit(e.exit_code)
     environment.swarmscope = proc
+    locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
     if not isinstance(runner, WorkerRunner):
         # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI

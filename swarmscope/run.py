@@ -75,7 +75,9 @@ def _worker_token(cfg: RunConfig, host: str) -> None:
     workerauth.install()
 
 
-def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[str, Any] | None:
+def run_scenario(
+    kind: Any, cfg: RunConfig, run_id: str | None = None, checks: list[Any] | None = None
+) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
 
@@ -95,6 +97,7 @@ def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[s
         runner = env.create_local_runner()
         proc = SwarmscopeProcess.make(cfg, kind, role="local", run_id=run_id)
     env.swarmscope = proc  # type: ignore[attr-defined]
+    proc.checks = list(checks or [])
     register_messages(proc, runner)
     assert proc.run is not None and proc.controller is not None
     print(f"swarmscope: run {proc.run.run_id} -> {proc.run.run_dir}", file=sys.stderr)

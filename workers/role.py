@@ -123,9 +123,15 @@ class WorkerRole:
 
     # -- bursts ---------------------------------------------------------------------------
     def start(self, window_id: str, node: Any, duration_s: float, concurrency: int, rate: float = 0.0) -> Any:
+        import gevent
+
         from swarmscope.workers import exec_storm
 
-        handle = exec_storm.start_burst(
+        # The spawn runs in a greenlet of its own: a user killed at test stop while the burst's
+        # process is being started (gevent's Popen yields between fork and exec) would leave a
+        # running burst nobody tracks, whose execs the kernel counts and the tally misses.
+        spawn = gevent.spawn(
+            exec_storm.start_burst,
             self.tools,
             node,
             duration_s=duration_s,
@@ -134,6 +140,14 @@ class WorkerRole:
             argv0=self.comm(node.name),
             rate=rate,
         )
+        try:
+            handle = spawn.get()
+        except gevent.GreenletExit:
+            handle = spawn.get()  # it exists (or failed): track it so test stop counts it
+            with self._lock:
+                self._inflight[id(handle)] = (window_id, node.name, handle)
+            handle.stop()
+            raise
         with self._lock:
             self._inflight[id(handle)] = (window_id, node.name, handle)
         return handle
