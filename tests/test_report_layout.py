@@ -79,6 +79,7 @@ def test_percent_axis_labels() -> None:
     percent_axis(ax, 0.0)  # a loss-free sweep: 0..1 %, not 0..0.05
     fig.canvas.draw()
     assert ax.get_ylim() == (0.0, 1.0)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["0.00%", "0.20%", "0.40%", "0.60%", "0.80%", "1.00%"]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["0.00%", "0.20%", "0.40%", "0.60%", "0.80%", "1.00%"]
     percent_axis(ax, 40.0)
     assert ax.get_ylim() == (0.0, 42.0)
