@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -51,6 +50,7 @@ class SwarmscopeProcess:
         self.worker: Any = None
         self.fleet: Any = None
         self.probe: Any = None
+        self.printer: Any = None  # the console's IterationPrinter (controller side)
         self.store: Any = None
         self.spans: Any = None
         self.metrics: Any = None
@@ -85,6 +85,7 @@ class SwarmscopeProcess:
         return proc
 
     def _make_controller(self, run_id: str | None) -> None:
+        from swarmscope.console import IterationPrinter
         from swarmscope.controller.fleet import Fleet
         from swarmscope.controller.metrics import RunMetrics
         from swarmscope.controller.otel import RunSpans
@@ -127,7 +128,10 @@ class SwarmscopeProcess:
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:
             self.metrics.serve(int(cfg.metrics_port), cfg.metrics_bind)
-        self.events.iteration_done.add_listener(_print_iteration)
+        # A progress line per window with "done/planned eta"; a free run (locust -f) sets
+        # printer.total = 0: its windows follow the user's starts and stops, not a plan.
+        self.printer = IterationPrinter(kind.name, sum(p.iterations for p in kind.points(cfg)))
+        self.events.iteration_done.add_listener(self.printer)
         if cfg.probe == "embedded":
             from swarmscope.controller.embedded import EmbeddedProbe
 
@@ -268,16 +272,6 @@ def kernel_missing_everywhere(results: Any) -> bool:
     kernel None, nothing missing) are not caught by it."""
     results = list(results)
     return bool(results) and all(n.kernel is None and n.missing for r in results for n in r.per_node)
-
-
-def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:
-    cells = []
-    for n in result.per_node:
-        rep = "-" if n.reported is None else str(n.reported)
-        mark = "" if n.harness_ok is not False else " MISMATCH"
-        cells.append(f"{n.node}: gen {n.generated} kern {n.kernel} rep {rep}{mark}")
-    params = " ".join(f"{k}={v}" for k, v in result.params.items())
-    print(f"[{params} iter {result.iteration}] " + " | ".join(cells), file=sys.stderr, flush=True)
 
 
 def hostname() -> str:
