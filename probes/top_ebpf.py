@@ -4,13 +4,15 @@
     swarmscope top-ebpf -d 2 -s runs --type xdp  # sort by runs in the interval, only XDP
     swarmscope top-ebpf --pid 1234 --name '^trace'
     swarmscope top-ebpf --once --json -d 0.5     # one interval, JSON, for scripts
+    swarmscope top-ebpf --by-runs -o custom-columns=id,name,runs,cpu%   # chosen columns
     swarmscope top-ebpf --prometheus 9648        # headless exporter: /metrics, /healthz
 
 Statistics are switched on with BPF_ENABLE_STATS for as long as the command runs and off when
 it exits (unless ``kernel.bpf_stats_enabled`` is set by someone else). Columns: ID, TYPE, NAME
 (full BTF name), RUNS and RUN_NS in the interval, AVG_NS per run, CPU% of one core, MISSES
 (recursion misses, cumulative), MAP_MEM (memlock of its maps), PIDS (processes holding a prog
-or link fd). Sort keys: cpu, runs, avg, time, id, name, mem. JSON rows also carry the
+or link fd); ``-o custom-columns=A,B`` picks and orders them, ``-o json`` is ``--json``. Sort
+keys: cpu, runs, avg, time, id, name, mem (``-s KEY`` or ``--by-KEY``). JSON rows also carry the
 cumulative ``run_cnt`` / ``run_time_ns`` read at the end of the interval (compare with
 ``bpftool prog show -j``).
 
@@ -32,7 +34,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +77,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("-d", "--delay", type=float, default=1.0, help="refresh / measuring interval seconds")
     p.add_argument("-s", "--sort", default="cpu", choices=sorted(SORT_KEYS), help="sort key (default cpu)")
+    for key in sorted(SORT_KEYS):  # the same as flags: --by-runs = -s runs (the last one wins)
+        p.add_argument(f"--by-{key}", dest="sort", action="store_const", const=key, help=f"sort by {key}")
+    p.add_argument(
+        "-o", "--output", default="table",
+        help="table (default), json, or custom-columns=ID,NAME,... (of: "
+        + ", ".join(COLUMNS).replace("%", "%%") + ")",
+    )  # fmt: skip
     p.add_argument("-n", "--iterations", type=int, default=0, help="live mode: stop after N refreshes")
     p.add_argument("--name", help="only programs whose name matches this regular expression")
     p.add_argument("--pid", type=int, help="only programs held by this process")
@@ -149,28 +158,46 @@ def _mem(n: int) -> str:
     return f"{x:.1f}G"
 
 
-def format_table(rows: list[ProgRate], seconds: float) -> str:
-    header = ["ID", "TYPE", "NAME", "RUNS", "RUN_NS", "AVG_NS", "CPU%", "MISSES", "MAP_MEM", "PIDS"]
-    body = [
-        [
-            str(r.prog.id),
-            r.prog.type,
-            r.prog.name,
-            str(r.d_run_cnt),
-            str(r.d_run_time_ns),
-            f"{r.avg_ns:.0f}",
-            f"{r.cpu_pct:.2f}",
-            str(r.prog.recursion_misses),
-            _mem(r.prog.map_memlock),
-            ",".join(f"{pid}/{comm}" for pid, comm in r.prog.owners) or "-",
-        ]
-        for r in rows
-    ]
+# The table's columns: name -> (left-aligned, cell). ``-o custom-columns=ID,NAME,CPU%`` picks
+# and orders them (names as in the header, any case), as Inspektor Gadget's ``-o`` does.
+COLUMNS: dict[str, tuple[bool, Callable[[ProgRate], str]]] = {
+    "ID": (False, lambda r: str(r.prog.id)),
+    "TYPE": (True, lambda r: r.prog.type),
+    "NAME": (True, lambda r: r.prog.name),
+    "RUNS": (False, lambda r: str(r.d_run_cnt)),
+    "RUN_NS": (False, lambda r: str(r.d_run_time_ns)),
+    "AVG_NS": (False, lambda r: f"{r.avg_ns:.0f}"),
+    "CPU%": (False, lambda r: f"{r.cpu_pct:.2f}"),
+    "MISSES": (False, lambda r: str(r.prog.recursion_misses)),
+    "MAP_MEM": (False, lambda r: _mem(r.prog.map_memlock)),
+    "PIDS": (True, lambda r: ",".join(f"{pid}/{comm}" for pid, comm in r.prog.owners) or "-"),
+}
+
+
+def parse_output(spec: str) -> tuple[str, list[str]]:
+    """``-o``: ``table`` (default), ``json``, or ``custom-columns=A,B`` (``columns=`` too)."""
+    if spec in ("table", "json"):
+        return spec, list(COLUMNS)
+    key, sep, value = spec.partition("=")
+    if not sep or key not in ("custom-columns", "columns"):
+        raise ConfigError([Problem("-o", "output", "expected table, json or custom-columns=COL,COL,...")])
+    names = [c.strip().upper() for c in value.split(",") if c.strip()]
+    bad = [c for c in names if c not in COLUMNS]
+    if bad or not names:
+        known = ", ".join(COLUMNS)
+        raise ConfigError(
+            [Problem("-o", "output", f"unknown column(s) {', '.join(bad) or '(none)'}; known: {known}")]
+        )
+    return "table", names
+
+
+def format_table(rows: list[ProgRate], seconds: float, columns: list[str] | None = None) -> str:
+    header = columns or list(COLUMNS)
+    body = [[COLUMNS[c][1](r) for c in header] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    left = {1, 2, 9}
     lines = [
         "  ".join(
-            x.ljust(w) if i in left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths, strict=True))
+            x.ljust(w) if COLUMNS[c][0] else x.rjust(w) for c, x, w in zip(header, row, widths, strict=True)
         )
         for row in [header, *body]
     ]
@@ -186,12 +213,16 @@ def run(args: argparse.Namespace) -> int:
     from swarmscope.probes import bcc_env
 
     filters = _filters(args)
+    output, args.columns = parse_output(args.output)
+    args.json = args.json or output == "json"
     bcc_env.ensure_mounts()
     if args.prometheus is not None:
         return _exporter(args.prometheus, args.bind, filters)
     if args.once or args.json:
         rows, secs = measure(args.delay, filters, args.sort)
-        print(json.dumps(to_json(rows, secs), indent=2) if args.json else format_table(rows, secs))
+        print(
+            json.dumps(to_json(rows, secs), indent=2) if args.json else format_table(rows, secs, args.columns)
+        )
         return 0
     return _live(args, filters)
 
@@ -217,7 +248,10 @@ def _live(args: argparse.Namespace, filters: Filters) -> int:
             # Plain ANSI: home + clear, then the table (works in any terminal and over ssh).
             footer = f"\nsort: {sort}   keys: c r a t m i n = sort by cpu/runs/avg/time/mem/id/name, q = quit"
             sys.stdout.write(
-                "\x1b[H\x1b[2J" + format_table(rows, secs) + (footer if interactive else "") + "\n"
+                "\x1b[H\x1b[2J"
+                + format_table(rows, secs, args.columns)
+                + (footer if interactive else "")
+                + "\n"
             )
             sys.stdout.flush()
             n += 1

@@ -179,6 +179,15 @@ def test_top_ebpf_filters(xdp: tuple[str, int]) -> None:
         [*SWARMSCOPE, "top-ebpf", "--once", "--type", "nope"], capture_output=True, text=True
     )
     assert bad.returncode != 0 and "unknown type" in bad.stderr
+    # -o custom-columns and a sort flag, on the real program (ours: the only one we hold)
+    cols = subprocess.run(
+        [*SWARMSCOPE, "top-ebpf", "--once", "-d", "0.05", "--pid", str(os.getpid()), "--by-id",
+         "-o", "custom-columns=id,name,type"],
+        check=True, capture_output=True, text=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert [ln.split() for ln in cols[1:]] == [["ID", "NAME", "TYPE"], [str(pid), "pkt_count_xdp", "xdp"]]
+    ids = [p["id"] for p in top_json("-d", "0.05", "--by-id")["programs"]]
+    assert ids == sorted(ids) and pid in ids
 
 
 def free_port() -> int:
