@@ -5,6 +5,7 @@
     swarmscope top-ebpf --pid 1234 --name '^trace'
     swarmscope top-ebpf --once --json -d 0.5     # one interval, JSON, for scripts
     swarmscope top-ebpf --by-runs -o custom-columns=id,name,runs,cpu%   # chosen columns
+    swarmscope top-ebpf --trend 60               # live: each program's CPU % over 60 refreshes
     swarmscope top-ebpf --prometheus 9648        # headless exporter: /metrics, /healthz
 
 Statistics are switched on with BPF_ENABLE_STATS for as long as the command runs and off when
@@ -14,7 +15,8 @@ it exits (unless ``kernel.bpf_stats_enabled`` is set by someone else). Columns: 
 or link fd); ``-o custom-columns=A,B`` picks and orders them, ``-o json`` is ``--json``. Sort
 keys: cpu, runs, avg, time, id, name, mem (``-s KEY`` or ``--by-KEY``). JSON rows also carry the
 cumulative ``run_cnt`` / ``run_time_ns`` read at the end of the interval (compare with
-``bpftool prog show -j``).
+``bpftool prog show -j``). The live table ends with CPU_TREND: each program's CPU share over
+the last ``--trend`` refreshes as a text sparkline (bpftop's graph), one scale for all rows.
 
 Exporter metrics (cumulative, labels ``id``, ``name``, ``type``):
 ``swarmscope_probe_prog_run_count_total``, ``swarmscope_probe_prog_run_time_seconds_total``,
@@ -30,10 +32,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +87,10 @@ def register(subparsers: Any) -> None:
         "-o", "--output", default="table",
         help="table (default), json, or custom-columns=ID,NAME,... (of: "
         + ", ".join(COLUMNS).replace("%", "%%") + ")",
+    )  # fmt: skip
+    p.add_argument(
+        "--trend", type=int, default=30, metavar="N",
+        help="live mode: a CPU_TREND column, each program's CPU %% over the last N refreshes (0: off)",
     )  # fmt: skip
     p.add_argument("-n", "--iterations", type=int, default=0, help="live mode: stop after N refreshes")
     p.add_argument("--name", help="only programs whose name matches this regular expression")
@@ -191,13 +199,35 @@ def parse_output(spec: str) -> tuple[str, list[str]]:
     return "table", names
 
 
-def format_table(rows: list[ProgRate], seconds: float, columns: list[str] | None = None) -> str:
+SPARK = " ▁▂▃▄▅▆▇█"  # 0 and eighths of the scale: one character per interval
+
+
+def sparkline(values: list[float], top: float) -> str:
+    """The time series of a program's CPU share, oldest first, as bpftop draws it (in text):
+    one block per interval, its height relative to ``top`` (the same for every row)."""
+    if top <= 0:
+        return SPARK[0] * len(values)
+    return "".join(SPARK[min(8, math.ceil(v / top * 8))] for v in values)
+
+
+def format_table(
+    rows: list[ProgRate],
+    seconds: float,
+    columns: list[str] | None = None,
+    trend: dict[int, list[float]] | None = None,
+) -> str:
+    """The table; with ``trend`` (program id -> CPU % per interval) a CPU_TREND column last."""
     header = columns or list(COLUMNS)
     body = [[COLUMNS[c][1](r) for c in header] for r in rows]
+    if trend is not None:
+        top = max((v for r in rows for v in trend.get(r.prog.id, [])), default=0.0)
+        header = [*header, "CPU_TREND"]
+        body = [[*b, sparkline(trend.get(r.prog.id, []), top)] for b, r in zip(body, rows, strict=True)]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = [
         "  ".join(
-            x.ljust(w) if COLUMNS[c][0] else x.rjust(w) for c, x, w in zip(header, row, widths, strict=True)
+            x.ljust(w) if c not in COLUMNS or COLUMNS[c][0] else x.rjust(w)
+            for c, x, w in zip(header, row, widths, strict=True)
         )
         for row in [header, *body]
     ]
@@ -242,14 +272,18 @@ def _live(args: argparse.Namespace, filters: Filters) -> int:
     if interactive:
         tty.setcbreak(sys.stdin)  # keys arrive one by one, unechoed; Ctrl-C still works
     n = 0
+    history: dict[int, deque[float]] = {}  # program id -> CPU % of its last --trend intervals
     try:
         while args.iterations <= 0 or n < args.iterations:
             rows, secs = measure(args.delay, filters, sort)
+            for r in rows:
+                history.setdefault(r.prog.id, deque(maxlen=max(args.trend, 1))).append(r.cpu_pct)
+            trend = {i: list(h) for i, h in history.items()} if args.trend > 0 else None
             # Plain ANSI: home + clear, then the table (works in any terminal and over ssh).
             footer = f"\nsort: {sort}   keys: c r a t m i n = sort by cpu/runs/avg/time/mem/id/name, q = quit"
             sys.stdout.write(
                 "\x1b[H\x1b[2J"
-                + format_table(rows, secs, args.columns)
+                + format_table(rows, secs, args.columns, trend)
                 + (footer if interactive else "")
                 + "\n"
             )

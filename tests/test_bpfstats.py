@@ -280,6 +280,8 @@ def test_top_ebpf_live_mode_redraws(xdp: tuple[str, int]) -> None:
     frames = out.split("\x1b[H\x1b[2J")
     assert frames[0] == "" and len(frames) == 3
     assert all("pkt_count_xdp" in f and f.startswith("top-ebpf") for f in frames[1:])
+    # The live table ends with CPU_TREND (the program is idle here, so its sparkline is blank).
+    assert [f.splitlines()[1].split()[-1] for f in frames[1:]] == ["CPU_TREND", "CPU_TREND"]
 
 
 @pytest.mark.root

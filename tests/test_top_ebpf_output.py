@@ -9,7 +9,7 @@ import pytest
 
 from swarmscope.errors import ConfigError
 from swarmscope.probes.bpfstats import ProgRate, ProgStats
-from swarmscope.probes.top_ebpf import COLUMNS, SORT_KEYS, format_table, parse_output, register
+from swarmscope.probes.top_ebpf import COLUMNS, SORT_KEYS, format_table, parse_output, register, sparkline
 
 
 def _rate(pid: int, name: str, runs: int, ns: int) -> ProgRate:
@@ -54,3 +54,12 @@ def test_custom_columns_table() -> None:
     full = format_table(rows, 1.0).splitlines()
     assert full[1].split() == list(COLUMNS)
     assert full[2].split() == ["3", "xdp", "a_prog", "40", "8000", "200", "0.08", "0", "2.0K", "7/agent"]
+
+
+def test_cpu_trend_sparkline() -> None:
+    assert sparkline([0.0, 1.0, 4.0, 8.0, 9.0], top=8.0) == " ▁▄██"
+    assert sparkline([0.0, 0.0], top=0.0) == "  "
+    rows = [_rate(3, "a_prog", 40, 8000), _rate(12, "b_prog", 10, 5000)]
+    trend = {3: [0.02, 0.08], 12: [0.04]}  # one scale for every row: the max, 0.08
+    lines = format_table(rows, 1.0, ["ID", "CPU%"], trend).splitlines()
+    assert lines[1:] == ["ID  CPU%  CPU_TREND", " 3  0.08  ▂█", "12  0.05  ▄"]
