@@ -33,7 +33,6 @@ from swarmscope.sys import owners
 log = logging.getLogger(__name__)
 
 ROLES = ("local", "master", "worker")
-CHECKS_RENDERER = "swarmscope.controller.checks:render_section"
 
 
 class SwarmscopeProcess:
@@ -193,12 +192,14 @@ class SwarmscopeProcess:
         assert self.run is not None
         if not self.checks and not self.cfg.checks:
             return
-        from swarmscope.controller.checks import evaluate, parse_checks
-        from swarmscope.controller.report import build_report
+        from swarmscope.controller.checks import evaluate, parse_checks, render_section
+        from swarmscope.controller.report import build_report, register_section
 
         checks = self.checks or parse_checks((t, "config") for t in self.cfg.checks or [])
         results = evaluate(checks, build_report(self.store, self.run.run_id))
-        self.store.add_section(self.run.run_id, "checks", results, renderer=CHECKS_RENDERER)
+        # Renderers come from this process's registry by section name (the store names no code).
+        register_section("checks")(render_section)
+        self.store.add_section(self.run.run_id, "checks", results)
 
     def close(self, status: str = "ok", write_report: bool = True) -> dict[str, Any] | None:
         """Finish the run (the kind's sections, events, report), then tear down probe, fleet and
