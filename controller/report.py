@@ -211,6 +211,7 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}
 .flag{color:#b00020;font-weight:600}.ok{color:#2a7d3f}
 img{max-width:100%;display:block;margin:.5em 0}
 .wide{max-width:100%;overflow-x:auto}table.summary{font-size:.9em}table.summary td.flag{text-align:left}
+table.p99 :is(th,td):nth-child(2){text-align:left}
 pre{background:#f7f7f7;padding:.6em;overflow:auto}
 """
 
