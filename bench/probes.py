@@ -3,8 +3,9 @@
     sudo .venv/bin/python bench/probes.py                    # 3 alternating rounds of 1 s
     sudo .venv/bin/python bench/probes.py --rounds 5 --duration-s 2 --json
 
-(a) Cost per event: loads exec_count, syscall_count (unfiltered: every syscall on the host; and
-a second copy filtered to getppid, to show what the in-kernel filter saves),
+(a) Cost per event: loads exec_count (and a second copy compiled without its first/last exec
+times, the same run's reference for what keeping them costs), syscall_count (unfiltered: every syscall on the host; and a second copy filtered to getppid, to show what the
+in-kernel filter saves),
 pkt_count (XDP on a veth in a namespace pair this bench creates and deletes) and bpf_stats,
 turns BPF run statistics on, runs one exec storm burst in a simulated node while sending UDP
 packets through the veth, and reads each BPF function's run_cnt / run_time_ns
@@ -120,11 +121,24 @@ class _Filtered(SyscallCount):
             self._bpf[b"syscall_filter"][ctypes.c_int(110)] = ctypes.c_uint8(1)
 
 
+class _CountOnly(ExecCount):
+    """exec_count without its first/last times, reported apart: what keeping the times costs."""
+
+    name = "exec_count[count only]"
+
+    def load(self) -> None:
+        if self._bpf is None:
+            self._bpf = bcc_env.load_program("exec_count", ["-DSS_EXEC_COUNT_ONLY=1"])
+
+
 def cost_per_event(tools: Any, node: Any, a: str, b: str, duration_s: float, conc: int) -> dict[str, Any]:
     progs = load_set(b)
     filtered = _Filtered(["getppid"])
     filtered.load()
     progs.append(filtered)
+    count_only = _CountOnly()
+    count_only.load()
+    progs.append(count_only)
     try:
         with bpf.stats_enabled():
             before = func_stats(progs)
@@ -204,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, p in cost["programs"].items():
         per = f"{p['ns_per_run']:,.0f} ns/run" if p["ns_per_run"] is not None else "n/a"
         ref = f"   ref ~{REF_NS_PER_EVENT} ns/event (docs/platform.md)" if name == "exec_count" else ""
+        if name == "exec_count[count only]":
+            ref = "   the count alone (ref for exec_count's first/last times, this run)"
         print(f"      {name:22s} {per:>14s} over {p['runs']:,} runs{ref}")
     ratio = ovh["ratio_with_to_without"]
     print(
