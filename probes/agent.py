@@ -484,7 +484,8 @@ class ProbeAgent:
                         gauges[node].update(gs)
                 except Exception as e:
                     errors[name] = f"{name}: gauges at close failed: {e}"
-            window_samples = getattr(prog, "window_samples", None)  # SampleSource programs (map_update, exec_count)
+            # SampleSource programs (map_update, exec_count)
+            window_samples = getattr(prog, "window_samples", None)
             if window_samples is not None:
                 try:
                     got = window_samples(w.start_ns, end, measurable)

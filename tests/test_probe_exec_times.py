@@ -79,7 +79,7 @@ def test_count_exact_and_times_inside_the_window(prog) -> None:
 @pytest.mark.bpf
 def test_host_node_sees_every_cgroup(prog) -> None:
     with temp_cgroup("hosttimes") as cg:
-        counts, samples, before, after = window(prog, [Node("host", 0)], 3, cg)
+        counts, samples, before, _ = window(prog, [Node("host", 0)], 3, cg)
         assert counts["host"]["exec"] >= 3  # other processes on the host exec too
         (s,) = samples["host"]
         # The host's first may be another process's exec, but never one before the window opened.

@@ -8,8 +8,9 @@
     # {"n1": [Sample("exec.window", first_ns, last_ns, 0)]}   bpf_ktime (CLOCK_MONOTONIC)
     prog.close()
 
-``bpf/exec_count.bpf.c`` keeps per cgroup and CPU the first and last exec time since the
-cgroup's window opened (``exec_open``, written by ``open_window``). ``window_samples`` gives one
+``bpf/exec_count.bpf.c`` keeps per cgroup and CPU, next to the count, the first and last exec
+time since the cgroup's window opened (``exec_open`` / ``exec_open_any``, written by
+``open_window``). ``window_samples`` gives one
 sample per node that had an exec in the window: start_ns = the first, end_ns = the last exec,
 both as read by the close snapshot (an exec after it does not move them); a node with no exec
 gets none. Sample.value is 0: the count is the ``exec`` counter.
@@ -21,7 +22,7 @@ notice as a harness mismatch. An exec that runs on another CPU in the microsecon
 ``open_window`` writes the open time may be counted in the window without restarting its CPU's
 first time; that CPU then gives its last time as its first (never an earlier window's time).
 Windows of one node must not overlap (the open time is per cgroup); a host node (cgroup id 0)
-uses key 0, which applies to every cgroup without its own open time.
+sets ``exec_open_any``, which applies to every cgroup without its own open time.
 """
 
 from __future__ import annotations
@@ -58,12 +59,14 @@ class ExecCount:
         """Restart the first/last times of ``nodes``' cgroups; call before the open snapshot."""
         if self._bpf is None:
             raise ProbeError("exec_count: open_window before load()")
-        table = self._bpf[b"exec_open"]
         now = time.monotonic_ns()  # the BPF clock: bpf_ktime_get_ns is CLOCK_MONOTONIC
         try:
             for n in nodes:
                 key = int(n.cgroup_id)
-                table[ctypes.c_uint64(key)] = ctypes.c_uint64(now)
+                if key == 0:  # the host: every cgroup that has no open time of its own
+                    self._bpf[b"exec_open_any"][ctypes.c_int(0)] = ctypes.c_uint64(now)
+                else:
+                    self._bpf[b"exec_open"][ctypes.c_uint64(key)] = ctypes.c_uint64(now)
                 self._opens[key] = now
         except Exception as e:  # BCC map writes raise bare Exception / OSError
             raise ProbeError(f"exec_count: writing the open time failed: {e}") from e
@@ -72,15 +75,12 @@ class ExecCount:
         if self._bpf is None:
             raise ProbeError("exec_count: snapshot before load()")
         try:
-            # Times first: every exec they show is also in the counts read just after.
-            self._times = {
-                (k.value if hasattr(k, "value") else int(k)): [(int(c.first), int(c.last)) for c in v]
-                for k, v in self._bpf[b"exec_times"].items()
-            }
-            sums = bcc_env.percpu_sum(self._bpf[b"exec_count"])
+            # One read of each slot gives its count and its times together.
+            rows = [(k.value, list(v)) for k, v in self._bpf[b"exec_count"].items()]
         except Exception as e:  # BCC map reads raise bare Exception / OSError
             raise ProbeError(f"exec_count: reading the map failed: {e}") from e
-        return {cg: {"exec": n} for cg, n in sums.items()}
+        self._times = {cg: [(int(c.first), int(c.last)) for c in cpus] for cg, cpus in rows}
+        return {cg: {"exec": sum(int(c.count) for c in cpus)} for cg, cpus in rows}
 
     def window_samples(
         self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
