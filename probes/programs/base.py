@@ -12,7 +12,7 @@
 
 A program counts in the kernel, keyed by cgroup v2 id, and user space only ever reads
 cumulative totals; a window is the difference of two snapshots. Optional parts: ``configure``
-(this window's options, see params.py), ``window_gauges`` and ``window_samples`` (per-event
+(this window's options, see params.py), ``open_window``, ``window_gauges`` and ``window_samples`` (per-event
 records). Caveats: the registry is
 deliberately closed (names map to code that ships here; a probe never loads a program named by
 the network that is not in it), and a counter that goes *down* between two snapshots means the
@@ -65,6 +65,16 @@ class GaugeSource(Protocol):
     def window_gauges(
         self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
     ) -> dict[str, dict[str, float]]: ...
+
+
+class WindowOpener(Protocol):
+    """A program that keeps per-window state in the kernel (exec_count: first/last exec time).
+
+    The agent calls ``open_window`` at OpenWindow, after ``configure`` and before the open
+    snapshot, with the window's nodes.
+    """
+
+    def open_window(self, nodes: Iterable[NodeLike]) -> None: ...
 
 
 class Configurable(Protocol):
