@@ -12,6 +12,7 @@ write-up's agent sees each flow again within a round). A packet counts as genera
 ``sendto`` returned: the socket has IP_RECVERR, so a veth drop (ENOBUFS) is an error here, and
 retried (bounded), never silently lost. Frames are ``frame_bytes`` long on the wire (Ethernet +
 IPv4 + UDP headers, 42 bytes, included): what an XDP program measures.
+SIGTERM stops it early the same way as ``--max-s`` (its counts still printed, exactly).
 Caveat: one process, one core; rates above what it can send make it ``saturated`` (reported).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import signal
 import socket
 import sys
 import time
@@ -86,7 +88,7 @@ def generate(
                 sent += 1
                 if sent & 255 == 0:
                     now = time.monotonic()
-                    if now > deadline:
+                    if now > deadline or _TERM:
                         rounds, partial, stopped = r, j + 1, True
                         break
                     if rate > 0:  # paced: never ahead of the schedule
@@ -114,7 +116,16 @@ def generate(
     }
 
 
+_TERM = False  # SIGTERM: stop at the next check and still print the exact counts
+
+
+def _on_term(signum: int, frame: object) -> None:
+    global _TERM
+    _TERM = True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _on_term)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flows", type=int, required=True)
     ap.add_argument("--first", type=int, default=0)

@@ -46,7 +46,19 @@ class FlowNetns:
                 ip("-n", ns, "link", "set", dev, "up")
             self.sysctl(self.dst, "net.ipv4.ip_forward=0")
             mac = json.loads(ip("-n", self.dst, "-j", "link", "show", self.dst_dev).stdout)[0]["address"]
-            ip("-n", self.src, "neigh", "replace", DST_ADDR, "lladdr", mac, "dev", self.src_dev, "nud", "permanent")
+            ip(
+                "-n",
+                self.src,
+                "neigh",
+                "replace",
+                DST_ADDR,
+                "lladdr",
+                mac,
+                "dev",
+                self.src_dev,
+                "nud",
+                "permanent",
+            )
             ip("-n", self.src, "route", "add", FLOW_NET, "via", DST_ADDR, "dev", self.src_dev)
         except BaseException:
             self.close()
@@ -60,12 +72,22 @@ class FlowNetns:
     def exec(self, cmd: list[str], timeout: float) -> str:
         """Run ``cmd`` in the source namespace; its stdout (LoadGenError with its stderr)."""
         p = subprocess.run(
-            ["ip", "netns", "exec", self.src, *cmd], check=False, capture_output=True, text=True, timeout=timeout
+            ["ip", "netns", "exec", self.src, *cmd],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if p.returncode != 0:
             tail = p.stderr.strip().splitlines()[-3:]
             raise LoadGenError(f"{' '.join(cmd[:3])} failed ({p.returncode}): {' | '.join(tail)}")
         return p.stdout
+
+    def start(self, cmd: list[str]) -> subprocess.Popen[str]:
+        """Start ``cmd`` in the source namespace (``ip netns exec`` execs it: same pid)."""
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.src, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     def target(self, cgroup_id: int) -> str:
         """The receiving interface as a ``flow_count.targets`` entry."""

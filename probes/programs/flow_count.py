@@ -3,14 +3,17 @@
     prog = FlowCount()
     prog.load()
     prog.configure({"flow_count.targets": ["4242:ss-fs-ab12-dst:fsab12d"], "flow_count.max_flows": 2**18})
-    prog.snapshot()      # {4242: {"flow.packets": n, "flow.bytes": b, "flow.flows", ".drops", ".other"}}
+    prog.snapshot()      # {4242: {"flow.packets": n, "flow.bytes": b, "flow.flows", ".drops", ".other",
+                         #         "flow.dev.fsab12cdd.packets": n, ...}}
     prog.window_gauges(t0, t1, nodes)   # per node: flows seen, packets-per-flow histogram; drained
     prog.take_flows()    # {("10.98.0.1", "10.200.0.0", 40000, 20000, 17): (packets, bytes), ...}
     prog.close()
 
 A target is ``<cgroup id>:<netns>:<interface>``: the interface (in that ``ip netns`` namespace)
 gets its own loaded object, and its counts are keyed by the cgroup id of the node that drives
-it (the worker's), so the agent maps them to nodes like every other program. Targets are set
+it (the worker's), so the agent maps them to nodes like every other program; every counter and
+gauge is also given per interface (``flow.dev.<ifname>.<name>``), since workers on one
+machine may share a cgroup. Targets are set
 per window (the flow storm's workers make their namespaces at set-up) and attached once; a
 window with other targets detaches the old ones. A target whose namespace is not on this
 machine is skipped (in a distributed run each probe sees every worker's targets).
@@ -179,6 +182,8 @@ class FlowCount:
                 tot = out.setdefault(a.cgroup, dict.fromkeys(COUNTERS, 0))
                 for c, v in a.totals().items():
                     tot[c] += v
+                    # Per interface too: workers on one machine may share a cgroup.
+                    tot[f"flow.dev.{a.dev}.{c[len('flow.') :]}"] = v
         except Exception as e:  # BCC map reads raise bare Exception / OSError
             raise ProbeError(f"flow_count: reading the totals failed: {e}") from e
         return out
@@ -191,18 +196,21 @@ class FlowCount:
         expects {p: flows}). Drains the tables; ``take_flows`` returns what was drained."""
         if not self._loaded:
             raise ProbeError("flow_count: window_gauges before load()")
-        per_cg: dict[int, dict[FlowKey, tuple[int, int]]] = {}
+        drained: list[tuple[_Attached, dict[FlowKey, tuple[int, int]]]] = []
         try:
             for a in self._attached:
-                per_cg.setdefault(a.cgroup, {}).update(a.drain())
+                drained.append((a, a.drain()))
         except Exception as e:
             raise ProbeError(f"flow_count: reading the flow table failed: {e}") from e
-        self._last = {k: v for flows in per_cg.values() for k, v in flows.items()}
+        self._last = {k: v for _a, flows in drained for k, v in flows.items()}
         out: dict[str, dict[str, float]] = {}
         for n in nodes:
             cg = int(n.cgroup_id)
-            flows = self._last if cg == 0 else per_cg.get(cg, {})
-            out[n.name] = flow_gauges(flows)
+            mine = [(a, f) for a, f in drained if cg in (0, a.cgroup)]
+            g = flow_gauges({k: v for _a, f in mine for k, v in f.items()})
+            for a, f in mine:  # per interface too (workers on one machine may share a cgroup)
+                g.update({f"flow.dev.{a.dev}.{k[len('flow.') :]}": v for k, v in flow_gauges(f).items()})
+            out[n.name] = g
         return out
 
     def take_flows(self) -> dict[FlowKey, tuple[int, int]]:
