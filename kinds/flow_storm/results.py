@@ -104,8 +104,10 @@ def reconcile(
     for node in window.nodes:
         gen = results.get(node)
         rs = [r for r in readings if r.node == node and "flow.packets" in r.counters]
-        missing = ([] if gen is not None else ["worker"]) + ([] if rs else ["probe"])
         k = kernel_view(rs, str(gen.get("dev", ""))) if gen is not None and rs else None
+        if k is not None and k["packets"] is None:
+            k = None  # no probe counted this node's interface (not on this machine?)
+        missing = ([] if gen is not None else ["worker"]) + ([] if rs and (k or gen is None) else ["probe"])
         nc = NodeCount(
             node=node,
             generated=int(gen["generated"]) if gen is not None else None,
