@@ -9,7 +9,11 @@ namespaces joined by a veth pair, and per window its generator (workers/flow_gen
 ``packets_per_flow`` rounds over its share of the flows, paced at ``rate_pps`` and bounded by
 ``max_s`` and ``max_packets``. The probe's ``flow_count`` program, attached (XDP) to the
 receiving end of every worker's pair through per-window options, counts packets and bytes per
-5-tuple. Reconcile (results.py): generated == kernel for packets, bytes and flows, and per flow
+5-tuple. With ``agent`` (default ``reference``, targets/flow_agent), each worker runs that
+flow agent on its sending interface for the whole run, reconfigured per point to the point's
+``cache_max_flows`` (same process, so the probe's ``procstat`` samples its CPU and RSS); its
+account of each window (flows, evictions per component, ring buffer / hashmap ratio) is the
+reported column. Reconcile (results.py): generated == kernel for packets, bytes and flows, and per flow
 (the kernel's packets-per-flow histogram equals what was sent to each flow); a flow the kernel
 table could not hold is a failed run, never a figure.
 """
@@ -23,6 +27,7 @@ from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
 from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.targets.flow_agent import AGENT_CHOICES
 
 FLOW_FIELDS: list[Field] = [
     Field(
@@ -48,6 +53,23 @@ FLOW_FIELDS: list[Field] = [
     ),
     Field("max_packets", int, 5_000_000, "hard cap on packets per node per window", min=1, max=50_000_000),
     Field("iterations", int, 1, "windows per point", min=1, max=1000),
+    Field("agent", str, "reference", "flow agent under test (targets/flow_agent)", choices=AGENT_CHOICES),
+    Field(
+        "cache_max_flows",
+        list_of(int),
+        [100_000],
+        "the agent's cacheMaxFlows (flows in its eBPF map), one point each per flow count",
+        min=16,
+        max=4_000_000,
+    ),
+    Field(
+        "cache_timeout_s",
+        float,
+        1.0,
+        "the agent's cacheTimeout: its map is evicted this often",
+        min=0.05,
+        max=60,
+    ),
     Field("pause_s", float, 0.5, "pause between windows, seconds", min=0, max=60),
 ]
 
@@ -62,6 +84,9 @@ class FlowStormConfig(RunConfig):
     max_s: float
     max_packets: int
     iterations: int
+    agent: str
+    cache_max_flows: list[int]
+    cache_timeout_s: float
     pause_s: float
 
 
@@ -96,10 +121,20 @@ class FlowStorm(Kind[FlowStormConfig]):
             "targets": ",".join(shared.get("targets", [])),
             "max_flows": str(table_size(cfg)),
         }
-        return {"flow_count": opts}
+        progs = {"flow_count": opts}
+        if cfg.agent != "none":  # the agents' CPU and RSS (listed before set-up too: the probe loads it)
+            pids = shared.get("agent_pids") or []
+            progs["procstat"] = {"pids": ",".join(str(p) for p in pids)} if pids else {}
+        return progs
 
     def points(self, cfg: FlowStormConfig) -> list[PointInfo]:
-        return [PointInfo(i, {"flows": n}, int(cfg.iterations)) for i, n in enumerate(cfg.flows)]
+        if cfg.agent == "none":
+            return [PointInfo(i, {"flows": n}, int(cfg.iterations)) for i, n in enumerate(cfg.flows)]
+        pairs = [(n, c) for n in cfg.flows for c in cfg.cache_max_flows]
+        return [
+            PointInfo(i, {"flows": n, "cache_max_flows": c}, int(cfg.iterations))
+            for i, (n, c) in enumerate(pairs)
+        ]
 
     def sim_nodes(self, cfg: FlowStormConfig) -> int:
         return int(cfg.workers) if cfg.mode == "distributed" else 1  # a worker is a node
@@ -107,7 +142,8 @@ class FlowStorm(Kind[FlowStormConfig]):
     def shared(self, cfg: FlowStormConfig, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         nodes = sorted(str(i["node"]) for i in infos.values() if "node" in i)
         targets = sorted(str(i["target"]) for i in infos.values() if "target" in i)
-        return {"nodes": nodes, "targets": targets}
+        pids = sorted(int(i["agent_pid"]) for i in infos.values() if i.get("agent_pid"))
+        return {"nodes": nodes, "targets": targets, "agent_pids": pids}
 
     def payload(
         self, cfg: FlowStormConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
@@ -120,6 +156,8 @@ class FlowStorm(Kind[FlowStormConfig]):
             "frame_bytes": cfg.frame_bytes,
             "rate_pps": cfg.rate_pps,
             "max_s": cfg.max_s,
+            "cache_max_flows": int(point.params.get("cache_max_flows", 0)),
+            "cache_timeout_s": cfg.cache_timeout_s,
         }
 
     def window_timeout_s(self, cfg: FlowStormConfig, point: PointInfo) -> float:

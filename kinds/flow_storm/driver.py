@@ -9,7 +9,9 @@ The namespaces exist from set-up on, so the controller can name the receiving in
 the first window's probe options (``flow_count.targets``). A window runs the generator
 (workers/flow_gen.py) in the source namespace as a subprocess (its own core, off this
 gevent-patched process) over this node's block of flows, and returns its exact counts plus the
-veth pair's drop counters over the window. ``locust -f``: FlowStormUser users
+veth pair's drop counters over the window, and, with a flow agent under test
+(targets/flow_agent, started at set-up on the sending interface), the agent's own account of
+the window (``start_window`` before, ``flush`` after). ``locust -f``: FlowStormUser users
 (workers/flow_user.py) call ``burst`` one at a time (one source port per namespace) and the
 bursts of a window add up in ``take``.
 """
@@ -47,6 +49,17 @@ class FlowDriver:
         self.net = FlowNetns().__enter__()
         self._lock = threading.Lock()
         self._free: dict[str, dict[str, Any]] = {}
+        self.agent: Any = None
+        self._agent_cfg: tuple[int, float] = (0, 0.0)
+        if cfg.agent != "none":
+            from swarmscope.targets.flow_agent import start_agent
+
+            self._agent_cfg = (int(cfg.cache_max_flows[0]), float(cfg.cache_timeout_s))
+            try:
+                self.agent = start_agent(cfg.agent, self.net.src, self.net.src_dev, *self._agent_cfg)
+            except BaseException:
+                self.net.close()
+                raise
 
     def describe(self) -> list[dict[str, Any]]:
         return [
@@ -60,9 +73,17 @@ class FlowDriver:
         ]
 
     def info(self) -> dict[str, Any]:
-        return {"node": self.name, "pid": self.pid, "target": self.net.target(int(self.node.cgroup_id))}
+        target = self.net.target(int(self.node.cgroup_id))
+        return {
+            "node": self.name,
+            "pid": self.pid,
+            "target": target,
+            "agent_pid": getattr(self.agent, "pid", 0),
+        }
 
     def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
         self.net.close()
 
     def burst(
@@ -112,7 +133,7 @@ class FlowDriver:
             res: dict[str, Any] = {"generated": 0, "bytes": 0, "flows": 0, "rounds": 0, "partial": 0}
         else:
             try:
-                res = self.burst(int(first), int(count), payload)
+                res = self._measured(int(first), int(count), payload)
             except Exception as e:  # the master hears about it in the result, the run goes on
                 exc = e
                 res = {"generated": 0, "errors": [f"{type(e).__name__}: {e}"]}
@@ -128,6 +149,19 @@ class FlowDriver:
                 context={},
             )
         return {self.name: res}
+
+    def _measured(self, first: int, count: int, p: dict[str, Any]) -> dict[str, Any]:
+        """A burst with the agent under test told when the window starts and ends."""
+        if self.agent is None:
+            return self.burst(first, count, p)
+        want = (int(p["cache_max_flows"]) or self._agent_cfg[0], float(p["cache_timeout_s"]))
+        if want != self._agent_cfg:
+            self.agent.configure(*want)
+            self._agent_cfg = want
+        self.agent.start_window()
+        res = self.burst(first, count, p)
+        res["agent"] = {"cache_max_flows": want[0], "cache_timeout_s": want[1], **self.agent.flush()}
+        return res
 
     # -- free-running tests (locust -f) ------------------------------------------------------
     def record(self, window_id: str, res: dict[str, Any]) -> None:

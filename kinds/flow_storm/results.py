@@ -5,7 +5,7 @@
 
 Per node and window, the worker's generator result (packets, bytes, flows, and which flows got
 one packet more when ``max_s`` stopped it) against the ``flow_count`` reading: packets are the
-three-number row (generated / kernel / reported; nothing reports yet), and bytes, flows and the
+three-number row (generated / kernel / reported by the flow agent under test), and bytes, flows and the
 packets-per-flow histogram must be equal too. Any difference is ``harness-mismatch:<node>``
 with the reason in ``extra["flows"][node]["problems"]``; ``flow.drops`` (a flow the kernel
 table could not hold) is ``kernel-drops:<node>``: a failed run, never a figure.
@@ -60,14 +60,27 @@ def kernel_view(rs: Sequence[ProbeReading], dev: str) -> dict[str, Any]:
         for c, v in r.counters.items():
             if c.startswith(pre) and c[len(pre) :] in out:
                 out[c[len(pre) :]] = int(out[c[len(pre) :]] or 0) + int(v)
-        for g, v in r.gauges.items():
+        for g, x in r.gauges.items():
             if g.startswith(pre + "hist."):
                 k = int(g[len(pre) + 5 :])
-                hist[k] = hist.get(k, 0) + int(v)
+                hist[k] = hist.get(k, 0) + int(x)
             elif g == pre + "seen":
-                seen += int(v)
+                seen += int(x)
     out.update(hist=hist, seen=seen)
     return out
+
+
+def agent_proc(readings: Sequence[ProbeReading], node: str) -> dict[str, float]:
+    """The agent's CPU (% of one core) and largest RSS (KiB) in the window (procstat)."""
+    for r in readings:
+        if r.node == node and "proc.ticks" in r.gauges:
+            g = r.gauges
+            return {
+                "cpu_pct": g.get("proc.cpu_pct", 0.0),
+                "rss_kib": g.get("proc.rss_max_kib", 0.0),
+                "ticks": g["proc.ticks"],
+            }
+    return {}
 
 
 def check_node(gen: Mapping[str, Any], k: Mapping[str, Any]) -> list[str]:
@@ -108,15 +121,19 @@ def reconcile(
         if k is not None and k["packets"] is None:
             k = None  # no probe counted this node's interface (not on this machine?)
         missing = ([] if gen is not None else ["worker"]) + ([] if rs and (k or gen is None) else ["probe"])
+        agent = gen.get("agent") if gen is not None else None
         nc = NodeCount(
             node=node,
             generated=int(gen["generated"]) if gen is not None else None,
             kernel=k["packets"] if k is not None else None,
+            reported=int(agent["packets"]) if agent else None,
             missing=missing,
             rate=float(gen["rate"]) if gen is not None and "rate" in gen else None,
         )
         per_node.append(nc)
-        row: dict[str, Any] = {"kernel": k, "problems": []}
+        row: dict[str, Any] = {"kernel": k, "problems": [], "agent": agent}
+        if agent:
+            row["agent_proc"] = agent_proc(readings, node)
         if gen is not None and gen.get("errors"):
             flags.append(f"worker-error:{node}:{gen['errors'][0]}")
         elif gen is not None and k is not None:
@@ -155,6 +172,7 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
                 "flows_per_s": flows / elapsed if elapsed else 0.0,
                 "packets_per_s": sum(float(v["rate"]) for v in rows),
                 "per_flow_ok": bool(rows) and not any(v["problems"] for v in rows),
+                **agent_point(rows),
             }
         )
     return {
@@ -166,9 +184,36 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
     }
 
 
+def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The agents' figures of one window, summed over nodes (the write-up's dashboard)."""
+    ags = [(v["agent"], v.get("agent_proc") or {}) for v in rows if v.get("agent")]
+    if not ags:
+        return {}
+    hm = sum(a["evicted_flows"]["hashmap"] for a, _ in ags)
+    rb = sum(a["evicted_flows"]["accounter"] for a, _ in ags)
+    procs = [p for _, p in ags if p]
+    return {
+        "cache_max_flows": ags[0]["cache_max_flows"],
+        "reported": sum(int(a["packets"]) for a, _ in ags),
+        "reported_bytes": sum(int(a["bytes"]) for a, _ in ags),
+        "reported_flows": sum(int(a["flows"]) for a, _ in ags),
+        "flow_records": sum(int(a["records"]) for a, _ in ags),
+        "hashmap_evictions": sum(a["evictions"]["hashmap"] for a, _ in ags),
+        "early_evictions": sum(a["early_hashmap_evictions"] for a, _ in ags),
+        "hashmap_flows": hm,
+        "ringbuf_flows": rb,
+        "ringbuf_hashmap_ratio": rb / hm if hm else None,
+        "dropped_flows": sum(int(a["dropped_flows"]) for a, _ in ags),
+        "agent_cpu_pct": sum(p["cpu_pct"] for p in procs) if procs else None,
+        "agent_rss_mib": sum(p["rss_kib"] for p in procs) / 1024 if procs else None,
+    }
+
+
 COLUMNS = (
     "flows", "iteration", "generated", "kernel", "bytes", "kernel_bytes", "kernel_flows",
-    "kernel_drops", "flows_per_s", "packets_per_s", "per_flow_ok",
+    "kernel_drops", "flows_per_s", "packets_per_s", "per_flow_ok", "cache_max_flows", "reported",
+    "reported_bytes", "flow_records", "hashmap_evictions", "early_evictions", "ringbuf_hashmap_ratio",
+    "dropped_flows", "agent_cpu_pct", "agent_rss_mib",
 )  # fmt: skip
 
 
@@ -186,7 +231,9 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     head = "".join(f"<th>{c}</th>" for c in COLUMNS)
     rows = "".join(
         "<tr>" + "".join(f"<td>{_cell(p.get(c, ''))}</td>" for c in COLUMNS) + "</tr>"
-        for p in sorted(points, key=lambda p: (p.get("flows", 0), p.get("iteration", 0)))
+        for p in sorted(
+            points, key=lambda p: (p.get("flows", 0), -p.get("cache_max_flows", 0), p.get("iteration", 0))
+        )
     )
     return SectionHTML(
         html="<h2>Flow storm: generated against the kernel, per flow</h2>"
