@@ -155,3 +155,30 @@ def test_reconcile_rule() -> None:
     missing = reconcile(cfg, _window(["n1", "n2"]), point, {"n1": gen}, [], ["p"])
     assert missing.flags == ["missing:n1:probe", "missing:n2:worker,probe"]
     assert shares(5, ["b", "a"]) == {"a": [0, 3], "b": [3, 2]}
+
+
+@root
+def test_reference_agent_cache_sweep(tmp_path: pathlib.Path) -> None:
+    """The write-up's experiment in small: a map that holds every flow needs no ring buffer;
+    an undersized one is evicted early (full, not the timeout) and the ring buffer takes over
+    (ratio above 0.05). Paced to 3 s windows so procstat (1 s ticks) samples. What the agent
+    reports never exceeds the kernel's count, less the
+    flows it said it dropped; the agent's CPU and RSS come from the probe's procstat."""
+    out = tmp_path / "results"
+    p = run_cli(
+        "run", "scenarios/flow_storm.yaml", "--set", "flows=8000", "--set", "packets_per_flow=3",
+        "--set", "cache_max_flows=50000,300", "--set", "rate_pps=8000", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    _exact(rep, [8000, 8000], 3, 128)
+    big, small = sorted(rep["flow_storm"]["points"], key=lambda q: -q["cache_max_flows"])
+    assert (big["cache_max_flows"], small["cache_max_flows"]) == (50000, 300)
+    assert big["ringbuf_flows"] == 0 and big["early_evictions"] == 0 and big["dropped_flows"] == 0
+    assert big["reported_flows"] == 8000 and big["ringbuf_hashmap_ratio"] == 0
+    assert small["early_evictions"] > 0 and small["ringbuf_hashmap_ratio"] > 0.05
+    for q in (big, small):
+        assert q["reported"] + q["dropped_flows"] <= q["kernel"] == 24000
+        assert q["agent_rss_mib"] > 0 and q["agent_cpu_pct"] is not None
+    rows = [it["extra"]["flows"]["n1"] for pt in rep["points"] for it in pt["iterations"]]
+    assert all(r["agent_proc"]["ticks"] >= 1 for r in rows)  # 3 s windows, 1 s procstat ticks

@@ -193,7 +193,7 @@ def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rb = sum(a["evicted_flows"]["accounter"] for a, _ in ags)
     procs = [p for _, p in ags if p]
     return {
-        "cache_max_flows": ags[0]["cache_max_flows"],
+        "cache_max_flows": ags[0][0]["cache_max_flows"],
         "reported": sum(int(a["packets"]) for a, _ in ags),
         "reported_bytes": sum(int(a["bytes"]) for a, _ in ags),
         "reported_flows": sum(int(a["flows"]) for a, _ in ags),
