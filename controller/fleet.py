@@ -8,11 +8,21 @@
     readings, missing = fleet.close_window(run_id, window_id, timeout_s=10)
     readings[0].samples     # [ReadingSample("map_update.call", start_ns, end_ns, entries, labels)]
 
-One bidirectional Session per probe (see proto/swarmscope/v1/probe.proto): commands go down a
-per-probe queue, readings come up. A window is closed when every probe that acknowledged its
-opening has sent ``WindowDone`` — or at the timeout, when the silent ones are returned in
-``missing`` and every reading that did arrive is kept. ``options`` are checked by each probe
-against its programs' declared params: a bad key or value comes back as that host's problem.
+Probes authenticate with the mutual challenge of swarmscope.auth (Hello, then Register: the
+token never crosses the wire); with ``tls`` the port speaks TLS, and with ``tls.ca`` only
+probes holding a certificate that CA signed get in (mTLS). One bidirectional Session per probe
+(see proto/swarmscope/v1/probe.proto): commands go down a per-probe queue, readings come up.
+
+Windows are tracked per probe (its ``probe_id``), not per session: a probe that reconnects
+mid-window (a new Register, same id) gets the commands its old session missed again (the open
+if unacknowledged, the close if unanswered) and keeps its reading; the reconnect is counted
+(``take_reconnects``). A window is closed when every probe that acknowledged its opening is in
+its ``done`` set — or at the timeout, or once every silent probe is gone (disconnected for
+longer than ``reconnect_grace_s``, or silent for ``liveness_s``): the silent ones are returned in
+``missing`` and every reading that did arrive is kept. A reading counts only for a node the
+window asked that probe for, once per node; probes gone for ``prune_s`` are forgotten.
+``options`` are checked by each probe against its programs' declared params: a bad key or
+value comes back as that host's problem.
 Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
 node), so the server accepts messages up to ``MAX_MESSAGE_BYTES``.
 
@@ -28,6 +38,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -38,6 +49,7 @@ import grpc
 from swarmscope import auth
 from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.errors import FleetError
+from swarmscope.tls import TLSFiles, server_credentials
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 
@@ -48,6 +60,10 @@ _gevent_ready = False
 # One WindowDone carries every reading of a probe, samples included (~100 bytes each): gRPC's
 # 4 MiB default would refuse a window of a few tens of thousands of map-update calls.
 MAX_MESSAGE_BYTES = 512 * 2**20
+
+# Hello is unauthenticated: its one-time server nonces are bounded in number and lifetime.
+MAX_PENDING_HELLOS = 100_000
+HELLO_TTL_S = 30.0
 
 
 def grpc_for_gevent() -> None:
@@ -70,7 +86,7 @@ def grpc_for_gevent() -> None:
 
 @dataclass
 class ProbeState:
-    """What the controller knows of one registered probe."""
+    """What the controller knows of one registered probe (its current session)."""
 
     probe_id: str
     session_id: str
@@ -82,6 +98,8 @@ class ProbeState:
     registered_ns: int
     last_seen: float = 0.0  # time.monotonic() of the last message
     connected: bool = False
+    disconnected_at: float = 0.0  # time.monotonic() when its stream ended (0: never connected)
+    reconnects: int = 0  # registrations after the first one
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     outbox: queue.Queue[pb.Command | None] = field(default_factory=queue.Queue)
@@ -96,11 +114,15 @@ class ProbeState:
 class _Window:
     run_id: str
     window_id: str
-    expected: set[str]  # probe ids sent OpenWindow
+    nodes: dict[str, set[str]]  # probe id -> names of the nodes it was asked to read
+    opens: dict[str, pb.Command]  # probe id -> its OpenWindow (sent again after a reconnect)
+    expected: set[str]  # probe ids whose reading the window waits for
     acks: dict[str, pb.WindowAck] = field(default_factory=dict)
-    readings: list[ProbeReading] = field(default_factory=list)
+    readings: dict[tuple[str, str], ProbeReading] = field(default_factory=dict)  # (probe, node)
     done: set[str] = field(default_factory=set)
     closing: bool = False
+    close: pb.Command | None = None
+    reconnects: dict[str, int] = field(default_factory=dict)  # probe id -> reconnects while open
 
 
 class Fleet(pb_grpc.ProbeControlServicer):
@@ -113,19 +135,34 @@ class Fleet(pb_grpc.ProbeControlServicer):
         heartbeat_s: float = 1.0,
         liveness_s: float = 5.0,
         max_workers: int = 4096,
+        *,
+        tls: TLSFiles | None = None,
+        reconnect_grace_s: float | None = None,
+        prune_s: float | None = None,
     ):
         self.token = token
         self.bind = bind
         self.heartbeat_s = heartbeat_s
         self.liveness_s = liveness_s
         self.max_workers = max_workers
+        self.tls = tls if tls is not None and tls.enabled else None
+        # How long a disconnected probe may take to come back before its windows stop waiting.
+        self.reconnect_grace_s = liveness_s if reconnect_grace_s is None else reconnect_grace_s
+        self.prune_s = max(60.0, 10 * liveness_s) if prune_s is None else prune_s
         self.port = 0
         self._server: grpc.Server | None = None
         self._lock = threading.Condition()
-        self._probes: dict[str, ProbeState] = {}  # by session id
+        self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
+        self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
+        self._hellos: OrderedDict[bytes, tuple[bytes, float]] = (
+            OrderedDict()
+        )  # server nonce -> (probe nonce, t)
         self._windows: dict[str, _Window] = {}
+        self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
+        self._closed_reconnects: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._seq = 0
         self.readings_received = 0
+        self.readings_rejected = 0  # for a node, window or probe the window did not ask for
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> int:
@@ -141,14 +178,22 @@ class Fleet(pb_grpc.ProbeControlServicer):
         )
         pb_grpc.add_ProbeControlServicer_to_server(self, self._server)
         try:
-            self.port = self._server.add_insecure_port(self.bind)
+            if self.tls is not None:
+                self.port = self._server.add_secure_port(self.bind, server_credentials(self.tls))
+            else:
+                self.port = self._server.add_insecure_port(self.bind)
         except RuntimeError as e:
             raise FleetError(f"cannot listen on {self.bind} for probes: {e}") from e
         if self.port == 0:
             raise FleetError(f"cannot listen on {self.bind} for probes (address in use?)")
         self._server.start()
-        log.info("probe fleet listening on port %d", self.port)
+        log.info("probe fleet listening on port %d (%s)", self.port, self._mode())
         return self.port
+
+    def _mode(self) -> str:
+        if self.tls is None:
+            return "plaintext"
+        return "mTLS" if self.tls.ca else "TLS"
 
     def stop(self, grace_s: float = 1.0) -> None:
         with self._lock:
@@ -165,13 +210,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     # -- queries -------------------------------------------------------------------------
     def probes(self, alive_only: bool = True) -> list[ProbeState]:
-        now = time.monotonic()
         with self._lock:
-            return [
-                p
-                for p in self._probes.values()
-                if not alive_only or (p.connected and now - p.last_seen <= self.liveness_s)
-            ]
+            self._prune()
+            return [p for p in self._probes.values() if not alive_only or self._alive(p.probe_id)]
 
     def wait_for_probes(self, count: int = 1, timeout_s: float = 60.0, hosts: set[str] | None = None) -> None:
         """Block until ``count`` live probes (or probes for every host in ``hosts``) are connected."""
@@ -189,6 +230,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     "with the same token?"
                 )
             time.sleep(0.05)
+
+    def take_reconnects(self, window_id: str) -> dict[str, int]:
+        """``{probe: reconnects}`` of probes that re-registered while the window was open (once)."""
+        with self._lock:
+            return self._closed_reconnects.pop(window_id, {})
 
     # -- windows -------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -217,11 +263,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
         live = {p.host: p for p in self.probes()}
         problems = {h: "no live probe" for h in nodes_by_host if h not in live}
         with self._lock:
-            hosts = {live[h].session_id: h for h in nodes_by_host if h in live}
-            win = _Window(run_id, window_id, expected=set(hosts))
-            self._windows[window_id] = win
-            for host in hosts.values():
-                cmd = pb.Command(
+            hosts = {live[h].probe_id: h for h in nodes_by_host if h in live}
+            opens = {
+                pid: pb.Command(
                     seq=self._next_seq(),
                     open=pb.OpenWindow(
                         run_id=run_id,
@@ -232,20 +276,31 @@ class Fleet(pb_grpc.ProbeControlServicer):
                         options=dict(options or {}),
                     ),
                 )
-                live[host].outbox.put(cmd)
+                for pid, host in hosts.items()
+            }
+            win = _Window(
+                run_id,
+                window_id,
+                nodes={pid: {n.name for n in nodes_by_host[h]} for pid, h in hosts.items()},
+                opens=opens,
+                expected=set(hosts),
+            )
+            self._windows[window_id] = win
+            for pid, cmd in opens.items():
+                self._probes[pid].outbox.put(cmd)
             deadline = time.monotonic() + timeout_s
             while len(win.acks) < len(win.expected):
-                # Woken by the last ack, or every 0.25 s to drop dead probes from the wait.
-                pending = {s for s in win.expected - set(win.acks) if self._alive(s)}
+                # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
+                pending = {p for p in win.expected - set(win.acks) if not self._gone(p)}
                 left = deadline - time.monotonic()
                 if not pending or left <= 0:
                     break
                 self._lock.wait(min(left, 0.25))
-            for sid in list(win.expected):
-                ack = win.acks.get(sid)
+            for pid in list(win.expected):
+                ack = win.acks.get(pid)
                 if ack is None or not ack.ok:
-                    problems[hosts[sid]] = f"window not opened: {ack.error if ack else 'no acknowledgement'}"
-                    win.expected.discard(sid)
+                    problems[hosts[pid]] = f"window not opened: {ack.error if ack else 'no acknowledgement'}"
+                    win.expected.discard(pid)
         if problems:
             log.warning("window %s: %s", window_id, problems)
         return problems
@@ -259,51 +314,103 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if win is None:
                 raise FleetError(f"close of unknown window {window_id}")
             win.closing = True
-            for sid in win.expected:
-                p = self._probes.get(sid)
+            win.close = pb.Command(
+                seq=self._next_seq(), close=pb.CloseWindow(run_id=run_id, window_id=window_id)
+            )
+            for pid in win.expected:
+                p = self._probes.get(pid)
                 if p is not None:
-                    p.outbox.put(
-                        pb.Command(
-                            seq=self._next_seq(), close=pb.CloseWindow(run_id=run_id, window_id=window_id)
-                        )
-                    )
+                    p.outbox.put(win.close)
             deadline = time.monotonic() + timeout_s
-            while len(win.done) < len(win.expected):
+            while not win.expected <= win.done:
                 pending = win.expected - win.done
-                dead = {s for s in pending if not self._alive(s)}
-                if pending <= dead:
+                if all(self._gone(pid) for pid in pending):
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._lock.wait(min(left, 0.25))
-            missing = sorted(self._probe_name(s) for s in win.expected - win.done)
+            missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
             del self._windows[window_id]
-            return list(win.readings), missing
+            if win.reconnects:
+                self._closed_reconnects[window_id] = {
+                    self._probe_name(p): n for p, n in win.reconnects.items()
+                }
+                while len(self._closed_reconnects) > 1024:  # nobody took them: do not grow forever
+                    self._closed_reconnects.popitem(last=False)
+            return list(win.readings.values()), missing
+
+    def take_spans(self, window_id: str) -> list[bytes]:
+        """The spans probes sent with a window's readings (OTLP request bytes), removed here."""
+        with self._lock:
+            return self._spans.pop(window_id, [])
 
     def shutdown_probes(self, reason: str = "run finished") -> None:
         with self._lock:
             for p in self._probes.values():
                 p.outbox.put(pb.Command(seq=self._next_seq(), shutdown=pb.Shutdown(reason=reason)))
 
-    def _alive(self, session_id: str) -> bool:
-        p = self._probes.get(session_id)
+    def _alive(self, probe_id: str) -> bool:
+        p = self._probes.get(probe_id)
         return p is not None and p.connected and time.monotonic() - p.last_seen <= self.liveness_s
 
-    def _probe_name(self, session_id: str) -> str:
-        p = self._probes.get(session_id)
-        return f"{p.probe_id}@{p.host}" if p else session_id
+    def _gone(self, probe_id: str) -> bool:
+        """No answer will come: unknown, silent too long, or disconnected past the reconnect grace."""
+        p = self._probes.get(probe_id)
+        if p is None:
+            return True
+        now = time.monotonic()
+        if p.connected:
+            return now - p.last_seen > self.liveness_s
+        since = p.disconnected_at or p.last_seen
+        return now - since > self.reconnect_grace_s
+
+    def _prune(self) -> None:
+        """Forget probes disconnected for longer than ``prune_s`` (caller holds the lock)."""
+        now = time.monotonic()
+        for pid, p in list(self._probes.items()):
+            if not p.connected and now - (p.disconnected_at or p.last_seen) > self.prune_s:
+                del self._probes[pid]
+                self._sessions.pop(p.session_id, None)
+                log.info(
+                    "probe %s@%s pruned: gone for %.0fs",
+                    pid,
+                    p.host,
+                    now - (p.disconnected_at or p.last_seen),
+                )
+        for sid, p in list(self._sessions.items()):
+            if self._probes.get(p.probe_id) is not p and not p.connected:
+                del self._sessions[sid]  # a replaced session whose stream has ended
+
+    def _probe_name(self, probe_id: str) -> str:
+        p = self._probes.get(probe_id)
+        return f"{p.probe_id}@{p.host}" if p else probe_id
 
     # -- gRPC service --------------------------------------------------------------------
-    def _check_token(self, context: grpc.ServicerContext) -> None:
-        md = dict(context.invocation_metadata())
-        if not auth.token_matches(self.token, md.get(auth.TOKEN_HEADER)):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad or missing swarmscope token")
+    def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
+        if len(request.probe_nonce) < 16:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
+        server_nonce = auth.new_nonce()
+        now = time.monotonic()
+        with self._lock:
+            while self._hellos and (
+                len(self._hellos) >= MAX_PENDING_HELLOS
+                or now - next(iter(self._hellos.values()))[1] > HELLO_TTL_S
+            ):
+                self._hellos.popitem(last=False)
+            self._hellos[server_nonce] = (bytes(request.probe_nonce), now)
+        proof = auth.controller_proof(self.token, request.probe_nonce, server_nonce)
+        return pb.HelloReply(server_nonce=server_nonce, proof=proof)
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
-        self._check_token(context)
-        if len(request.nonce) < 16:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "nonce must be at least 16 bytes")
+        with self._lock:
+            hello = self._hellos.pop(bytes(request.server_nonce), None)  # one use only
+        fresh = hello is not None and time.monotonic() - hello[1] <= HELLO_TTL_S
+        expected = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
+        if not fresh or hello is None or hello[0] != request.nonce or not auth.check(expected, request.proof):
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
+            )
         sid = uuid.uuid4().hex
         state = ProbeState(
             probe_id=request.probe_id,
@@ -317,38 +424,44 @@ class Fleet(pb_grpc.ProbeControlServicer):
             last_seen=time.monotonic(),
         )
         with self._lock:
-            # A probe that re-registers replaces its old session (same probe id).
-            for old_sid, old in list(self._probes.items()):
-                if old.probe_id == request.probe_id:
-                    old.outbox.put(None)
-                    del self._probes[old_sid]
-            self._probes[sid] = state
+            # A probe that re-registers replaces its old session (same probe id); its windows stay.
+            old = self._probes.get(request.probe_id)
+            if old is not None:
+                old.outbox.put(None)
+                state.reconnects = old.reconnects + 1
+                for win in self._windows.values():
+                    if request.probe_id in win.expected:
+                        win.reconnects[request.probe_id] = win.reconnects.get(request.probe_id, 0) + 1
+            self._probes[request.probe_id] = state
+            self._sessions[sid] = state
+            self._prune()
             self._lock.notify_all()
         log.info(
-            "probe %s registered for node %s (kernel %s)",
+            "probe %s registered for node %s (kernel %s)%s",
             request.probe_id,
             state.host,
             request.kernel_release,
+            f", reconnect {state.reconnects}" if state.reconnects else "",
         )
-        return pb.RegisterReply(
-            session_id=sid, proof=auth.proof(self.token, request.nonce), heartbeat_interval_s=self.heartbeat_s
-        )
+        return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
     def Session(
         self, request_iterator: Iterator[pb.ProbeMessage], context: grpc.ServicerContext
     ) -> Iterator[pb.Command]:
-        self._check_token(context)
         first = next(request_iterator, None)
         if first is None:
             return
         with self._lock:
-            state = self._probes.get(first.session_id)
+            state = self._sessions.get(first.session_id)
+            if state is not None and self._probes.get(state.probe_id) is not state:
+                state = None  # a replaced session cannot be resumed
         if state is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "unknown session: call Register first")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first")
             return
         with self._lock:
             state.connected = True
             state.last_seen = time.monotonic()
+            self._resend(state)
             self._lock.notify_all()
         self._handle(state, first)
         reader = threading.Thread(target=self._read_loop, args=(state, request_iterator), daemon=True)
@@ -365,9 +478,25 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 if cmd.WhichOneof("kind") == "shutdown":
                     return
         finally:
-            with self._lock:
+            self._ended(state)
+
+    def _resend(self, state: ProbeState) -> None:
+        """A new session of a probe: the commands of its open windows that its old one missed."""
+        for win in self._windows.values():
+            pid = state.probe_id
+            if pid not in win.expected:
+                continue
+            if win.closing and win.close is not None and pid not in win.done:
+                state.outbox.put(win.close)
+            elif not win.closing and pid not in win.acks:
+                state.outbox.put(win.opens[pid])
+
+    def _ended(self, state: ProbeState) -> None:
+        with self._lock:
+            if state.connected:
                 state.connected = False
-                self._lock.notify_all()
+                state.disconnected_at = time.monotonic()
+            self._lock.notify_all()
 
     def _read_loop(self, state: ProbeState, it: Iterator[pb.ProbeMessage]) -> None:
         try:
@@ -376,12 +505,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
         except grpc.RpcError:
             pass  # stream ended; liveness marks the probe dead
         finally:
-            with self._lock:
-                state.connected = False
-                self._lock.notify_all()
+            self._ended(state)
 
     def _handle(self, state: ProbeState, msg: pb.ProbeMessage) -> None:
         kind = msg.WhichOneof("kind")
+        pid = state.probe_id
         with self._lock:
             state.last_seen = time.monotonic()
             if kind == "heartbeat":
@@ -389,32 +517,49 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 state.rss_bytes = msg.heartbeat.rss_bytes
             elif kind == "ack":
                 win = self._windows.get(msg.ack.window_id)
-                if win is not None:
-                    win.acks[state.session_id] = msg.ack
+                if win is not None and pid in win.expected and not win.closing:
+                    win.acks[pid] = msg.ack
                     # Wake the waiter only when the last ack is in: with a thousand probes,
                     # waking it per message makes a window O(N^2).
                     if len(win.acks) >= len(win.expected):
                         self._lock.notify_all()
             elif kind == "reading":
-                r = msg.reading
-                win = self._windows.get(r.window_id)
-                if win is not None:
-                    win.readings.append(_reading(r))
-                    self.readings_received += 1
+                self._take(state, msg.reading.window_id, [msg.reading])
             elif kind == "done":
-                win = self._windows.get(msg.done.window_id)
+                win = self._take(state, msg.done.window_id, list(msg.done.batch))
                 if win is not None:
-                    for r in msg.done.batch:
-                        win.readings.append(_reading(r))
-                    self.readings_received += len(msg.done.batch)
-                    win.done.add(state.session_id)
-                    if len(win.done) >= len(win.expected):
+                    if msg.done.trace and pid not in win.done:  # once per probe, resends aside
+                        self._spans.setdefault(win.window_id, []).append(msg.done.trace)
+                    win.done.add(pid)
+                    if win.expected <= win.done:
                         self._lock.notify_all()
 
+    def _take(self, state: ProbeState, window_id: str, readings: list[Any]) -> _Window | None:
+        """Keep the readings a window asked this probe for (caller holds the lock)."""
+        win = self._windows.get(window_id)
+        if win is None or state.probe_id not in win.expected:
+            self.readings_rejected += len(readings)
+            return None
+        asked = win.nodes.get(state.probe_id, set())
+        for r in readings:
+            if r.node not in asked or r.run_id != win.run_id:
+                self.readings_rejected += 1
+                log.warning(
+                    "probe %s sent a reading for node %r, not asked in window %s",
+                    state.probe_id,
+                    r.node,
+                    window_id,
+                )
+                continue
+            # Keyed by node: a close answered twice (on both sides of a reconnect) counts once.
+            win.readings[(state.probe_id, r.node)] = _reading(r, state.probe_id)
+            self.readings_received += 1
+        return win
 
-def _reading(r: Any) -> ProbeReading:
+
+def _reading(r: Any, probe_id: str) -> ProbeReading:
     return ProbeReading(
-        probe_id=r.probe_id,
+        probe_id=probe_id,  # the authenticated session's, not what the message claims
         node=r.node,
         counters=dict(r.counters),
         gauges=dict(r.gauges),

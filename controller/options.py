@@ -5,7 +5,7 @@ swarmscope.config's: defaults < file < env < --set.
 
 from __future__ import annotations
 
-from swarmscope.config import Config, Field
+from swarmscope.config import Config, Field, list_of
 
 COMMON_FIELDS = [
     Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
@@ -33,6 +33,16 @@ COMMON_FIELDS = [
     ),
     Field("grpc_bind", str, "127.0.0.1:0", "where the probe fleet listens (host:port; port 0 picks one)"),
     Field("token_file", str, "", "file holding the controller/probe token (default: a fresh token per run)"),
+    Field(
+        "tls_cert",
+        str,
+        "",
+        "TLS for the probe fleet: the controller's certificate (PEM; with probe=external)",
+    ),
+    Field("tls_key", str, "", "TLS for the probe fleet: the key of tls_cert (PEM)"),
+    Field(
+        "tls_client_ca", str, "", "mTLS: only probes with a client certificate this CA signed get in (PEM)"
+    ),
     Field(
         "metrics_port",
         int,
@@ -71,6 +81,13 @@ COMMON_FIELDS = [
         min=1,
         max=3600,
     ),
+    Field(
+        "checks",
+        list_of(str),
+        None,
+        "pass/fail checks over report.json, e.g. 'loss_ratio.max < 0.01' (a failed one exits 99)",
+        nullable=True,
+    ),
 ]
 
 
@@ -85,9 +102,13 @@ class RunConfig(Config):
     window_timeout_s: float
     grpc_bind: str
     token_file: str
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
     metrics_port: int
     mode: str
     workers: int
     spawn_workers: bool
     master_bind: str
     worker_timeout_s: float
+    checks: list[str] | None

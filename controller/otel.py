@@ -1,14 +1,19 @@
-"""Every run is one OpenTelemetry trace: run → point → iteration → window/load spans.
+"""Every run is one OpenTelemetry trace: run → point → iteration (the window span) → the
+controller's per-node window spans, the workers' burst / step / batch spans and the probes'
+window spans.
 
     spans = RunSpans.attach(events)     # a listener, like the store and the metrics
     # ... run ...
     run.trace_id                        # set at run_started; written into report.json
 
 Provider and export are swarmscope.sys.otel's (the standard ``OTEL_*`` variables; a provider
-Locust made for ``--otel`` is reused as it is). Spans are
-also kept in memory and written to ``<run_dir>/trace.json``, so a run's trace survives without
-a collector. Window and load spans are created when the window is reconciled, with their
-real start and end times, since only then are their counts known.
+Locust made for ``--otel`` is reused as it is). Spans are also kept in memory and, with the
+spans workers and probes sent back with their window results (event ``spans_received``),
+written to ``<run_dir>/trace.json`` in the OTLP JSON file format (``{"resourceSpans": [...]}``),
+so a run's whole trace survives without a collector (``swarmscope trace push`` replays it).
+Per-node window spans are created when the window is reconciled, with their real start and end
+times, since only then are their counts known. Spans sent back are not exported again from here:
+each process exports its own when it has an OTLP endpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowInfo
 from swarmscope.events import RunEvents
-from swarmscope.sys import otel
+from swarmscope.sys import otel, otlpjson
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,8 @@ class RunSpans:
         self.point_spans: dict[int, trace.Span] = {}
         self.iter_spans: dict[str, trace.Span] = {}
         self.trace_id = 0
+        self.remote: list[bytes] = []  # spans workers and probes sent back (OTLP request bytes)
+        self._remote_lock = threading.Lock()
 
     @classmethod
     def attach(cls, events: RunEvents) -> RunSpans:
@@ -87,6 +94,7 @@ class RunSpans:
         events.run_started.add_listener(s.on_run_started)
         events.point_started.add_listener(s.on_point_started)
         events.window_opening.add_listener(s.on_window_opening)
+        events.spans_received.add_listener(s.on_spans_received)
         events.iteration_done.add_listener(s.on_iteration_done)
         events.point_done.add_listener(s.on_point_done)
         events.fault.add_listener(s.on_fault)
@@ -145,18 +153,6 @@ class RunSpans:
                 f"window {n.node}", context=ctx, start_time=result.started_ns, attributes=attrs
             )
             w.end(end_time=result.ended_ns or None)
-            if n.generated is not None:
-                load = self.tracer.start_span(
-                    f"load {n.node}",
-                    context=ctx,
-                    start_time=result.started_ns,
-                    attributes={
-                        "swarmscope.node": n.node,
-                        "swarmscope.generated": n.generated,
-                        "swarmscope.rate": n.rate or 0.0,
-                    },
-                )
-                load.end(end_time=result.ended_ns or None)
         for key in ("generated", "kernel", "reported", "loss_ratio", "tracer_lost"):
             v = getattr(result, key)
             if v is not None:
@@ -194,22 +190,17 @@ class RunSpans:
         if run.run_dir:
             self.write_json(os.path.join(run.run_dir, "trace.json"))
 
+    def on_spans_received(self, run: RunInfo, window_id: str, spans: list[bytes], **_: Any) -> None:
+        with self._remote_lock:
+            self.remote.extend(spans)
+
     def write_json(self, path: str) -> None:
-        spans = _memory.take(self.trace_id)
-        out = []
-        for s in sorted(spans, key=lambda s: s.start_time or 0):
-            ctx = s.context
-            out.append(
-                {
-                    "name": s.name,
-                    "trace_id": format(ctx.trace_id, "032x") if ctx else "",
-                    "span_id": format(ctx.span_id, "016x") if ctx else "",
-                    "parent_span_id": format(s.parent.span_id, "016x") if s.parent else None,
-                    "start_ns": s.start_time,
-                    "end_ns": s.end_time,
-                    "attributes": dict(s.attributes or {}),
-                }
-            )
+        """trace.json: this process's spans of the run and every span sent back, OTLP JSON."""
+        with self._remote_lock:
+            remote, self.remote = self.remote, []
+        doc = otlpjson.to_json([otlpjson.encode(_memory.take(self.trace_id)), *remote])
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"trace_id": format(self.trace_id, "032x"), "spans": out}, fh, indent=1)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(tmp, path)

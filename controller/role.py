@@ -91,7 +91,12 @@ class ControllerRole:
             return {self.nodes[n].worker for n in node_names if n in self.nodes}
 
     # -- results from workers ---------------------------------------------------------------
-    def add_results(self, window_id: str, worker: str, per_node: dict[str, dict[str, Any]]) -> None:
+    def add_results(
+        self, window_id: str, worker: str, per_node: dict[str, dict[str, Any]], spans: bytes = b""
+    ) -> None:
+        """A worker's results for a window, with its spans of the window (OTLP request bytes)."""
+        if spans:
+            self.events.spans_received.fire(run=self.run, window_id=window_id, spans=[spans])
         with self._lock:
             self._generated.setdefault(window_id, {}).update(per_node)
             self._reporters.setdefault(window_id, set()).add(worker)
@@ -181,6 +186,9 @@ class ControllerRole:
             self.run.run_id, win.window_id, timeout_s=self.window_timeout_s
         )
         tracer_result = self.tracer.stop() if self.tracer is not None else None
+        probe_spans = self.fleet.take_spans(win.window_id) if hasattr(self.fleet, "take_spans") else []
+        if probe_spans:
+            self.events.spans_received.fire(run=self.run, window_id=win.window_id, spans=probe_spans)
         with self._lock:
             generated = self._generated.pop(win.window_id, {})
             self._reporters.pop(win.window_id, None)
@@ -188,6 +196,11 @@ class ControllerRole:
         result = self.reconcile(win, point, generated, readings, tracer_result, missing)
         if silent:
             result.extra["silent_workers"] = sorted(silent)
+        # Probes that reconnected while the window was open (their readings were kept).
+        take = getattr(self.fleet, "take_reconnects", None)
+        reconnects = take(win.window_id) if take is not None else {}
+        if reconnects:
+            result.extra["probe_reconnects"] = reconnects
         unopened = self._unopened.pop(win.window_id, {})
         if unopened:
             result.extra["probe_problems"] = unopened

@@ -3,8 +3,10 @@
     agent = ProbeAgent("127.0.0.1:7070", token, node_name="n1", programs=["exec_count"])
     agent.run_forever()        # returns on Shutdown or stop(); raises FleetError / SetupError
 
-It loads its programs (from the closed registry only), registers with a random nonce and
-refuses a controller whose proof is not HMAC-SHA256(token, nonce), then keeps one Session
+It loads its programs (from the closed registry only), says Hello with a random nonce and
+refuses a controller whose proof of the token is wrong before it sends anything derived from the
+token (swarmscope.auth: the token itself never crosses the wire), then Registers with its own
+proof of the controller's one-time nonce, then keeps one Session
 stream: OpenWindow -> check its ``options`` against the programs' declared params, apply them
 (``configure``), snapshot every program, WindowAck; CloseWindow -> snapshot again, one Reading
 per node of the window (exact counter deltas, plus the gauges of programs that have
@@ -17,7 +19,10 @@ controller goes away the agent re-registers with bounded, exponentially backed-o
 then raises FleetError; a wrong token (UNAUTHENTICATED / PERMISSION_DENIED) is not retried.
 A node given by ``cgroup_path`` with ``cgroup_id`` 0 is resolved here (ids are node-local
 inode numbers); one that does not resolve gets a Reading with ``error`` and no counters.
-Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta. A
+Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta; an
+OpenWindow sent again after a reconnect is acknowledged again without a new snapshot, and a
+CloseWindow sent again gets the readings it got the first time (the last ``MAX_CLOSED_WINDOWS``
+are kept). With ``tls`` the channel is TLS (mTLS when it carries a client cert). A
 program that cannot be read yields Readings with ``error`` set, never silent zeros. A dead
 TCP peer that sends no RST is only noticed when a write fails (no keepalive pings are used, so
 the controller needs no ping policy). Options apply to programs, not windows: a window whose
@@ -33,6 +38,7 @@ import queue
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +49,13 @@ from opentelemetry import trace
 
 from swarmscope import __version__, auth
 from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.probes import window_span
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
 from swarmscope.sys import otel
 from swarmscope.sys.cgroups import resolve_cgroup_id
+from swarmscope.sys.otlpjson import WindowSpans
+from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 
@@ -64,6 +73,9 @@ FATAL_CODES = {
 # Windows opened but never closed (a controller that died mid-window) are dropped, oldest
 # first, beyond this many, so a long-lived probe does not grow without bound.
 MAX_OPEN_WINDOWS = 256
+# Readings of recently closed windows, for a CloseWindow the controller sends again because the
+# answer was lost with a session.
+MAX_CLOSED_WINDOWS = 64
 
 
 @dataclass
@@ -99,6 +111,7 @@ class ProbeAgent:
         program_factory: Callable[[str], Program] = get_program,
         tracer: trace.Tracer | None = None,
         metrics: Any = None,
+        tls: TLSFiles | None = None,
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -113,15 +126,18 @@ class ProbeAgent:
         self.max_backoff_s = max_backoff_s
         self.rpc_timeout_s = rpc_timeout_s
         self._token = token
+        self.tls = tls if tls is not None and tls.enabled else None
         self._factory = program_factory
-        # The global tracer is a no-op unless the process set up an SDK provider (cli.py does,
-        # through swarmscope.sys.otel, when an OTLP endpoint is set).
-        self._tracer = tracer or otel.tracer("swarmscope.probes")
+        # The probe's own provider: its window spans go back in WindowDone (and over OTLP when
+        # an endpoint is set), so the run's trace has them either way.
+        self._spans = WindowSpans("swarmscope-probe", {"host.name": node_name})
+        self._tracer = tracer or self._spans.tracer
         self._programs: dict[str, Program] = {}
         # Optional self-metrics sink (probes.selfmetrics.ProbeSelfMetrics): window_opened(),
         # window_closed(readings).
         self.metrics = metrics
         self._windows: dict[tuple[str, str], _Window] = {}
+        self._closed: OrderedDict[tuple[str, str], list[pb.Reading]] = OrderedDict()
         # The options each program was last configured with ({} = start-up settings; None =
         # unknown after a failed configure, so the next window configures it again).
         self._applied: dict[str, dict[str, Any] | None] = {}
@@ -144,7 +160,7 @@ class ProbeAgent:
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:
-                    with grpc.insecure_channel(self.controller) as channel:
+                    with self._channel() as channel:
                         stub = pbg.ProbeControlStub(channel)
                         session_id, interval = self._register(stub)
                         if self._session(stub, session_id, interval):
@@ -206,8 +222,10 @@ class ProbeAgent:
 
     # -- gRPC --------------------------------------------------------------------------------
 
-    def _metadata(self) -> list[tuple[str, str]]:
-        return [(auth.TOKEN_HEADER, self._token)]
+    def _channel(self) -> grpc.Channel:
+        if self.tls is None:
+            return grpc.insecure_channel(self.controller)
+        return grpc.secure_channel(self.controller, channel_credentials(self.tls), channel_options(self.tls))
 
     def _rpc_failed(self, what: str, e: grpc.RpcError) -> Exception:
         code = e.code() if hasattr(e, "code") else None
@@ -219,6 +237,19 @@ class ProbeAgent:
 
     def _register(self, stub: pbg.ProbeControlStub) -> tuple[str, float]:
         nonce = auth.new_nonce()
+        try:
+            hello = stub.Hello(
+                pb.HelloRequest(probe_nonce=nonce, probe_id=self.probe_id), timeout=self.rpc_timeout_s
+            )
+        except grpc.RpcError as e:
+            raise self._rpc_failed("Hello", e) from e
+        # The controller proves itself first: an impostor gets nothing keyed by the token.
+        if not auth.check(auth.controller_proof(self._token, nonce, hello.server_nonce), hello.proof):
+            raise FleetError(
+                f"controller {self.controller} failed to prove it holds the token "
+                "(wrong HMAC proof: an impostor, or this probe's token is not the controller's): "
+                "refusing its commands, sending it nothing more"
+            )
         req = pb.RegisterRequest(
             probe_id=self.probe_id,
             hostname=self.hostname,
@@ -227,16 +258,13 @@ class ProbeAgent:
             programs=list(self._programs),
             nonce=nonce,
             version=__version__,
+            server_nonce=hello.server_nonce,
+            proof=auth.probe_proof(self._token, hello.server_nonce, nonce, self.probe_id),
         )
         try:
-            reply = stub.Register(req, metadata=self._metadata(), timeout=self.rpc_timeout_s)
+            reply = stub.Register(req, timeout=self.rpc_timeout_s)
         except grpc.RpcError as e:
             raise self._rpc_failed("Register", e) from e
-        if not auth.verify(self._token, nonce, reply.proof):
-            raise FleetError(
-                f"controller {self.controller} failed to prove it holds the token "
-                "(wrong HMAC proof): refusing its commands"
-            )
         if not reply.session_id:
             raise _SessionLost("Register returned no session_id")
         interval = reply.heartbeat_interval_s if reply.heartbeat_interval_s > 0 else self.heartbeat_s
@@ -270,7 +298,7 @@ class ProbeAgent:
             while not ended.wait(interval):
                 out.put(pb.ProbeMessage(session_id=session_id, heartbeat=self._heartbeat()))
 
-        call = stub.Session(requests(), metadata=self._metadata())
+        call = stub.Session(requests())
         with self._lock:
             self._call, self._out = call, out
         if self._stop.is_set():  # stop() raced with the session start
@@ -295,6 +323,7 @@ class ProbeAgent:
                         window_id=cmd.close.window_id,
                         readings=len(readings),
                         batch=readings,
+                        trace=self._spans.take(cmd.close.window_id),
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
                 elif kind == "shutdown":
@@ -324,6 +353,13 @@ class ProbeAgent:
     # -- windows -----------------------------------------------------------------------------
 
     def _open(self, cmd: pb.OpenWindow) -> pb.WindowAck:
+        again = self._windows.get((cmd.run_id, cmd.window_id))
+        if again is not None:
+            # Sent again after a reconnect (our first ack was lost): keep the first snapshot.
+            err = "; ".join(again.errors.values())
+            return pb.WindowAck(
+                run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=again.start_ns
+            )
         start = time.time_ns()
         # The window span is a child of the controller's window span (W3C traceparent).
         parent = otel.extract(cmd.traceparent)
@@ -370,9 +406,6 @@ class ProbeAgent:
                 w.before[name] = prog.snapshot()
             except Exception as e:
                 w.errors[name] = f"{name}: snapshot at open failed: {e}"
-        old = self._windows.pop((cmd.run_id, cmd.window_id), None)
-        if old is not None:  # reopened: the first opening never closed
-            old.span.end()
         self._windows[(cmd.run_id, cmd.window_id)] = w
         while len(self._windows) > MAX_OPEN_WINDOWS:
             stale = self._windows.pop(next(iter(self._windows)))
@@ -403,6 +436,16 @@ class ProbeAgent:
         return True
 
     def _close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:
+        key = (cmd.run_id, cmd.window_id)
+        if key in self._closed:  # sent again after a reconnect: the same answer
+            return self._closed[key]
+        readings = self._read_close(cmd)
+        self._closed[key] = readings
+        while len(self._closed) > MAX_CLOSED_WINDOWS:
+            self._closed.popitem(last=False)
+        return readings
+
+    def _read_close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:
         end = time.time_ns()
         w = self._windows.pop((cmd.run_id, cmd.window_id), None)
         if w is None:
@@ -476,15 +519,7 @@ class ProbeAgent:
             )
             for n in w.nodes
         ]
-        for r in readings:
-            attrs: dict[str, str | int | float] = {
-                "node": r.node,
-                **{k: int(v) for k, v in r.counters.items()},
-                **{k: float(v) for k, v in r.gauges.items()},
-            }
-            if r.error:
-                attrs["error"] = r.error
-            w.span.add_event("reading", attributes=attrs, timestamp=end)
+        window_span.annotate(w.span, readings, end)
         if any(r.error for r in readings):
             w.span.set_status(trace.Status(trace.StatusCode.ERROR, "a reading has an error"))
         w.span.end(end_time=end)

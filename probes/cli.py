@@ -28,6 +28,31 @@ from swarmscope.errors import ConfigError, Problem
 
 ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
 
+# TLS to the controller (each flag else $SWARMSCOPE_TLS_<FLAG>); see docs/security.md.
+TLS_FLAGS = {
+    "ca": "TLS: the CA that signed the controller's certificate (PEM); turns TLS on [$SWARMSCOPE_TLS_CA]",
+    "cert": "mTLS: this probe's client certificate (PEM) [$SWARMSCOPE_TLS_CERT]",
+    "key": "mTLS: the key of --tls-cert (PEM) [$SWARMSCOPE_TLS_KEY]",
+    "server-name": "TLS: the name to check in the controller's certificate, if not the dialled host "
+    "[$SWARMSCOPE_TLS_SERVER_NAME]",
+}
+
+
+def tls_files(args: argparse.Namespace) -> Any:
+    """The probe's TLS settings: each ``--tls-*`` flag, else its ``SWARMSCOPE_TLS_*`` variable."""
+    from swarmscope.tls import TLSFiles
+
+    def get(flag: str) -> str:
+        v = getattr(args, "tls_" + flag.replace("-", "_"), None)
+        return v or os.environ.get("SWARMSCOPE_TLS_" + flag.replace("-", "_").upper(), "")
+
+    files = TLSFiles(cert=get("cert"), key=get("key"), ca=get("ca"), server_name=get("server-name"))
+    if (files.cert or files.key) and not files.ca:
+        raise ConfigError(
+            [Problem("--tls-ca", "tls_ca", "a client certificate needs --tls-ca (the controller's CA)")]
+        )
+    return files
+
 
 def register(subparsers: Any) -> None:
     from swarmscope.probes.programs.params import describe_program_params
@@ -46,6 +71,8 @@ def register(subparsers: Any) -> None:
         "--token-file", metavar="FILE", help="file holding the shared token (else $SWARMSCOPE_TOKEN)"
     )
     p.add_argument("--node", metavar="NAME", help="node name (else $NODE_NAME, else the hostname)")
+    for flag, what in TLS_FLAGS.items():
+        p.add_argument(f"--tls-{flag}", metavar="FILE" if flag != "server-name" else "NAME", help=what)
     from swarmscope.probes.programs.base import PROGRAMS
 
     p.add_argument(
@@ -106,6 +133,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     if not controller:
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
     token = auth.load_token(args.token_file)
+    tls = tls_files(args)
     bcc_env.check()
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
     provider = _otlp_provider(node)
@@ -118,7 +146,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         stats_fd = bpf.enable_stats()
         server = serve(metrics.registry, args.metrics_port)
     agent = ProbeAgent(
-        controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics
+        controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics, tls=tls
     )
     if metrics is not None:
         metrics.set_programs(lambda: agent.programs)

@@ -26,6 +26,8 @@ COMMAND_MODULES = [
     "swarmscope.probes.cli",
     "swarmscope.probes.top_ebpf",
     "swarmscope.controller.report_cli",
+    "swarmscope.controller.trace_push",
+    "swarmscope.controller.runs_cli",
     "swarmscope.controller.tracers.selfcheck",
 ]
 

@@ -65,6 +65,11 @@ class RunEvents:
             "run: RunInfo, window: WindowInfo, readings: list[ProbeReading], missing: list[str] — "
             "probes sent their readings (missing lists probes/nodes that did not).",
         )
+        self.spans_received = EventHook(
+            "spans_received",
+            "run: RunInfo, window_id: str, spans: list[bytes] — spans another process (a worker, a "
+            "probe) sent back with a window's results, as serialized OTLP requests.",
+        )
         self.iteration_done = EventHook(
             "iteration_done", "run: RunInfo, result: IterationResult — one window reconciled."
         )

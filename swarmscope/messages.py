@@ -10,7 +10,9 @@ master → worker
   ``swarmscope:stop``   {"window_id"}: free-running tests: stop now and send the results.
 worker → master
   ``swarmscope:nodes``  {"nodes": [{"name", "host", "cgroup_id", "cgroup_path", "comm"}], "info"}
-  ``swarmscope:result`` {"window_id", "per_node": {node: {...the kind's exact results...}}}
+  ``swarmscope:result`` {"window_id", "per_node": {node: {...the kind's exact results...}},
+                        "spans": OTLP request bytes, the worker's spans of the window (children
+                        of the span named by the run message's W3C ``traceparent``)}
 """
 
 SETUP = "swarmscope:setup"

@@ -32,6 +32,7 @@ from swarmscope import messages as M
 from swarmscope.controller.model import PointInfo
 from swarmscope.errors import SwarmscopeError
 from swarmscope.kinds import scenario_text
+from swarmscope.workers import spans as worker_spans
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,11 @@ def install(kind_name: str) -> None:
             raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
         return
     _INSTALLED["kind"] = get_kind(kind_name)
+    from swarmscope import locust_checks, webui, workerauth
+
+    workerauth.install()  # with a worker token set: Locust's master port admits only its workers
+    locust_checks.install()
+    webui.install(kind_name)
     events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -102,8 +108,12 @@ def register_messages(proc: Any, runner: Any) -> None:
 
         def on_run(environment: Any, msg: Any, **_: Any) -> None:
             d = msg.data
-            per_node = proc.worker.run_window(d["window_id"], d["nodes"], d.get("payload", {}), environment)
-            runner.send_message(M.RESULT, {"window_id": d["window_id"], "per_node": per_node})
+            with worker_spans.window(d["window_id"], d.get("traceparent", "")) as spans:
+                per_node = proc.worker.run_window(
+                    d["window_id"], d["nodes"], d.get("payload", {}), environment
+                )
+            result = {"window_id": d["window_id"], "per_node": per_node, "spans": spans.take()}
+            runner.send_message(M.RESULT, result)
 
         def on_window(environment: Any, msg: Any, **_: Any) -> None:
             proc.worker.current_window = msg.data["window_id"]
@@ -124,7 +134,9 @@ def register_messages(proc: Any, runner: Any) -> None:
             ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
 
         def on_result(environment: Any, msg: Any, **_: Any) -> None:
-            ctl.add_results(msg.data["window_id"], msg.node_id, msg.data["per_node"])
+            ctl.add_results(
+                msg.data["window_id"], msg.node_id, msg.data["per_node"], msg.data.get("spans", b"")
+            )
 
         runner.register_message(M.RESULT, on_result)
         runner.register_message(M.NODES, on_nodes)
@@ -143,6 +155,7 @@ class _FreeRun:
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
+    from swarmscope import locust_checks
     from swarmscope.process import SwarmscopeProcess
 
     if runner is None:
@@ -158,12 +171,19 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     try:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
+        checks: list[Any] = []
+        if cfg is not None:
+            checks, cfg = locust_checks.load(cfg, environment.parsed_options)
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
+        from swarmscope import weblogin
+
+        weblogin.install(environment)  # --web-login: the UI behind Locust's login page
     except SwarmscopeError as e:
         print(f"swarmscope: {e}", file=sys.stderr)
         runner.quit()
         sys.exit(e.exit_code)
     environment.swarmscope = proc
+    locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
     if not isinstance(runner, WorkerRunner):
         # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI

@@ -32,6 +32,7 @@ from swarmscope.events import RunEvents
 log = logging.getLogger(__name__)
 
 ROLES = ("local", "master", "worker")
+CHECKS_RENDERER = "swarmscope.controller.checks:render_section"
 
 
 class SwarmscopeProcess:
@@ -53,6 +54,7 @@ class SwarmscopeProcess:
         self.metrics: Any = None
         self.tracer: Any = None
         self.report: dict[str, Any] | None = None
+        self.checks: list[Any] = []  # controller.checks.Check, located; else parsed from cfg
         self._closed = False
 
     # -- factory ------------------------------------------------------------------------------
@@ -112,7 +114,7 @@ class SwarmscopeProcess:
             token = auth.load_token(cfg.token_file or None)
         else:
             token = auth.new_token()
-        self.fleet = Fleet(token, bind=cfg.grpc_bind)
+        self.fleet = Fleet(token, bind=cfg.grpc_bind, tls=_fleet_tls(cfg))
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:
@@ -173,6 +175,19 @@ class SwarmscopeProcess:
         for name, data in sections.items():
             self.store.add_section(self.run.run_id, name, data)
 
+    def _store_checks(self) -> None:
+        """Evaluate the run's checks (validated when the config was loaded) over its report;
+        the results are the report's ``checks`` section."""
+        assert self.run is not None
+        if not self.checks and not self.cfg.checks:
+            return
+        from swarmscope.controller.checks import evaluate, parse_checks
+        from swarmscope.controller.report import build_report
+
+        checks = self.checks or parse_checks((t, "config") for t in self.cfg.checks or [])
+        results = evaluate(checks, build_report(self.store, self.run.run_id))
+        self.store.add_section(self.run.run_id, "checks", results, renderer=CHECKS_RENDERER)
+
     def close(self, status: str = "ok", write_report: bool = True) -> dict[str, Any] | None:
         """Finish the run (the kind's sections, events, report), then tear down probe, fleet and
         nodes. Idempotent."""
@@ -188,6 +203,8 @@ class SwarmscopeProcess:
                     self.events.run_finished.fire(run=self.run, status=status)
                 if write_report and self.store is not None:
                     from swarmscope.controller.report import write_report as _write
+
+                    self._store_checks()
 
                     self.report = _write(self.store, self.run.run_id, self.run.run_dir)
                     self.events.report_written.fire(
@@ -205,6 +222,30 @@ class SwarmscopeProcess:
             if self.worker is not None:
                 self.worker.close()
         return self.report
+
+
+def _fleet_tls(cfg: Any) -> Any:
+    """TLS files of the probe fleet from the config; None for plaintext (one machine, loopback)."""
+    from swarmscope.errors import ConfigError, Problem
+    from swarmscope.tls import TLSFiles
+
+    files = TLSFiles(cert=cfg.tls_cert, key=cfg.tls_key, ca=cfg.tls_client_ca)
+    if not files.enabled:
+        return None
+    problems = []
+    if not (files.cert and files.key):
+        problems.append(Problem("config", "tls_cert/tls_key", "TLS needs both the certificate and its key"))
+    if cfg.probe == "embedded":
+        problems.append(
+            Problem(
+                "config",
+                "tls_cert",
+                "TLS is for external probes (a cluster); the embedded probe is on loopback",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return files
 
 
 def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:

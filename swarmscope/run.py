@@ -51,7 +51,33 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
             w.kill()
 
 
-def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[str, Any] | None:
+def _worker_token(cfg: RunConfig, host: str) -> None:
+    """Workers authenticate to the master (CURVE, swarmscope.workerauth). Workers started here
+    inherit a fresh per-run token through the environment. External workers need the token set
+    on both sides; without one the master refuses to listen beyond loopback."""
+    from swarmscope import auth, workerauth
+    from swarmscope.errors import SetupError
+
+    if not workerauth.load_token():
+        if cfg.spawn_workers:
+            os.environ[workerauth.ENV_TOKEN] = auth.new_token()
+        elif host not in ("127.0.0.1", "localhost", "::1"):
+            raise SetupError(
+                f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
+                f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
+            )
+        else:
+            print(
+                f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
+                "master and the workers); listening on loopback only",
+                file=sys.stderr,
+            )
+    workerauth.install()
+
+
+def run_scenario(
+    kind: Any, cfg: RunConfig, run_id: str | None = None, checks: list[Any] | None = None
+) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
     from locust.env import Environment
 
@@ -64,12 +90,14 @@ def run_scenario(kind: Any, cfg: RunConfig, run_id: str | None = None) -> dict[s
     runner: Any
     if distributed:
         host, port = cfg.master_bind.rsplit(":", 1)
+        _worker_token(cfg, host)
         runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
         proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
     else:
         runner = env.create_local_runner()
         proc = SwarmscopeProcess.make(cfg, kind, role="local", run_id=run_id)
     env.swarmscope = proc  # type: ignore[attr-defined]
+    proc.checks = list(checks or [])
     register_messages(proc, runner)
     assert proc.run is not None and proc.controller is not None
     print(f"swarmscope: run {proc.run.run_id} -> {proc.run.run_dir}", file=sys.stderr)

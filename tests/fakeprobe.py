@@ -1,6 +1,8 @@
 """A scripted probe client for fleet tests: real gRPC, fixed readings, no BPF.
 
-Also the load of bench/fanin.py: many of these against one controller.
+Also the load of bench/fanin.py and bench/reconnect.py: many of these against one controller.
+``reconnect()`` drops the session and registers again under the same probe id, keeping its open
+windows, as the real agent does after a lost connection.
 """
 
 from __future__ import annotations
@@ -19,75 +21,117 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 class FakeProbe:
     """Registers, then answers every window with ``counters`` for each node it is given."""
 
-    def __init__(self, address: str, token: str, node: str, counters: dict[str, int] | None = None):
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        node: str,
+        counters: dict[str, int] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: list[tuple[str, str]] | None = None,
+    ):
         self.address, self.token, self.node = address, token, node
         self.counters = counters or {"exec": 7}
         self.samples: list[pb.Sample] = []  # put in every reading
         self.out: queue.Queue[pb.ProbeMessage | None] = queue.Queue()
-        self.channel = grpc.insecure_channel(address)
+        if credentials is not None:
+            self.channel = grpc.secure_channel(address, credentials, options or [])
+        else:
+            self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.ProbeControlStub(self.channel)
-        self.md = [(auth.TOKEN_HEADER, token)]
+        self.probe_id = f"fake-{node}"
         self.session_id = ""
         self.silent = False  # stop answering (a probe that hangs)
         self.commands: list[pb.Command] = []
+        self.windows: dict[str, list[pb.NodeInfo]] = {}  # open windows survive a reconnect
+        self.closed: dict[str, list[pb.Reading]] = {}  # a close sent again gets the same answer
         self.thread: threading.Thread | None = None
+        self._call: grpc.Future | None = None
+        self.sessions = 0
 
     def register(self) -> pb.RegisterReply:
         nonce = auth.new_nonce()
+        hello = self.stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=self.probe_id), timeout=10)
+        assert auth.check(auth.controller_proof(self.token, nonce, hello.server_nonce), hello.proof), (
+            "controller proof does not verify"
+        )
         reply = self.stub.Register(
             pb.RegisterRequest(
-                probe_id=f"fake-{self.node}", hostname=self.node, node_name=self.node, nonce=nonce
+                probe_id=self.probe_id,
+                hostname=self.node,
+                node_name=self.node,
+                nonce=nonce,
+                server_nonce=hello.server_nonce,
+                proof=auth.probe_proof(self.token, hello.server_nonce, nonce, self.probe_id),
             ),
-            metadata=self.md,
             timeout=10,
         )
-        assert auth.verify(self.token, nonce, reply.proof), "controller proof does not verify"
         self.session_id = reply.session_id
         return reply
 
-    def _messages(self) -> Iterator[pb.ProbeMessage]:
+    def _messages(self, out: queue.Queue[pb.ProbeMessage | None]) -> Iterator[pb.ProbeMessage]:
         yield pb.ProbeMessage(session_id=self.session_id, heartbeat=pb.Heartbeat(unix_ns=1))
         while True:
-            m = self.out.get()
+            m = out.get()
             if m is None:
                 return
             yield m
 
     def start(self) -> FakeProbe:
         self.register()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.out = queue.Queue()
+        self._call = self.stub.Session(self._messages(self.out))
+        self.sessions += 1
+        self.thread = threading.Thread(target=self._run, args=(self._call, self.out), daemon=True)
         self.thread.start()
         return self
 
-    def _run(self) -> None:
-        windows: dict[str, list[pb.NodeInfo]] = {}
+    def reconnect(self) -> None:
+        """Cut the session (as a lost connection does) and register again, same probe id."""
+        call, thread = self._call, self.thread
+        if call is not None:
+            call.cancel()
+        if thread is not None:
+            thread.join(10)
+        self.start()
+
+    def _run(self, call: grpc.Future, out: queue.Queue[pb.ProbeMessage | None]) -> None:
         try:
-            for cmd in self.stub.Session(self._messages(), metadata=self.md):
+            for cmd in call:
                 self.commands.append(cmd)
                 if self.silent:
                     continue
                 kind = cmd.WhichOneof("kind")
                 if kind == "open":
-                    windows[cmd.open.window_id] = list(cmd.open.nodes)
-                    self.out.put(
+                    self.windows[cmd.open.window_id] = list(cmd.open.nodes)
+                    out.put(
                         pb.ProbeMessage(
                             ack=pb.WindowAck(run_id=cmd.open.run_id, window_id=cmd.open.window_id, ok=True)
                         )
                     )
+                elif kind == "close" and cmd.close.window_id in self.closed:
+                    batch = self.closed[cmd.close.window_id]
+                    done = pb.WindowDone(
+                        run_id=cmd.close.run_id,
+                        window_id=cmd.close.window_id,
+                        readings=len(batch),
+                        batch=batch,
+                    )
+                    out.put(pb.ProbeMessage(done=done))
                 elif kind == "close":
-                    nodes = windows.pop(cmd.close.window_id, [])
-                    batch = [
+                    nodes = self.windows.pop(cmd.close.window_id, [])
+                    batch = self.closed[cmd.close.window_id] = [
                         pb.Reading(
                             run_id=cmd.close.run_id,
                             window_id=cmd.close.window_id,
-                            probe_id=f"fake-{self.node}",
+                            probe_id=self.probe_id,
                             node=n.name,
                             counters=self.counters,
                             samples=self.samples,
                         )
                         for n in nodes
                     ]
-                    self.out.put(
+                    out.put(
                         pb.ProbeMessage(
                             done=pb.WindowDone(
                                 run_id=cmd.close.run_id,
@@ -102,7 +146,7 @@ class FakeProbe:
         except grpc.RpcError:
             pass
         finally:
-            self.out.put(None)
+            out.put(None)
 
     def stop(self) -> None:
         self.out.put(None)

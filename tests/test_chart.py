@@ -211,6 +211,8 @@ def test_controller_wiring(tools: Tools, tmp_path: Path) -> None:
         "9646",
         "--web-port",
         "8089",
+        "--web-host",
+        "127.0.0.1",
     ]
     env = {e["name"]: e for e in ctr["env"]}
     assert env["SWARMSCOPE_TOKEN"]["valueFrom"]["secretKeyRef"] == {
@@ -247,13 +249,13 @@ def test_controller_wiring(tools: Tools, tmp_path: Path) -> None:
 
 def test_rbac_is_least_privilege_in_render(tools: Tools, tmp_path: Path) -> None:
     objs = docs(helm_template(tools, tmp_path).stdout)
-    (cr,) = by_kind(objs, "ClusterRole")
-    assert cr["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
-    ]
+    # Namespaced only (issue 18, finding 11): no ClusterRole, no ClusterRoleBinding.
+    assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
     (role,) = by_kind(objs, "Role")
     assert role["metadata"]["namespace"] == "t"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]}
+    ]
     sas = {o["metadata"]["name"]: o for o in by_kind(objs, "ServiceAccount")}
     assert sas["t-swarmscope-probes"]["automountServiceAccountToken"] is False
     assert sas["t-swarmscope-workers"]["automountServiceAccountToken"] is False
@@ -291,6 +293,7 @@ BAD_COMBINATIONS = [
     (["probes.features.xdp=true"], "probes.hostNetwork=true"),
     (["auth.token=0123456789abcdefXYZ", "auth.existingSecret=s"], "mutually exclusive"),
     (["controller.ports.web=7001"], "four different ports"),
+    (["tls.enabled=true", "tls.controllerSecret=x"], "tls.controllerSecret and tls.probesSecret go together"),
 ]
 
 
@@ -336,6 +339,7 @@ def test_install_default_values(cluster: Cluster) -> None:
     # NOTES.txt: how to reach the UI, the metrics and the traces, with this release's names
     assert f"kubectl -n {ns} port-forward svc/ss-swarmscope-controller 8089:8089" in r.stdout
     assert f"kubectl -n {ns} port-forward svc/ss-swarmscope-jaeger 16686:16686" in r.stdout
+    assert "http://127.0.0.1:16686/trace/<trace id>" in r.stdout
     assert "9646/metrics" in r.stdout
     assert_probes_on_every_node(api, ns, "ss", cluster.nodes)
 
@@ -373,8 +377,9 @@ def test_install_default_values(cluster: Cluster) -> None:
         return f"system:serviceaccount:{ns}:ss-swarmscope-{role}"
 
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}"]
-    assert api.can(sa("controller"), "list", "nodes", groups=groups)
-    assert api.can(sa("controller"), "watch", "pods", namespace="default", groups=groups)
+    assert not api.can(sa("controller"), "list", "nodes", groups=groups)  # namespaced Role only
+    assert not api.can(sa("controller"), "watch", "pods", namespace="default", groups=groups)
+    assert api.can(sa("controller"), "watch", "pods", namespace=ns, groups=groups)
     assert api.can(sa("controller"), "delete", "pods", namespace=ns, groups=groups)
     assert not api.can(sa("controller"), "delete", "pods", namespace="default", groups=groups)
     assert not api.can(sa("controller"), "delete", "nodes", groups=groups)
@@ -403,6 +408,31 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
         assert base64.b64decode(secret["data"]["token"]).decode() == v["auth"]["token"]
     deps = {d["metadata"]["name"] for d in api.get(f"/apis/apps/v1/namespaces/{ns}/deployments")["items"]}
     assert ("ss-swarmscope-jaeger" in deps) == v.get("jaeger", {}).get("enabled", True)
+    # Default-deny NetworkPolicies, as the API server stored them.
+    pols = api.get(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies")["items"]
+    want = {"default-deny", "controller", "workers", "probes"} | (
+        {"jaeger"} if "ss-swarmscope-jaeger" in deps else set()
+    )
+    assert {x["metadata"]["name"].removeprefix("ss-swarmscope-") for x in pols} == want
+    assert not api.get(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles?labelSelector=app.kubernetes.io/instance=ss"
+    )["items"]
+    if v.get("tls", {}).get("enabled"):
+        # mTLS: both certificates, one CA; the upgrade keeps them (running probes stay trusted).
+        tls = {
+            r: api.get(f"/api/v1/namespaces/{ns}/secrets/ss-swarmscope-tls-{r}")
+            for r in ("controller", "probes")
+        }
+        assert {t["type"] for t in tls.values()} == {"kubernetes.io/tls"}
+        assert tls["controller"]["data"]["ca.crt"] == tls["probes"]["data"]["ca.crt"]
+        cluster.helm("upgrade", "ss", str(CHART), "-n", ns, "-f", str(values), "--wait", "--timeout", "180s")
+        again = api.get(f"/api/v1/namespaces/{ns}/secrets/ss-swarmscope-tls-controller")
+        assert again["data"] == tls["controller"]["data"]
+        pod = api.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=app.kubernetes.io/component=probes")[
+            "items"
+        ][0]
+        mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert mounts["fleet-tls"] == "/var/run/swarmscope-tls"
     for extra_ns in v.get("rbac", {}).get("faultNamespaces", []):
         user = f"system:serviceaccount:{ns}:ss-swarmscope-controller"
         assert api.can(user, "delete", "pods", namespace=extra_ns)

@@ -36,7 +36,12 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     token.write_text("cluster-mode-token")
     ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
     sw = str(BIN / "swarmscope")
-    env = {**os.environ, "SWARMSCOPE_TOKEN": "cluster-mode-token"}
+    # As the chart does: the probe token, and the workers' token (CURVE on the master port).
+    env = {
+        **os.environ,
+        "SWARMSCOPE_TOKEN": "cluster-mode-token",
+        "SWARMSCOPE_WORKER_TOKEN": "cluster-worker-token",
+    }
     logs = {n: open(tmp_path / f"{n}.log", "wb") for n in ("controller", "worker", "probe")}
     controller = subprocess.Popen(
         [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),

@@ -45,21 +45,32 @@ def test_window_roundtrip(fleet: Fleet) -> None:
 
 def test_wrong_token_is_rejected(fleet: Fleet) -> None:
     p = FakeProbe(fleet.address, "not-the-token", "host-x")
-    with pytest.raises(grpc.RpcError) as ei:
+    # The probe with the wrong token already refuses the controller's proof (it cannot check it)
+    with pytest.raises(AssertionError, match="controller proof"):
         p.register()
+    # and a probe that sends a proof made with the wrong token is refused by the controller.
+    nonce = auth.new_nonce()
+    hello = p.stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="p"))
+    with pytest.raises(grpc.RpcError) as ei:
+        p.stub.Register(
+            pb.RegisterRequest(
+                probe_id="p",
+                nonce=nonce,
+                server_nonce=hello.server_nonce,
+                proof=auth.probe_proof("not-the-token", hello.server_nonce, nonce, "p"),
+            )
+        )
     assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert fleet.probes(alive_only=False) == []
 
 
 def test_controller_proof_checks_token(fleet: Fleet) -> None:
     ch = grpc.insecure_channel(fleet.address)
     stub = pb_grpc.ProbeControlStub(ch)
     nonce = auth.new_nonce()
-    reply = stub.Register(
-        pb.RegisterRequest(probe_id="p", hostname="h", nonce=nonce),
-        metadata=[(auth.TOKEN_HEADER, "secret-token")],
-    )
-    assert auth.verify("secret-token", nonce, reply.proof)
-    assert not auth.verify("other-token", nonce, reply.proof)
+    reply = stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="p"))
+    assert auth.check(auth.controller_proof("secret-token", nonce, reply.server_nonce), reply.proof)
+    assert not auth.check(auth.controller_proof("other-token", nonce, reply.server_nonce), reply.proof)
     ch.close()
 
 

@@ -1,7 +1,8 @@
 """The probe agent end to end over real gRPC on 127.0.0.1, against a minimal test controller.
 
 The controller here is a small stand-in for controller/fleet.py that follows the proto's
-comments: token in metadata, HMAC proof of the nonce, session_id in the first message.
+comments: Hello with the controller's proof, Register with the probe's, session_id in the first
+message. It records everything it was sent, so an impostor's haul can be checked.
 """
 
 from __future__ import annotations
@@ -42,29 +43,37 @@ class TestController(pbg.ProbeControlServicer):
         self.bad_proof = bad_proof
         self.heartbeat_s = heartbeat_s
         self.registers: list[pb.RegisterRequest] = []
+        self.hellos: list[pb.HelloRequest] = []
+        self.metadata: list[tuple[str, str]] = []  # every call's metadata
+        self._server_nonces: dict[bytes, bytes] = {}
         self.sessions: list[str] = []
         self.commands: queue.Queue[pb.Command | None] = queue.Queue()
         self.messages: queue.Queue[pb.ProbeMessage] = queue.Queue()
         self.rejected = 0
         self._seq = 0
 
-    def _authorized(self, context: grpc.ServicerContext) -> bool:
-        md = dict(context.invocation_metadata())
-        return auth.token_matches(self.token, md.get(auth.TOKEN_HEADER))  # type: ignore[arg-type]
+    def Hello(self, request, context):
+        self.metadata += list(context.invocation_metadata())
+        self.hellos.append(request)
+        sn = auth.new_nonce()
+        self._server_nonces[sn] = request.probe_nonce
+        proof = b"\0" * 32 if self.bad_proof else auth.controller_proof(self.token, request.probe_nonce, sn)
+        return pb.HelloReply(server_nonce=sn, proof=proof)
 
     def Register(self, request, context):
-        if not self._authorized(context):
-            self.rejected += 1
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.metadata += list(context.invocation_metadata())
         self.registers.append(request)
+        pn = self._server_nonces.pop(request.server_nonce, None)
+        want = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
+        if pn != request.nonce or not auth.check(want, request.proof):
+            self.rejected += 1
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad proof")
         sid = uuid.uuid4().hex
         self.sessions.append(sid)
-        proof = b"\0" * 32 if self.bad_proof else auth.proof(self.token, request.nonce)
-        return pb.RegisterReply(session_id=sid, proof=proof, heartbeat_interval_s=self.heartbeat_s)
+        return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
     def Session(self, request_iterator, context):
-        if not self._authorized(context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        self.metadata += list(context.invocation_metadata())
         first = next(request_iterator)
         if first.session_id not in self.sessions:
             context.abort(grpc.StatusCode.NOT_FOUND, "unknown session")
@@ -231,9 +240,10 @@ def test_wrong_token_is_rejected_without_retry(controller) -> None:
     agent = ProbeAgent(
         addr, "not-the-token", "n", ["f"], program_factory=fake_factory({"f": FakeProgram("f")})
     )
-    with pytest.raises(FleetError, match="UNAUTHENTICATED"):
+    # With another token the probe cannot check the controller's proof: it stops at Hello.
+    with pytest.raises(FleetError, match="failed to prove"):
         agent.run_forever()
-    assert ctl.rejected == 1 and ctl.registers == []
+    assert len(ctl.hellos) == 1 and ctl.registers == []
 
 
 def test_controller_with_wrong_proof_is_refused() -> None:
@@ -250,10 +260,61 @@ def test_controller_with_wrong_proof_is_refused() -> None:
             run.agent.stop()
         assert isinstance(run.error, FleetError)
         assert "failed to prove it holds the token" in str(run.error)
-        assert len(ctl.registers) == 1 and ctl.messages.empty()  # no Session was opened
+        # The impostor got a Hello and nothing else: no Register, no Session, no token.
+        assert len(ctl.hellos) == 1 and ctl.registers == [] and ctl.messages.empty()
         assert prog.closed
+        assert impostor_haul_is_worthless(ctl, TOKEN)
     finally:
         server.stop(0)
+
+
+def impostor_haul_is_worthless(ctl: TestController, token: str) -> bool:
+    """What a controller without the token collected holds neither the token nor anything keyed
+    by it: the Hello carries only the probe's fresh random nonce and its id."""
+    sent = b"".join(h.SerializeToString() for h in ctl.hellos)
+    sent += b"".join(k.encode() + (v if isinstance(v, bytes) else v.encode()) for k, v in ctl.metadata)
+    assert token.encode() not in sent
+    for h in ctl.hellos:
+        assert set(f.name for f, _ in h.ListFields()) <= {"probe_nonce", "probe_id"}
+    return True
+
+
+def test_impostor_learns_nothing_reusable() -> None:
+    """Finding 3: an impostor controller that cannot prove the token gets no proof it could
+    replay to the real controller: the probe sends no Register (and so no probe proof)."""
+    real = TestController()
+    real_server, real_port = _serve(real)
+    impostor = TestController(token="impostor-does-not-know", bad_proof=True)
+    server, port = _serve(impostor)
+    try:
+        run = AgentThread(
+            ProbeAgent(
+                f"127.0.0.1:{port}", TOKEN, "n", ["f"], program_factory=fake_factory({"f": FakeProgram("f")})
+            )
+        )
+        run.join()
+        assert isinstance(run.error, FleetError) and "failed to prove" in str(run.error)
+        assert impostor.registers == [] and impostor_haul_is_worthless(impostor, TOKEN)
+        # Replaying the Hello it saw to the real controller gives it a server nonce it cannot
+        # answer: the probe proof needs the token.
+        (hello,) = impostor.hellos
+        ch = grpc.insecure_channel(f"127.0.0.1:{real_port}")
+        stub = pbg.ProbeControlStub(ch)
+        reply = stub.Hello(hello)
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.Register(
+                pb.RegisterRequest(
+                    probe_id=hello.probe_id,
+                    nonce=hello.probe_nonce,
+                    server_nonce=reply.server_nonce,
+                    proof=b"x" * 32,
+                )
+            )
+        assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        ch.close()
+    finally:
+        server.stop(0)
+        real_server.stop(0)
 
 
 def test_failed_program_read_sets_error_not_zero(controller) -> None:
@@ -456,7 +517,7 @@ def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
     env = {**os.environ, "SWARMSCOPE_TOKEN": "wrong"}
     res = subprocess.run(_probe_cmd(addr), env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1
-    assert res.stderr.startswith("swarmscope: Register at") and "UNAUTHENTICATED" in res.stderr
+    assert res.stderr.startswith("swarmscope: controller 127.0.0.1:") and "failed to prove" in res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
 
 

@@ -101,6 +101,12 @@ def test_written_files(store: ResultStore, tmp_path: Path) -> None:
     assert '<td class="flag">1</td>' in page  # node-3's mismatched iteration, in red
     assert "src=" in page and "http" not in page.split("<body>")[1]  # self-contained
     assert not list(run_dir.glob("*.tmp"))
+    # the exec-storm write-up's table: one row per point, its p99 figures from report.json
+    p99 = page.split('<table class="p99">')[1].split("</table>")[0]
+    assert p99.count("<tr>") == 1 + 3
+    c = r["points"][0]["p99_comparison"]
+    want = [f"{c['generated_p99']:,.1f}", f"{c['reported_p99']:,.1f}", f"{c['loss_vs_reported'] * 100:.2f}"]
+    assert all(f"<td>{v}</td>" in p99 for v in want), (want, p99)
 
 
 def test_no_tracer_no_loss_plot(tmp_path: Path) -> None:

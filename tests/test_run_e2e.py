@@ -6,7 +6,6 @@ generated == kernel exactly for every node and iteration, a report, a trace and 
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 import sqlite3
@@ -15,6 +14,7 @@ import subprocess
 import pytest
 from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir, run_cli
 from neighbors_util import check_neighbor_points
+from trace_helpers import read_spans
 
 pytestmark = [
     pytest.mark.root,
@@ -54,17 +54,16 @@ def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
             assert it["reported"] is None and it["loss_ratio"] is None
         assert pt["summary"]["kernel"]["p50"] > 0
     assert re.fullmatch(r"[0-9a-f]{32}", rep["trace_id"]) and rep["trace_id"] != "0" * 32
-    # the trace: run -> point -> iteration -> window/load spans, counts as attributes
-    trace = json.loads((run_dir / "trace.json").read_text())
-    spans = {s["span_id"]: s for s in trace["spans"]}
-    assert trace["trace_id"] == rep["trace_id"]
+    # the trace (OTLP JSON): run -> point -> iteration -> window spans, counts as attributes
+    spans = {s["id"]: s for s in read_spans(run_dir)}
+    assert {s["trace"] for s in spans.values()} == {rep["trace_id"]}
     windows = [s for s in spans.values() if s["name"].startswith("window ")]
     assert len(windows) == 3 * 1 + 3 * 2
     for w in windows:
-        it = spans[w["parent_span_id"]]
+        it = spans[w["parent"]]
         assert it["name"].startswith("iteration ")
-        assert spans[it["parent_span_id"]]["name"].startswith("point ")
-        assert w["attributes"]["swarmscope.generated"] == w["attributes"]["swarmscope.kernel"]
+        assert spans[it["parent"]]["name"].startswith("point ")
+        assert w["attrs"]["swarmscope.generated"] == w["attrs"]["swarmscope.kernel"]
     # the store has the run
     db = sqlite3.connect(out / "swarmscope.sqlite")
     assert db.execute("select count(*) from runs").fetchone()[0] == 1
@@ -216,8 +215,7 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     (fault,) = rep["faults"]
     assert 1.0 <= fault["downtime_s"] <= 1.0 + 0.5, fault
     assert fault["recovery_s"] is not None
-    trace = json.loads((run_dir / "trace.json").read_text())
-    assert any(s["name"] == "fault kill-lb-local" for s in trace["spans"])
+    assert any(s["name"] == "fault kill-lb-local" for s in read_spans(run_dir))
     assert "(equal)" in (run_dir / "report.html").read_text()
 
 

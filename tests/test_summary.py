@@ -106,3 +106,37 @@ def test_clean_point_has_no_flags_and_run_flags() -> None:
         {"flag": "harness-mismatch", "points": [2], "message": "harness-mismatch at point(s) 2"},
     ]
     assert run_flags([], "interrupted")[0]["flag"] == "run-interrupted"
+
+
+def _win(i: int, per_node: list[tuple[int, int, int | None]]) -> IterationResult:
+    nodes = [NodeCount(f"n{j}", g, k, r) for j, (g, k, r) in enumerate(per_node)]
+    return IterationResult("r", 0, {"nodes": len(nodes)}, i, f"w{i}", 0, 1, nodes)
+
+
+def test_loss_vs_reported_is_the_writeups_definition() -> None:
+    """The write-up's 35.5 % at 17 nodes is (generated - reported) / reported on p99 values;
+    swarmscope's loss_ratio (1 - reported / kernel) is 26.2 % on the same numbers."""
+    from swarmscope.controller.model import loss_ratio, loss_vs_reported
+
+    assert round(loss_vs_reported(6501475, 4798623) * 100, 1) == 35.5  # type: ignore[operator]
+    assert round(loss_ratio(4798623, 6501475) * 100, 1) == 26.2  # type: ignore[operator]
+    assert round(loss_vs_reported(908291, 903637) * 100, 1) == 0.5  # type: ignore[operator]
+    assert loss_vs_reported(5, 0) is None and loss_vs_reported(None, 3) is None
+    # per iteration: over the nodes with both numbers (n1 has no tracer reading)
+    it = _win(1, [(100, 100, 80), (50, 50, None)])
+    assert it.loss_vs_reported == 0.25 and it.per_node[0].loss_vs_reported == 0.25
+    assert it.to_json()["loss_vs_reported"] == 0.25
+
+
+def test_p99_comparison_by_hand() -> None:
+    # generated totals 100, 200 -> p99 = 100 + 0.99 * 100 = 199; reported 50, 150 -> 149
+    s = summarize_point([_win(1, [(60, 60, 30), (40, 40, 20)]), _win(2, [(200, 200, 150)])])
+    c = s["p99_comparison"]
+    assert c["generated_p99"] == pytest.approx(199.0) and c["reported_p99"] == pytest.approx(149.0)
+    assert c["difference"] == pytest.approx(50.0)
+    assert c["loss_vs_reported"] == pytest.approx(50.0 / 149.0)
+    assert s["summary"]["loss_vs_reported"]["n"] == 2
+    assert s["summary"]["loss_vs_reported"]["max"] == pytest.approx(1.0)  # (100 - 50) / 50
+    assert s["totals"]["loss_vs_reported"] == pytest.approx((300 - 200) / 200)
+    none = summarize_point([_win(1, [(10, 10, None)])])["p99_comparison"]
+    assert none == {"generated_p99": 10.0, "reported_p99": None, "difference": None, "loss_vs_reported": None}

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import ROOT, free_port, is_root, load_report, only_run_dir, run_cli
+from trace_helpers import OTEL_VARS, distributed_exec_run, read_spans, tree_lines
 
 pytestmark = [
     pytest.mark.root,
@@ -84,8 +85,8 @@ def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
-    # run + point + 2 iterations + 2x(2 window + 2 load) + the probe's window spans
-    got = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=12)
+    # run + point + 2 iterations + 2x(2 window + 2 burst) + the probe's 2 window spans
+    got = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=14)
     assert got.get("data"), f"trace {rep['trace_id']} not in Jaeger: {got}"
     spans = got["data"][0]["spans"]
     names = [s["operationName"] for s in spans]
@@ -101,3 +102,54 @@ def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path
     services = {got["data"][0]["processes"][s["processID"]]["serviceName"] for s in spans}
     probe_spans = [n for n in names if "probe" in n]
     assert probe_spans, f"no probe spans in {sorted(set(names))} (services {services})"
+
+
+@pytest.mark.timeout(2400)  # the fixture may build Jaeger (see above)
+def test_trace_push_replays_a_run_into_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path) -> None:
+    """A distributed run with no OTLP endpoint, then `swarmscope trace push`: Jaeger holds the
+    whole tree (controller, two workers, the probe) as trace.json has it."""
+    saved = {k: os.environ.pop(k) for k in OTEL_VARS if k in os.environ}
+    try:
+        run_dir = distributed_exec_run(tmp_path / "results")
+        rep = load_report(run_dir)
+        # Nothing reached Jaeger while the run ran.
+        early = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=1, timeout_s=1)
+        assert not early.get("data")
+        url = f"http://127.0.0.1:{jaeger['SS_OTLP_GRPC']}"
+        push = run_cli("trace", "push", str(run_dir), "--otlp", url)
+    finally:
+        os.environ.update(saved)
+    assert push.returncode == 0, push.stderr
+    stored = read_spans(run_dir)
+    assert f"pushed {len(stored)} spans of trace {rep['trace_id']}" in push.stdout
+    got = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=len(stored))
+    assert got.get("data"), f"trace {rep['trace_id']} not in Jaeger: {got}"
+    (trace,) = got["data"]
+    procs = trace["processes"]
+    back = [
+        {
+            "service": procs[s["processID"]]["serviceName"],
+            "name": s["operationName"],
+            "id": s["spanID"],
+            "parent": next((r["spanID"] for r in s["references"] if r["refType"] == "CHILD_OF"), None),
+            "start": s["startTime"],  # µs
+        }
+        for s in trace["spans"]
+    ]
+    print("\n".join(tree_lines(back)))
+    assert len(back) == len(stored)
+    # The same tree (service, name, parent) as trace.json, span for span.
+    key = {s["id"]: s for s in back}
+    assert {(s["service"], s["name"], s["parent"]) for s in back} == {
+        (s["service"], s["name"], s["parent"]) for s in stored
+    }
+    assert all(s["parent"] is None or s["parent"] in key for s in back), "orphan span in Jaeger"
+    assert {s["service"] for s in back} == {"swarmscope", "swarmscope-worker", "swarmscope-probe"}
+    probes = [s for s in back if s["service"] == "swarmscope-probe"]
+    assert len(probes) == 2
+    for s in probes:
+        assert key[s["parent"]]["name"].startswith("iteration ")  # the window span
+        siblings = [
+            b["name"] for b in back if b["parent"] == s["parent"] and b["service"] == "swarmscope-worker"
+        ]
+        assert sorted(siblings) == ["burst w1-n1", "burst w2-n1"]

@@ -26,8 +26,9 @@ done
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
+# chromium: pages (report.html, the Locust web UI tab) are checked in a real headless browser.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk chromium)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()

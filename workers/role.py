@@ -123,9 +123,15 @@ class WorkerRole:
 
     # -- bursts ---------------------------------------------------------------------------
     def start(self, window_id: str, node: Any, duration_s: float, concurrency: int, rate: float = 0.0) -> Any:
+        import gevent
+
         from swarmscope.workers import exec_storm
 
-        handle = exec_storm.start_burst(
+        # The spawn runs in a greenlet of its own: a user killed at test stop while the burst's
+        # process is being started (gevent's Popen yields between fork and exec) would leave a
+        # running burst nobody tracks, whose execs the kernel counts and the tally misses.
+        spawn = gevent.spawn(
+            exec_storm.start_burst,
             self.tools,
             node,
             duration_s=duration_s,
@@ -134,6 +140,14 @@ class WorkerRole:
             argv0=self.comm(node.name),
             rate=rate,
         )
+        try:
+            handle = spawn.get()
+        except gevent.GreenletExit:
+            handle = spawn.get()  # it exists (or failed): track it so test stop counts it
+            with self._lock:
+                self._inflight[id(handle)] = (window_id, node.name, handle)
+            handle.stop()
+            raise
         with self._lock:
             self._inflight[id(handle)] = (window_id, node.name, handle)
         return handle
@@ -160,20 +174,47 @@ class WorkerRole:
         """Burst on every listed node this process owns, concurrently; return the window's tally."""
         import gevent
 
+        from swarmscope.workers import spans
+
         mine = [self.by_name[n] for n in node_names if n in self.by_name]
-        handles = []
+        handles, started, ended = [], {}, {}
         for node in mine:
+            started[node.name] = time.time_ns()
             try:
-                handles.append(self.start(window_id, node, duration_s, concurrency, rate))
+                handles.append((node.name, self.start(window_id, node, duration_s, concurrency, rate)))
             except LoadGenError as e:
                 with self._lock:
                     self._tally(window_id, node.name).errors.append(str(e))
-        jobs = [gevent.spawn(self.finish, h) for h in handles]
+
+        def finish_timed(name: str, h: Any) -> None:
+            try:
+                self.finish(h)
+            finally:
+                ended[name] = time.time_ns()
+
+        jobs = [gevent.spawn(finish_timed, name, h) for name, h in handles]
         gevent.joinall(jobs, raise_error=False)
         for j in jobs:
             if j.exception is not None and not isinstance(j.exception, LoadGenError):
                 log.error("burst failed: %s", j.exception)
-        return self.take(window_id, [n.name for n in mine])
+        out = self.take(window_id, [n.name for n in mine])
+        for name, t0 in started.items():
+            tally = out[name]
+            spans.record(
+                window_id,
+                f"burst {name}",
+                t0,
+                ended.get(name, t0),
+                {
+                    "swarmscope.node": name,
+                    "swarmscope.generated": tally["generated"],
+                    "swarmscope.failed": tally["failed"],
+                    "swarmscope.concurrency": concurrency,
+                    "swarmscope.rate": tally["rate"],
+                    "swarmscope.error": "; ".join(tally["errors"]) or None,
+                },
+            )
+        return out
 
     # -- the driver interface (workers.driver.Driver) -------------------------------------------
     def info(self) -> dict[str, Any]:

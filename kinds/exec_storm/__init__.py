@@ -107,6 +107,21 @@ class ExecStorm(Kind[ExecStormConfig]):
     def expected_per_node(self, cfg: ExecStormConfig) -> float | None:
         return float(cfg.rate_per_node) * float(cfg.burst_s) or None
 
+    def sections(self, cfg: ExecStormConfig, results: Any, run_dir: str) -> dict[str, Any]:
+        """How the load was made: paced, or at maximum rate as the write-up's stress-ng ran."""
+        rate = float(cfg.rate_per_node)
+        return {
+            "exec_storm": {
+                "load": "paced" if rate > 0 else "max",
+                "rate_per_node": rate or None,
+                "burst_s": float(cfg.burst_s),
+                "concurrency": int(cfg.concurrency),
+            }
+        }
+
+    def register_renderers(self) -> None:
+        import swarmscope.kinds.exec_storm.report  # noqa: F401  (registers "exec_storm")
+
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: ExecStormConfig, sim_nodes: int, prefix: str) -> Any:
         import os

@@ -34,6 +34,7 @@ from typing import Any
 from swarmscope.errors import SwarmscopeError
 from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.node import node_host
+from swarmscope.workers import spans
 from swarmscope.workers.http_stats import StepRecorder, downtime
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,26 @@ class IngressDriver:
             extra = self._run_k6(load, users, rate, dur, openm)
         else:
             self._run_users(load, users, dur, environment)
-        return self._finish(window_id, bool(p.get("last")), extra)
+        out = self._finish(window_id, bool(p.get("last")), extra)
+        # The request step's span: its scalar results (requests, successes, ...) as attributes.
+        scalars = {
+            f"swarmscope.{k}": v
+            for k, v in out.get(self.name, {}).items()
+            if isinstance(v, int | float | str) and not isinstance(v, bool)
+        }
+        spans.record(
+            window_id,
+            f"step {self.name}",
+            int(start_at * 1e9),
+            time.time_ns(),
+            {
+                "swarmscope.node": self.name,
+                "swarmscope.users": users,
+                "swarmscope.model": p["model"],
+                **scalars,
+            },
+        )
+        return out
 
     def stop_window(self, window_id: str) -> None:
         if self.active is not None and window_id not in self._done:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from swarmscope.errors import LoadGenError
 from swarmscope.node import node_host
 from swarmscope.targets.neighbors import records as R
+from swarmscope.workers import spans
 
 if TYPE_CHECKING:
     from swarmscope.kinds.neighbor_writes import NeighborConfig
@@ -144,6 +145,7 @@ class NeighborDriver:
         except Exception as e:  # the master hears about it in the result, the run goes on
             exc = e
             res = {"generated": int(count), "start": int(start), "error": f"{type(e).__name__}: {e}"}
+        _batch_spans(window_id, self.name, str(payload["mode"]), res)
         if environment is not None:
             environment.events.request.fire(
                 request_type="neighbors",
@@ -357,6 +359,32 @@ class NeighborDriver:
                 "control_plane_entries": cp_entries,
             }
         }
+
+
+def _batch_spans(window_id: str, node: str, mode: str, res: Mapping[str, Any]) -> None:
+    """One span per put-batch (send -> durable commit), or one for the list-and-program; times
+    are CLOCK_MONOTONIC, kept raw in ``swarmscope.mono_*_ns`` (the clock of the probe's BPF
+    times) and moved onto the wall clock for the span."""
+    starts, ends = res.get("starts") or [], res.get("commits") or []
+    if not ends and starts and res.get("t_user_ns"):  # list_program: one list, then programmed
+        ends = [[starts[-1][0], int(res["t_user_ns"])]]
+    prev = 0
+    for i, ((total, t0), (_, t1)) in enumerate(zip(starts, ends, strict=False)):
+        spans.record(
+            window_id,
+            f"batch {node} #{i + 1}" if mode != "list_program" else f"list_program {node}",
+            spans.wall_ns(t0),
+            spans.wall_ns(t1),
+            {
+                "swarmscope.node": node,
+                "swarmscope.entries": total - prev,
+                "swarmscope.mono_start_ns": t0,
+                "swarmscope.mono_end_ns": t1,
+                "swarmscope.pid": res.get("pid"),
+                "swarmscope.map_id": res.get("map_id"),
+            },
+        )
+        prev = total
 
 
 def _running(counts: list[int], times: list[int]) -> list[list[int]]:

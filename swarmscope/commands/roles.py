@@ -34,6 +34,23 @@ def register(sub: Any) -> None:
     c.add_argument("--grpc-port", type=int, default=7001)
     c.add_argument("--metrics-port", type=int, default=9646)
     c.add_argument("--web-port", type=int, default=8089)
+    c.add_argument(
+        "--bind-host",
+        default=None,
+        help="address of the Locust master port and the probe fleet (default: $POD_IP, else 127.0.0.1)",
+    )
+    c.add_argument(
+        "--web-host",
+        default="127.0.0.1",
+        help="address of the web UI (default 127.0.0.1: reach it with kubectl port-forward)",
+    )
+    c.add_argument(
+        "--no-web-login",
+        dest="web_login",
+        action="store_false",
+        help="serve the web UI without Locust's login page (default: login, password from "
+        "$SWARMSCOPE_WEB_PASSWORD_FILE or $SWARMSCOPE_WEB_PASSWORD)",
+    )
     c.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
     c.set_defaults(func=_controller)
     w = sub.add_parser("worker", help="Locust worker with swarmscope's nodes (cluster mode)")
@@ -75,15 +92,28 @@ def _locust(argv: list[str], kind: str) -> int:
     return 0
 
 
+def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
+    """The Locust command line of ``swarmscope controller``: every port bound narrowly."""
+    import os
+
+    host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
+    web_login = args.web_login and "--headless" not in _extra(args)  # headless: no web UI at all
+    if web_login:
+        from swarmscope import weblogin
+
+        weblogin.load_password()  # fail here, with one line, not in the middle of Locust's start
+    return [
+        "-f", locustfile_for(kind), "--master", "--master-bind-host", host,
+        "--master-bind-port", str(args.locust_port), "--web-host", args.web_host,
+        "--web-port", str(args.web_port), *(["--web-login"] if web_login else []),
+        "--ss-scenario-file", args.scenario, "--ss-grpc-bind", f"{host}:{args.grpc_port}",
+        "--ss-probe", "external", "--ss-metrics-port", str(args.metrics_port), *_extra(args),
+    ]  # fmt: skip
+
+
 def _controller(args: argparse.Namespace) -> int:
     kind = _kind_of(args.scenario, "exec_storm")
-    argv = [
-        "-f", locustfile_for(kind), "--master", "--master-bind-port", str(args.locust_port),
-        "--web-port", str(args.web_port), "--ss-scenario-file", args.scenario,
-        "--ss-grpc-bind", f"0.0.0.0:{args.grpc_port}", "--ss-probe", "external",
-        "--ss-metrics-port", str(args.metrics_port), *_extra(args),
-    ]  # fmt: skip
-    return _locust(argv, kind)
+    return _locust(controller_argv(args, kind), kind)
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -28,27 +28,42 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", help="results directory (same as --set out=DIR)")
     p.add_argument(
+        "--check",
+        dest="checks",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a pass/fail check over report.json, added to the file's checks: "
+        "e.g. 'loss_ratio.max < 0.01'; a failed check exits 99",
+    )
+    p.add_argument(
         "--explain", action="store_true", help="print every option with its value and source, then exit"
     )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from swarmscope.kinds import load_scenario
+    from swarmscope.kinds import load_scenario, scenario_text
 
     sets = list(args.sets) + ([f"out={args.out}"] if args.out else [])
     kind, cfg = load_scenario(args.scenario_file, sets)
+    from swarmscope.controller.checks import EXIT_CODE, failed, from_config, render_results
+
+    checks = from_config(cfg, args.checks, read=scenario_text)  # invalid ones: a ConfigError, exit 2
+    cfg = cfg.replace(checks=[c.text for c in checks] or None)  # the report shows every one
     if args.explain:
         _explain(kind, cfg)
         return 0
     from swarmscope.run import run_scenario
 
-    report = run_scenario(kind, cfg)
+    report = run_scenario(kind, cfg, checks=checks)
     if report is None:
         return 1
     from swarmscope.controller.report import render_console
 
     print(render_console(report))
+    if checks:
+        print(render_results(report.get("checks") or []))
     bad = [f for f in report.get("flags", []) if f["flag"] == "harness-mismatch"]
     if bad:
         print(
@@ -56,6 +71,11 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 4
+    bad_checks = failed(report.get("checks"))
+    if bad_checks:
+        names = "; ".join(c["check"] for c in bad_checks)
+        print(f"swarmscope: {len(bad_checks)} check(s) failed: {names}", file=sys.stderr)
+        return EXIT_CODE
     return 0
 
 

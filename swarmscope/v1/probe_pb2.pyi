@@ -16,8 +16,24 @@ class NodeInfo(_message.Message):
     cgroup_path: str
     def __init__(self, name: _Optional[str] = ..., cgroup_id: _Optional[int] = ..., cgroup_path: _Optional[str] = ...) -> None: ...
 
+class HelloRequest(_message.Message):
+    __slots__ = ("probe_nonce", "probe_id")
+    PROBE_NONCE_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    probe_nonce: bytes
+    probe_id: str
+    def __init__(self, probe_nonce: _Optional[bytes] = ..., probe_id: _Optional[str] = ...) -> None: ...
+
+class HelloReply(_message.Message):
+    __slots__ = ("server_nonce", "proof")
+    SERVER_NONCE_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    server_nonce: bytes
+    proof: bytes
+    def __init__(self, server_nonce: _Optional[bytes] = ..., proof: _Optional[bytes] = ...) -> None: ...
+
 class RegisterRequest(_message.Message):
-    __slots__ = ("probe_id", "hostname", "node_name", "kernel_release", "programs", "nonce", "version")
+    __slots__ = ("probe_id", "hostname", "node_name", "kernel_release", "programs", "nonce", "version", "server_nonce", "proof")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +41,8 @@ class RegisterRequest(_message.Message):
     PROGRAMS_FIELD_NUMBER: _ClassVar[int]
     NONCE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SERVER_NONCE_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     hostname: str
     node_name: str
@@ -32,17 +50,17 @@ class RegisterRequest(_message.Message):
     programs: _containers.RepeatedScalarFieldContainer[str]
     nonce: bytes
     version: str
-    def __init__(self, probe_id: _Optional[str] = ..., hostname: _Optional[str] = ..., node_name: _Optional[str] = ..., kernel_release: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nonce: _Optional[bytes] = ..., version: _Optional[str] = ...) -> None: ...
+    server_nonce: bytes
+    proof: bytes
+    def __init__(self, probe_id: _Optional[str] = ..., hostname: _Optional[str] = ..., node_name: _Optional[str] = ..., kernel_release: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nonce: _Optional[bytes] = ..., version: _Optional[str] = ..., server_nonce: _Optional[bytes] = ..., proof: _Optional[bytes] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("session_id", "proof", "heartbeat_interval_s")
+    __slots__ = ("session_id", "heartbeat_interval_s")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
-    PROOF_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    proof: bytes
     heartbeat_interval_s: float
-    def __init__(self, session_id: _Optional[str] = ..., proof: _Optional[bytes] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
 
 class OpenWindow(_message.Message):
     __slots__ = ("run_id", "window_id", "traceparent", "programs", "nodes", "options")
@@ -177,16 +195,18 @@ class Reading(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ...) -> None: ...
 
 class WindowDone(_message.Message):
-    __slots__ = ("run_id", "window_id", "readings", "batch")
+    __slots__ = ("run_id", "window_id", "readings", "batch", "trace")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     READINGS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     readings: int
     batch: _containers.RepeatedCompositeFieldContainer[Reading]
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ...) -> None: ...
+    trace: bytes
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ...) -> None: ...
 
 class ProbeMessage(_message.Message):
     __slots__ = ("session_id", "heartbeat", "ack", "reading", "done")

@@ -34,6 +34,11 @@ class ProbeControlStub(object):
         Args:
             channel: A grpc.Channel.
         """
+        self.Hello = channel.unary_unary(
+                '/swarmscope.v1.ProbeControl/Hello',
+                request_serializer=swarmscope_dot_v1_dot_probe__pb2.HelloRequest.SerializeToString,
+                response_deserializer=swarmscope_dot_v1_dot_probe__pb2.HelloReply.FromString,
+                _registered_method=True)
         self.Register = channel.unary_unary(
                 '/swarmscope.v1.ProbeControl/Register',
                 request_serializer=swarmscope_dot_v1_dot_probe__pb2.RegisterRequest.SerializeToString,
@@ -49,8 +54,15 @@ class ProbeControlStub(object):
 class ProbeControlServicer(object):
     """Missing associated documentation comment in .proto file."""
 
+    def Hello(self, request, context):
+        """Hello: the controller proves it holds the token, and hands out a one-time server nonce.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Register(self, request, context):
-        """Register announces a probe and the nodes it measures.
+        """Register announces a probe and the nodes it measures, with the probe's proof.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -67,6 +79,11 @@ class ProbeControlServicer(object):
 
 def add_ProbeControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Hello': grpc.unary_unary_rpc_method_handler(
+                    servicer.Hello,
+                    request_deserializer=swarmscope_dot_v1_dot_probe__pb2.HelloRequest.FromString,
+                    response_serializer=swarmscope_dot_v1_dot_probe__pb2.HelloReply.SerializeToString,
+            ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
                     request_deserializer=swarmscope_dot_v1_dot_probe__pb2.RegisterRequest.FromString,
@@ -87,6 +104,33 @@ def add_ProbeControlServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ProbeControl(object):
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Hello(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmscope.v1.ProbeControl/Hello',
+            swarmscope_dot_v1_dot_probe__pb2.HelloRequest.SerializeToString,
+            swarmscope_dot_v1_dot_probe__pb2.HelloReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Register(request,

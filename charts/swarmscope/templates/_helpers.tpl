@@ -86,6 +86,18 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* OTLP export of a probe's or worker's own spans: the chart's Jaeger or otel.endpoint, the
+same as the controller's. With tracing off nothing is set (not OTEL_SDK_DISABLED): their spans
+still travel back to the controller with each window's results and land in trace.json. */}}
+{{- define "swarmscope.otlpEnv" -}}
+{{- if .Values.tracing.enabled }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ include "swarmscope.otelEndpoint" . | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .Values.otel.protocol | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* NODE_NAME from the downward API: workers and probes identify their node by it. */}}
 {{- define "swarmscope.nodeNameEnv" -}}
 - name: NODE_NAME
@@ -109,4 +121,93 @@ capabilities:
   drop: ["ALL"]
 seccompProfile:
   type: RuntimeDefault
+{{- end -}}
+
+{{/* mTLS Secrets of the fleet: (dict "ctx" $ "role" "controller"|"probes"). */}}
+{{- define "swarmscope.tlsSecret" -}}
+{{- $t := .ctx.Values.tls -}}
+{{- if eq .role "controller" -}}
+{{- default (printf "%s-tls-controller" (include "swarmscope.fullname" .ctx)) $t.controllerSecret -}}
+{{- else -}}
+{{- default (printf "%s-tls-probes" (include "swarmscope.fullname" .ctx)) $t.probesSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector of one component of this release, for NetworkPolicy peers. */}}
+{{- define "swarmscope.peer" -}}
+podSelector:
+  matchLabels:
+    {{- include "swarmscope.selectorLabels" . | nindent 4 }}
+{{- end -}}
+
+{{/* Secrets each role gets (docs/security.md), as env: (dict "ctx" $ "role" "controller"|"workers"|"probes").
+     controller: POD_IP (bind address), worker token, web password file, fleet TLS files;
+     workers: the worker token only; probes: their TLS client files (the probe token is a file). */}}
+{{- define "swarmscope.securityEnv" -}}
+{{- $v := .ctx.Values -}}
+{{- $tls := "/var/run/swarmscope-tls" -}}
+{{- if eq .role "controller" }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: SWARMSCOPE_WEB_PASSWORD_FILE
+  value: /var/run/swarmscope-web/{{ $v.auth.webPasswordKey }}
+{{- end }}
+{{- if ne .role "probes" }}
+- name: SWARMSCOPE_WORKER_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "swarmscope.secretName" .ctx }}
+      key: {{ $v.auth.workerTokenKey }}
+{{- end }}
+{{- if $v.tls.enabled }}
+{{- if eq .role "controller" }}
+- name: SWARMSCOPE_TLS_CERT
+  value: {{ $tls }}/tls.crt
+- name: SWARMSCOPE_TLS_KEY
+  value: {{ $tls }}/tls.key
+- name: SWARMSCOPE_TLS_CLIENT_CA
+  value: {{ $tls }}/ca.crt
+{{- else if eq .role "probes" }}
+- name: SWARMSCOPE_TLS_CA
+  value: {{ $tls }}/ca.crt
+- name: SWARMSCOPE_TLS_CERT
+  value: {{ $tls }}/tls.crt
+- name: SWARMSCOPE_TLS_KEY
+  value: {{ $tls }}/tls.key
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "swarmscope.securityMounts" -}}
+{{- if eq .role "controller" }}
+- name: web-password
+  mountPath: /var/run/swarmscope-web
+  readOnly: true
+{{- end }}
+{{- if .ctx.Values.tls.enabled }}
+- name: fleet-tls
+  mountPath: /var/run/swarmscope-tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "swarmscope.securityVolumes" -}}
+{{- if eq .role "controller" }}
+- name: web-password
+  secret:
+    secretName: {{ include "swarmscope.secretName" .ctx }}
+    # 0440 with the pod's fsGroup: the controller runs as uid 10001, not root.
+    defaultMode: 0440
+    items:
+      - key: {{ .ctx.Values.auth.webPasswordKey }}
+        path: {{ .ctx.Values.auth.webPasswordKey }}
+{{- end }}
+{{- if .ctx.Values.tls.enabled }}
+- name: fleet-tls
+  secret:
+    secretName: {{ include "swarmscope.tlsSecret" . }}
+    defaultMode: {{ ternary "0440" "0400" (eq .role "controller") }}
+{{- end }}
 {{- end -}}
