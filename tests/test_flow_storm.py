@@ -60,7 +60,10 @@ def _exact(rep: dict, flows: list[int], ppf: int, frame: int) -> list[dict]:
 @root
 def test_flow_storm_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    p = run_cli("run", "scenarios/flow_storm.yaml", "--set", "flows=1000,30000", "--out", str(out))
+    p = run_cli(
+        "run", "scenarios/flow_storm.yaml", "--set", "flows=1000,30000", "--set", "agent=none",
+        "--set", "packets_per_flow=2", "--out", str(out),
+    )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = only_run_dir(out)
     rep = load_report(run_dir)
@@ -76,7 +79,8 @@ def test_flow_storm_stopped_by_max_s_is_still_exact_per_flow(tmp_path: pathlib.P
     out = tmp_path / "results"
     p = run_cli(
         "run", "scenarios/flow_storm.yaml", "--set", "flows=60000", "--set", "packets_per_flow=3",
-        "--set", "rate_pps=20000", "--set", "max_s=1", "--set", "frame_bytes=200", "--out", str(out),
+        "--set", "rate_pps=20000", "--set", "max_s=1", "--set", "frame_bytes=200", "--set", "agent=none",
+        "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
@@ -95,7 +99,8 @@ def test_flow_storm_distributed(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
         "run", "scenarios/flow_storm.yaml", "--set", "flows=1001,5000", "--set", "mode=distributed",
-        "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{free_port()}", "--out", str(out),
+        "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{free_port()}",
+        "--set", "cache_max_flows=100000", "--set", "packets_per_flow=2", "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
@@ -103,6 +108,8 @@ def test_flow_storm_distributed(tmp_path: pathlib.Path) -> None:
     it = rep["points"][0]["iterations"][0]
     assert sorted((n["node"], n["generated"]) for n in it["per_node"]) == [("w1-n1", 1002), ("w2-n1", 1000)]
     assert len({it["extra"]["flows"][n]["dev"] for n in ("w1-n1", "w2-n1")}) == 2
+    # Each worker runs its own agent on its own interface; a map that holds every flow.
+    assert all(it["extra"]["flows"][n]["agent"]["dropped_flows"] == 0 for n in ("w1-n1", "w2-n1"))
 
 
 def _window(nodes: list[str]) -> WindowInfo:

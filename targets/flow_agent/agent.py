@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import select
@@ -44,6 +45,42 @@ class _Rec(ctypes.Structure):
         ("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64), ("first_ns", ctypes.c_uint64),
         ("last_ns", ctypes.c_uint64),
     ]  # fmt: skip
+
+
+BATCH = 4096  # entries per lookup-and-delete call
+
+
+def drain(table: Any) -> list[tuple[Any, Any]]:
+    """Every entry of a hash map, removed, in BATCH-sized lookup-and-delete calls.
+
+    BCC's own loop sizes its buffer to max_entries and fails with ENOSPC when the datapath
+    keeps inserting while it drains (a full map, refilled at once: exactly this agent's load);
+    a fixed batch per call never runs out of room, and each call's entries are kept."""
+    from bcc.libbcc import lib
+
+    keys, values = (table.Key * BATCH)(), (table.Leaf * BATCH)()
+    out: list[tuple[Any, Any]] = []
+    pos, cnt = ctypes.c_uint32(0), ctypes.c_uint32(0)
+    first = True
+    for _ in range(1 + 4 * table.max_entries // BATCH + 64):  # bounded: the map refills at most so fast
+        cnt.value = BATCH
+        res = lib.bpf_lookup_and_delete_batch(
+            table.map_fd,
+            None if first else ctypes.byref(pos),
+            ctypes.byref(pos),
+            keys,
+            values,
+            ctypes.byref(cnt),
+        )
+        err = ctypes.get_errno()
+        out += [(type(keys[i]).from_buffer_copy(keys[i]), type(values[i]).from_buffer_copy(values[i]))
+                for i in range(cnt.value)]  # fmt: skip
+        first = False
+        if res != 0:
+            if err == errno.ENOENT:
+                return out  # the whole map walked
+            raise OSError(err, f"BPF_MAP_LOOKUP_AND_DELETE_BATCH: {os.strerror(err)}")
+    return out
 
 
 class Window:
@@ -151,10 +188,11 @@ class FlowAgent:
 
     def evict(self, early: bool = False) -> None:
         flows: dict[FlowKey, list[int]] = {}
-        with contextlib.suppress(StopIteration):  # an empty map
-            for k, per_cpu in self.bpf[b"aggregated_flows"].items_lookup_and_delete_batch():
-                key = (int(k.saddr), int(k.daddr), int(k.sport), int(k.dport), int(k.proto))
-                flows[key] = [sum(int(v.packets) for v in per_cpu), sum(int(v.bytes) for v in per_cpu)]
+        for k, per_cpu in drain(self.bpf[b"aggregated_flows"]):
+            key = (int(k.saddr), int(k.daddr), int(k.sport), int(k.dport), int(k.proto))
+            acc = flows.setdefault(key, [0, 0])  # a key re-inserted mid-drain comes twice
+            acc[0] += sum(int(v.packets) for v in per_cpu)
+            acc[1] += sum(int(v.bytes) for v in per_cpu)
         if flows:
             self.win.early += int(early)
             self._export("hashmap", flows, len(flows))
