@@ -8,6 +8,7 @@
  */
 #include "swarmscope.h"
 #include <uapi/linux/bpf.h>
+#include "flow_key.h"
 #include <uapi/linux/pkt_cls.h>
 
 #ifndef CACHE_MAX_FLOWS
@@ -16,15 +17,6 @@
 #ifndef RINGBUF_PAGES
 #define RINGBUF_PAGES 64
 #endif
-
-struct flow_key {
-    u32 saddr;
-    u32 daddr;
-    u16 sport;
-    u16 dport;
-    u8 proto;
-    u8 pad[3];
-};
 
 struct flow_val {
     u64 packets;
@@ -46,23 +38,9 @@ int flow_agent_tc(struct __sk_buff *skb)
 {
     void *data = (void *)(long)skb->data;
     void *data_end = (void *)(long)skb->data_end;
-    unsigned char *p = data;
-    if (data + 34 > data_end || p[12] != 0x08 || p[13] != 0x00)
-        return TC_ACT_OK;
-    unsigned char *ip = p + 14;
-    u32 ihl = (ip[0] & 0x0f) * 4;
     struct flow_key k = {};
-    __builtin_memcpy(&k.saddr, ip + 12, 4);
-    __builtin_memcpy(&k.daddr, ip + 16, 4);
-    k.proto = ip[9];
-    u16 frag = (((u16)ip[6] << 8) | ip[7]) & 0x1fff;
-    if ((k.proto == 6 || k.proto == 17) && frag == 0 && ihl >= 20 && ihl <= 60) {
-        unsigned char *l4 = ip + ihl;
-        if ((void *)(l4 + 4) <= data_end) {
-            k.sport = ((u16)l4[0] << 8) | l4[1];
-            k.dport = ((u16)l4[2] << 8) | l4[3];
-        }
-    }
+    if (flow_key_parse(data, data_end, &k) != 0)
+        return TC_ACT_OK;
     u64 len = skb->len, now = bpf_ktime_get_ns();
     struct flow_val *v = aggregated_flows.lookup(&k);
     if (v) { /* this CPU's slot: no other writer */

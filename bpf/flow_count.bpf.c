@@ -11,19 +11,11 @@
  */
 #include "swarmscope.h"
 #include <uapi/linux/bpf.h>
+#include "flow_key.h"
 
 #ifndef FLOW_MAX
 #define FLOW_MAX 262144
 #endif
-
-struct flow_key {
-    u32 saddr; /* network byte order, as on the wire */
-    u32 daddr;
-    u16 sport; /* host byte order */
-    u16 dport;
-    u8 proto;
-    u8 pad[3];
-};
 
 struct flow_val {
     u64 packets;
@@ -50,24 +42,10 @@ int flow_count_xdp(struct xdp_md *ctx)
     if (!t)
         return XDP_PASS;
     u64 len = data_end - data;
-    unsigned char *p = data;
-    if (data + 34 > data_end || p[12] != 0x08 || p[13] != 0x00) {
+    struct flow_key k = {};
+    if (flow_key_parse(data, data_end, &k) != 0) {
         t->other += 1;
         return XDP_PASS;
-    }
-    unsigned char *ip = p + 14;
-    u32 ihl = (ip[0] & 0x0f) * 4;
-    struct flow_key k = {};
-    __builtin_memcpy(&k.saddr, ip + 12, 4);
-    __builtin_memcpy(&k.daddr, ip + 16, 4);
-    k.proto = ip[9];
-    u16 frag = (((u16)ip[6] << 8) | ip[7]) & 0x1fff;
-    if ((k.proto == 6 || k.proto == 17) && frag == 0 && ihl >= 20 && ihl <= 60) {
-        unsigned char *l4 = ip + ihl;
-        if ((void *)(l4 + 4) <= data_end) {
-            k.sport = ((u16)l4[0] << 8) | l4[1];
-            k.dport = ((u16)l4[2] << 8) | l4[3];
-        }
     }
     struct flow_val *v = flows.lookup(&k);
     if (!v) {

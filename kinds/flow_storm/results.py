@@ -13,12 +13,11 @@ table could not hold) is ``kernel-drops:<node>``: a failed run, never a figure.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
-from swarmscope.controller.report import SectionHTML, register_section
+from swarmscope.controller.report import SectionHTML, register_section, render_generic
 
 if TYPE_CHECKING:
     from swarmscope.kinds.flow_storm import FlowStormConfig
@@ -217,25 +216,12 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return html.escape(str(v))
-
-
 @register_section("flow_storm")
 def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     points = data.get("points", []) if isinstance(data, dict) else []
-    head = "".join(f"<th>{c}</th>" for c in COLUMNS)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{_cell(p.get(c, ''))}</td>" for c in COLUMNS) + "</tr>"
-        for p in sorted(
-            points, key=lambda p: (p.get("flows", 0), -p.get("cache_max_flows", 0), p.get("iteration", 0))
-        )
+    order = sorted(
+        points, key=lambda p: (p.get("flows", 0), -p.get("cache_max_flows", 0), p.get("iteration", 0))
     )
-    return SectionHTML(
-        html="<h2>Flow storm: generated against the kernel, per flow</h2>"
-        f"<table><tr>{head}</tr>{rows}</table>"
-    )
+    rows = [{c: p.get(c) for c in COLUMNS if c in p} for p in order]
+    table = render_generic(name, rows, report) if rows else SectionHTML("<p>no windows</p>")
+    return SectionHTML(html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html)
