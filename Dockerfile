@@ -5,7 +5,7 @@
 # Debian bookworm (python3 3.11 and python3-bpfcc from Debian, as docs/platform.md#bcc-and-the-kernel-header-tree requires: the PyPI
 # "bcc" is unrelated). tools/image-install.sh installs exactly what tools/setup.sh installs on
 # a development machine. Controller and workers run as uid 10001; the probe runs as uid 0 with
-# all capabilities dropped except BPF/PERFMON/SYS_RESOURCE (see charts/swarmscope).
+# all capabilities dropped except BPF/PERFMON (see charts/swarmscope).
 FROM debian:bookworm-slim
 
 WORKDIR /opt/swarmscope

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from swarmscope.errors import SetupError
 from swarmscope.node import node_host
+from swarmscope.sys import owners
 
 
 class EmbeddedProbe:
@@ -48,7 +49,14 @@ class EmbeddedProbe:
             cmd += ["--programs", ",".join(programs)]
         cmd += extra_args or []
         try:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=owners.die_with_parent,  # its BPF goes when we go, even on SIGKILL
+            )
         except OSError as e:
             fh.close()
             raise SetupError(f"cannot start the embedded probe ({cmd[0]}): {e}") from e

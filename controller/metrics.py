@@ -94,7 +94,7 @@ class RunMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics and /healthz in a thread; return the bound port (0 picks one)."""
         metrics = self
 

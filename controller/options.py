@@ -5,7 +5,7 @@ swarmscope.config's: defaults < file < env < --set.
 
 from __future__ import annotations
 
-from swarmscope.config import Config, Field, list_of
+from swarmscope.config import Config, Field, host_port, list_of
 
 COMMON_FIELDS = [
     Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
@@ -31,7 +31,13 @@ COMMON_FIELDS = [
         min=1,
         max=600,
     ),
-    Field("grpc_bind", str, "127.0.0.1:0", "where the probe fleet listens (host:port; port 0 picks one)"),
+    Field(
+        "grpc_bind",
+        str,
+        "127.0.0.1:0",
+        "where the probe fleet listens (host:port; port 0 picks one)",
+        check=host_port,
+    ),
     Field("token_file", str, "", "file holding the controller/probe token (default: a fresh token per run)"),
     Field(
         "tls_cert",
@@ -50,6 +56,12 @@ COMMON_FIELDS = [
         "serve the controller's Prometheus /metrics on this port (0: off)",
         min=0,
         max=65535,
+    ),
+    Field(
+        "metrics_bind",
+        str,
+        "127.0.0.1",
+        "address the controller's /metrics listens on (a cluster's controller: 0.0.0.0, to be scraped)",
     ),
     Field(
         "mode",
@@ -72,7 +84,13 @@ COMMON_FIELDS = [
         True,
         "distributed: start the workers on this machine (false: wait for external ones)",
     ),
-    Field("master_bind", str, "127.0.0.1:5557", "distributed: where the Locust master listens (host:port)"),
+    Field(
+        "master_bind",
+        str,
+        "127.0.0.1:5557",
+        "distributed: where the Locust master listens (host:port)",
+        check=host_port,
+    ),
     Field(
         "worker_timeout_s",
         float,
@@ -106,6 +124,7 @@ class RunConfig(Config):
     tls_key: str
     tls_client_ca: str
     metrics_port: int
+    metrics_bind: str
     mode: str
     workers: int
     spawn_workers: bool

@@ -8,10 +8,12 @@
     @register_section("steps")
     def render_steps(name, data, report) -> SectionHTML: ...
 
-Sections are rendered by the function registered under their name in this process, else by
-the ``"module:function"`` stored with the section (imported on demand, so ``swarmscope report``
-in a fresh process draws them too), else by a generic table. A renderer that fails is logged
-and replaced by the generic one: the report is always written.
+Sections are rendered by the function registered under their name in this process (the code's
+own registry: each kind registers its renderers, ``swarmscope report`` registers every kind's),
+else by a generic table. Nothing read from the results store ever names code to run: a
+``swarmscope.sqlite`` is data, possibly from someone else (an old store's ``renderer`` column
+is ignored). A renderer that fails is logged and replaced by the generic one: the report is
+always written.
 
 ``attach_report_writer(events, store)`` writes the report and prints the console table on
 ``run_finished``; attach it after ``store.attach(events)`` so the status is stored first.
@@ -25,7 +27,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-import importlib
 import json
 import logging
 import os
@@ -72,18 +73,9 @@ def register_section(name: str) -> Callable[[SectionRenderer], SectionRenderer]:
     return deco
 
 
-def _resolve(name: str, stored_path: str | None) -> SectionRenderer:
-    if name in _RENDERERS:
-        return _RENDERERS[name]
-    if stored_path:
-        mod, _, attr = stored_path.partition(":")
-        try:
-            fn = getattr(importlib.import_module(mod), attr)
-            if callable(fn):
-                return fn
-        except Exception:
-            log.warning("section %s: renderer %s cannot be imported; using a plain table", name, stored_path)
-    return render_generic
+def _resolve(name: str) -> SectionRenderer:
+    # Only this process's registry: a name stored in the results database is never imported.
+    return _RENDERERS.get(name, render_generic)
 
 
 # -- report.json -----------------------------------------------------------------------------
@@ -342,7 +334,7 @@ def render_generic(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
 def _section_parts(stored: StoredRun, report: dict[str, Any]) -> list[tuple[str, SectionHTML]]:
     parts = []
     for s in stored.sections:
-        fn = _resolve(s.name, s.renderer)
+        fn = _resolve(s.name)
         try:
             part = fn(s.name, s.data, report)
         except Exception:
@@ -435,7 +427,10 @@ def write_report(
     run_dir: str | os.PathLike[str],
     formats: tuple[str, ...] = ("json", "html"),
 ) -> dict[str, Any]:
-    """Write report.json and/or report.html + the PNG plots into run_dir; return the report."""
+    """Write report.json and/or report.html + the PNG plots into run_dir; return the report.
+
+    Every file is fsynced before its rename, and the directory after, so a crash leaves the
+    old report or the new one, never an empty file."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ResultsError(f"unknown report format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
@@ -467,7 +462,14 @@ def _atomic_write(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)  # the rename itself is durable only once the directory is
+    finally:
+        os.close(fd)
 
 
 def attach_report_writer(

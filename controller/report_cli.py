@@ -18,7 +18,7 @@ import sys
 from swarmscope.errors import ResultsError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "report",
         help="re-render a run's report from the results store",
@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated: html, json, console (default: all three)",
     )
     p.set_defaults(func=run)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:

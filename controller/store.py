@@ -144,7 +144,7 @@ CREATE TABLE IF NOT EXISTS sections (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     name TEXT NOT NULL,
     data TEXT NOT NULL,
-    renderer TEXT,
+    renderer TEXT,  -- unused: stores before issue 18 named code here; never read (see report.py)
     PRIMARY KEY (run_id, name)
 );
 """
@@ -186,7 +186,6 @@ def _finite(value: Any) -> Any:
 class Section:
     name: str
     data: Any
-    renderer: str | None = None  # "module:function" that renders it in HTML (see report.py)
 
 
 @dataclass
@@ -406,14 +405,14 @@ class ResultStore:
             if cur.rowcount == 0:
                 raise ResultsError(f"run {run_id!r} is not in {self.path} (run_started never stored)")
 
-    def add_section(self, run_id: str, name: str, data: Any, renderer: str | None = None) -> None:
+    def add_section(self, run_id: str, name: str, data: Any) -> None:
         """Store a scenario-specific report section (JSON: a dict, or a list of rows).
 
         It appears in report.json under ``sections[name]`` and at the top level as ``name``
-        (so ``add_section(run_id, "steps", [...])`` gives ``report["steps"]``). ``renderer``
-        optionally names a ``"module:function"`` that draws it in report.html (see
-        ``report.register_section``); it is imported when the report is re-rendered later.
-        Storing the same name again replaces it.
+        (so ``add_section(run_id, "steps", [...])`` gives ``report["steps"]``). It is drawn in
+        report.html by the renderer registered under ``name`` in the code
+        (``report.register_section``), never by anything named in the store. Storing the same
+        name again replaces it.
         """
         if name in RESERVED_SECTION_NAMES or not name:
             raise ResultsError(f"section name {name!r} is reserved by report.json; pick another")
@@ -425,8 +424,8 @@ class ResultStore:
             if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
                 raise ResultsError(f"run {run_id!r} is not in {self.path}")
             db.execute(
-                "INSERT OR REPLACE INTO sections (run_id, name, data, renderer) VALUES (?, ?, ?, ?)",
-                (run_id, name, text, renderer),
+                "INSERT OR REPLACE INTO sections (run_id, name, data) VALUES (?, ?, ?)",
+                (run_id, name, text),
             )
 
     # -- reads -----------------------------------------------------------------------------
@@ -509,9 +508,9 @@ class ResultStore:
             )
         ]
         sections = [
-            Section(name=n, data=json.loads(d), renderer=r)
-            for n, d, r in self._query(
-                "SELECT name, data, renderer FROM sections WHERE run_id = ? ORDER BY name", (run_id,)
+            Section(name=n, data=json.loads(d))
+            for n, d in self._query(
+                "SELECT name, data FROM sections WHERE run_id = ? ORDER BY name", (run_id,)
             )
         ]
         return StoredRun(

@@ -37,6 +37,12 @@ def get_kind(name: str, source: str = "scenario") -> Any:
     return importlib.import_module(KINDS[name]).KIND
 
 
+def register_all_renderers() -> None:
+    """Every kind's report section renderers, from the code (``swarmscope report``)."""
+    for name in KINDS:
+        get_kind(name).register_renderers()
+
+
 def kind_name(
     path: str | None, sets: list[str], env: Mapping[str, str] | None = None, text: str | None = None
 ) -> str:

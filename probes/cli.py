@@ -90,6 +90,12 @@ def register(subparsers: Any) -> None:
         metavar="PORT",
         help="serve the probe's own metrics (swarmscope_probe_*) on PORT: /metrics, /healthz (chart: 9647)",
     )
+    p.add_argument(
+        "--metrics-bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address of --metrics-port (default 127.0.0.1; the chart's DaemonSet: 0.0.0.0)",
+    )
     p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")
     p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
     p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
@@ -127,7 +133,6 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     from swarmscope import auth
     from swarmscope.probes import bcc_env
     from swarmscope.probes.agent import ProbeAgent
-    from swarmscope.sys import bpf
 
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
     if not controller:
@@ -142,9 +147,10 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         from swarmscope.probes.selfmetrics import ProbeSelfMetrics, serve
 
         metrics = ProbeSelfMetrics()
-        # Run statistics on for the probe's lifetime, so its programs' own cost is visible.
-        stats_fd = bpf.enable_stats()
-        server = serve(metrics.registry, args.metrics_port)
+        # Run statistics on for the probe's lifetime, so its programs' own cost is visible
+        # (without CAP_SYS_ADMIN the kernel refuses: the probe drops them and says so).
+        stats_fd = enable_stats_or_degrade(metrics)
+        server = serve(metrics.registry, args.metrics_port, args.metrics_bind)
     agent = ProbeAgent(
         controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics, tls=tls
     )
@@ -163,6 +169,36 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         if stats_fd is not None:
             os.close(stats_fd)
     return 0
+
+
+def enable_stats_or_degrade(metrics: Any) -> int | None:
+    """Run statistics on for the probe's lifetime, so its programs' own cost is visible.
+
+    BPF_ENABLE_STATS needs CAP_SYS_ADMIN, which the chart grants only with
+    probes.features.programStats: without it the probe drops that reading (run time stays 0),
+    says so on stderr and in ``swarmscope_probe_feature_available{feature="program_stats"}``,
+    and keeps counting."""
+    import errno
+    import sys
+
+    from swarmscope.errors import BpfError
+    from swarmscope.sys import bpf
+
+    try:
+        fd = bpf.enable_stats()
+    except BpfError as e:
+        if e.errno != errno.EPERM:
+            raise
+        print(
+            f"probe: program run-time statistics dropped: {e} (CAP_SYS_ADMIN is needed; "
+            "the chart grants it with probes.features.programStats=true)",
+            file=sys.stderr,
+            flush=True,
+        )
+        metrics.features.labels(feature="program_stats").set(0)
+        return None
+    metrics.features.labels(feature="program_stats").set(1)
+    return fd
 
 
 def _otlp_provider(node: str) -> Any:

@@ -15,6 +15,8 @@ Metric names (labels in braces):
 - ``swarmscope_probe_ringbuf_events_total{program,outcome}`` — per-event ring buffer records,
   ``outcome`` = delivered | dropped
 - ``swarmscope_probe_ringbuf_map_ratio{program}`` — ring-buffer events / events counted in maps
+- ``swarmscope_probe_feature_available{feature}`` — 1 when a reading works, 0 when the probe
+  dropped it for a missing capability (``program_stats``: BPF_ENABLE_STATS needs CAP_SYS_ADMIN)
 
 The ring buffer families are always present (HELP/TYPE, no samples) so dashboards can be built
 before a program uses one; a program opts in with a ``ringbuf_stats() -> (delivered, dropped,
@@ -30,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -39,7 +41,7 @@ from swarmscope.probes import bpfstats
 from swarmscope.sys import bpf
 
 
-def serve(registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Serve ``/metrics`` (the registry) and ``/healthz`` on a daemon thread; port 0 picks one."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -83,6 +85,12 @@ class ProbeSelfMetrics:
         )
         self.readings_sent = Counter(
             "swarmscope_probe_readings_sent", "readings queued to the controller", registry=self.registry
+        )
+        self.features = Gauge(
+            "swarmscope_probe_feature_available",
+            "1 if the reading works here, 0 if dropped for a missing capability",
+            ["feature"],
+            registry=self.registry,
         )
         self.registry.register(_ProgramCollector(self))  # type: ignore[arg-type]
 

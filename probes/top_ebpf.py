@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--once", action="store_true", help="measure one interval, print, exit")
     p.add_argument("--json", action="store_true", help="print JSON (implies --once)")
     p.add_argument("--prometheus", type=int, metavar="PORT", help="headless exporter on PORT")
-    p.add_argument("--bind", default="0.0.0.0", help="exporter address (default 0.0.0.0)")
+    p.add_argument("--bind", default="127.0.0.1", help="exporter address (default 127.0.0.1; 0.0.0.0: all)")
     p.set_defaults(func=run)
 
 

@@ -25,7 +25,7 @@ COMMAND_MODULES = [
     "swarmscope.commands.roles",
     "swarmscope.probes.cli",
     "swarmscope.probes.top_ebpf",
-    "swarmscope.controller.report_cli",
+    "swarmscope.commands.report",
     "swarmscope.controller.trace_push",
     "swarmscope.controller.runs_cli",
     "swarmscope.controller.tracers.selfcheck",

@@ -18,6 +18,7 @@ listing them all, like k6's ``Validate() []error``.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ import yaml
 from swarmscope.errors import ConfigError, Problem
 
 ENV_PREFIX = "SWARMSCOPE_"
+# Longest list a field takes unless it says otherwise: a sweep of more points or steps than
+# this is a typo, and each item costs windows, processes or memory.
+MAX_LIST_ITEMS = 1000
 
 # Field types: a Python type, or ("list", item_type) for lists.
 ListOf = tuple[str, type]
@@ -49,6 +53,7 @@ class Field:
     max: float | None = None
     check: Callable[[Any], str | None] | None = None  # returns a reason when invalid
     nullable: bool = False
+    max_items: int = MAX_LIST_ITEMS  # list fields: at most this many items
 
     @property
     def env_var(self) -> str:
@@ -67,10 +72,10 @@ def _coerce_scalar(typ: type, value: Any, from_text: bool) -> Any:
             return value
         if from_text and str(value).strip().lower() in _TRUE | _FALSE:
             return str(value).strip().lower() in _TRUE
-        raise ValueError(f"must be true or false, not {value!r}")
+        raise ValueError(f"must be true or false, not {_short(value)}")
     if typ is int:
         if isinstance(value, bool):
-            raise ValueError(f"must be an integer, not {value!r}")
+            raise ValueError(f"must be an integer, not {_short(value)}")
         if isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
@@ -80,29 +85,42 @@ def _coerce_scalar(typ: type, value: Any, from_text: bool) -> Any:
                 return int(str(value).strip())
             except ValueError:
                 pass
-        raise ValueError(f"must be an integer, not {value!r}")
+        raise ValueError(f"must be an integer, not {_short(value)}")
     if typ is float:
         if isinstance(value, bool):
-            raise ValueError(f"must be a number, not {value!r}")
-        if isinstance(value, int | float):
-            return float(value)
-        if from_text or isinstance(value, str):
-            try:
-                return float(str(value).strip())
-            except ValueError:
-                pass
-        raise ValueError(f"must be a number, not {value!r}")
+            raise ValueError(f"must be a number, not {_short(value)}")
+        out: float | None = None
+        try:
+            if isinstance(value, int | float):
+                out = float(value)
+            elif from_text or isinstance(value, str):
+                out = float(str(value).strip())
+        except (ValueError, OverflowError):
+            out = None
+        if out is None:
+            raise ValueError(f"must be a number, not {_short(value)}")
+        # NaN compares false with every bound (so min/max would let it through) and infinity
+        # is no duration or rate: neither is a number a scenario may use.
+        if not math.isfinite(out):
+            raise ValueError(f"must be a finite number, not {_short(value)}")
+        return out
     if typ is str:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
-        raise ValueError(f"must be a string, not {value!r}")
+        raise ValueError(f"must be a string, not {_short(value)}")
     if typ is dict:
         if isinstance(value, dict):
             return dict(value)
-        raise ValueError(f"must be a mapping, not {value!r}")
+        raise ValueError(f"must be a mapping, not {_short(value)}")
     if typ is object:  # any YAML value (e.g. "a string or a list"); the field's check validates it
         return value
     raise TypeError(f"unsupported field type {typ}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value for an error message, cut short (a fuzzed or pasted value can be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def coerce(f: Field, value: Any, from_text: bool = False) -> Any:
@@ -136,7 +154,12 @@ def _validate(f: Field, value: Any) -> list[str]:
     items = value if isinstance(f.type, tuple) else [value]
     if isinstance(f.type, tuple) and not items:
         reasons.append("must not be an empty list")
+    if isinstance(f.type, tuple) and len(items) > f.max_items:
+        return [f"has {len(items)} items, more than the maximum {f.max_items}"]
     for v in items:
+        if isinstance(v, float) and not math.isfinite(v):
+            reasons.append(f"{v!r} is not a finite number")  # a default or an object field's value
+            continue
         if f.choices is not None and v not in f.choices:
             reasons.append(f"{v!r} is not one of {', '.join(map(repr, f.choices))}")
         if f.min is not None and isinstance(v, int | float) and v < f.min:
@@ -148,6 +171,16 @@ def _validate(f: Field, value: Any) -> list[str]:
         if r:
             reasons.append(r)
     return reasons
+
+
+def host_port(v: Any) -> str | None:
+    """Field check: ``host:port`` (host may be empty or an IP or a name; port 0-65535)."""
+    host, sep, port = str(v).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"must be host:port with a port 0-65535, not {_short(v)}"
+    if any(c.isspace() for c in host):
+        return f"the host must not contain spaces, not {_short(v)}"
+    return None
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "", known: Iterable[str] = ()) -> dict[str, Any]:
@@ -323,8 +356,12 @@ _RESERVED = frozenset({"sources", "as_dict", "replace", "_keys"})
 
 
 def read_text(path: str) -> str:
+    """The file's text; OSError when it cannot be read, ConfigError when it is not UTF-8."""
     with open(path, encoding="utf-8") as fh:
-        return fh.read()
+        try:
+            return fh.read()
+        except UnicodeDecodeError as e:  # found by fuzzing: was a traceback
+            raise ConfigError([Problem(path, "-", f"not UTF-8 text (byte {e.start}): {e.reason}")]) from e
 
 
 def _key_lines(text: str, known: Mapping[str, Any]) -> dict[str, int]:

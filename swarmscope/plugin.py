@@ -152,6 +152,7 @@ class _FreeRun:
         self.iteration = 0
         self.window: Any = None
         self.shared: dict[str, Any] = {}
+        self.status = "ok"  # "interrupted" when quitting came with a window in flight
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
@@ -168,6 +169,10 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         if isinstance(runner, MasterRunner)
         else "worker"
     )
+    if role != "worker":  # a worker sweeping here would miss the master's first messages
+        from swarmscope.lifecycle import sweep_stale
+
+        sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
@@ -195,6 +200,24 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
         gevent.signal_handler(signal.SIGINT, lambda: os.kill(os.getpid(), signal.SIGTERM))
     register_messages(proc, runner)
+    # Registered after the runner's own quitting listener, so it runs first (quitting fires in
+    # reverse order): a master's would stop without telling its workers.
+    environment.events.quitting.add_listener(_on_quitting_first)
+
+
+def _on_quitting_first(environment: Any, **_: Any) -> None:
+    """Quitting with a window in flight (Ctrl-C, SIGTERM, the web UI's quit): Locust fires
+    quitting *before* it stops the runner. Stop it now, so the window closes in order (users
+    and workers stop and send their counts, then the probes read); teardown comes after."""
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None or free.window is None or free.proc.controller is None:
+        return
+    free.status = "interrupted"
+    environment.runner.stop()  # fires test_stop, which closes the window
+    if free.window is not None and free.point is not None:  # no user had started: close it here
+        timeout_s = free.proc.cfg.window_timeout_s
+        free.proc.controller.close_window(free.window, free.point, timeout_s=timeout_s)
+        free.window = None
 
 
 def _on_test_start(environment: Any, **_: Any) -> None:
@@ -241,10 +264,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
             # ask them, so their users stop and they send what they generated.
             runner.send_message(M.STOP, {"window_id": free.window.window_id})
         proc.controller.close_window(free.window, free.point, timeout_s=proc.cfg.window_timeout_s)
-        free.window = None
-        from swarmscope.controller.report import build_report, render_console
-
-        print(render_console(build_report(proc.store, proc.run.run_id)), file=sys.stderr)
+        free.window = None  # its line is printed by iteration_done; the report at quitting
 
 
 def _on_quitting(environment: Any, **_: Any) -> None:
@@ -254,8 +274,11 @@ def _on_quitting(environment: Any, **_: Any) -> None:
     proc = free.proc
     if free.point is not None and proc.run is not None:
         proc.events.point_done.fire(run=proc.run, point=free.point, results=list(proc.controller.results))
-    report = proc.close("ok")  # with the kind's report sections
+    report = proc.close(free.status)  # with the kind's report sections
     if report is not None and proc.run is not None:
+        from swarmscope.controller.report import render_console
+
+        print(render_console(report), file=sys.stderr)  # with the final status, not "running"
         print(f"swarmscope: report in {proc.run.run_dir}", file=sys.stderr)
 
 

@@ -27,7 +27,9 @@ from typing import Any
 from swarmscope import auth
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
+from swarmscope.errors import ResultsError
 from swarmscope.events import RunEvents
+from swarmscope.sys import owners
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,10 @@ class SwarmscopeProcess:
         rid = run_id or new_run_id(kind.name)
         out = os.path.abspath(cfg.out)
         run_dir = os.path.join(out, rid)
-        os.makedirs(run_dir, exist_ok=True)
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+        except OSError as e:  # e.g. --out /proc/x: one clear error, not a traceback
+            raise ResultsError(f"out: cannot create the run directory {run_dir}: {e.strerror or e}") from e
         self.run = RunInfo(
             run_id=rid,
             scenario=kind.name,
@@ -107,6 +112,9 @@ class SwarmscopeProcess:
         # The span listener goes first: it sets run.trace_id at run_started, which the store saves.
         self.spans = RunSpans.attach(self.events)
         self.store = ResultStore(os.path.join(out, "swarmscope.sqlite"))
+        # Claimed before the row exists: if this process is killed, the next run's start marks
+        # the row `interrupted` (swarmscope.lifecycle.sweep_stale).
+        owners.claim("run", rid, db=os.path.abspath(self.store.path))
         self.store.attach(self.events)
         # The token: a file, else $SWARMSCOPE_TOKEN (the Helm chart's Secret), else a fresh one
         # that only the embedded probe is given.
@@ -118,7 +126,7 @@ class SwarmscopeProcess:
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:
-            self.metrics.serve(int(cfg.metrics_port))
+            self.metrics.serve(int(cfg.metrics_port), cfg.metrics_bind)
         self.events.iteration_done.add_listener(_print_iteration)
         if cfg.probe == "embedded":
             from swarmscope.controller.embedded import EmbeddedProbe
@@ -194,6 +202,11 @@ class SwarmscopeProcess:
         if self._closed:
             return self.report
         self._closed = True
+        ctl = self.controller
+        if status == "ok" and ctl is not None and kernel_missing_everywhere(ctl.results):
+            # No node's kernel count in any window: nothing was measured, whatever else ran.
+            log.warning("no kernel count for any node in any window (sources missing): the run is failed")
+            status = "failed"
         try:
             if self.run is not None:
                 try:
@@ -201,6 +214,7 @@ class SwarmscopeProcess:
                         self._store_kind_sections()
                 finally:
                     self.events.run_finished.fire(run=self.run, status=status)
+                    owners.release("run", self.run.run_id)
                 if write_report and self.store is not None:
                     from swarmscope.controller.report import write_report as _write
 
@@ -246,6 +260,14 @@ def _fleet_tls(cfg: Any) -> Any:
     if problems:
         raise ConfigError(problems)
     return files
+
+
+def kernel_missing_everywhere(results: Any) -> bool:
+    """True when there were windows and not one node of any had a kernel count because a
+    source was missing (a probe, a worker). Kinds that count nothing in the kernel (ingress:
+    kernel None, nothing missing) are not caught by it."""
+    results = list(results)
+    return bool(results) and all(n.kernel is None and n.missing for r in results for n in r.per_node)
 
 
 def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:

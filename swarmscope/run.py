@@ -12,7 +12,8 @@
 A worker or probe that dies mid-run leaves its nodes *missing* in the windows it missed; the
 run goes on and every other reading is kept. A failure keeps every finished window: the store
 has them, the kind's sections are built from them, and the report is written with status
-"failed" or "interrupted".
+"failed" or "interrupted". SIGTERM and SIGINT stop it in that order (swarmscope.lifecycle);
+at start it sweeps what killed earlier runs left (docs/lifecycle.md).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from typing import Any
 
 from swarmscope.controller.options import RunConfig
+from swarmscope.sys import owners
 
 
 def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[subprocess.Popen[bytes]]:
@@ -35,7 +37,15 @@ def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[s
             sys.executable, "-m", "swarmscope.cli", "worker", "--controller", "127.0.0.1",
             "--locust-port", str(port), "--kind", kind.name,
         ]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=owners.die_with_parent,  # a SIGKILLed master takes its workers
+            )
+        )
         log.close()
     return procs
 
@@ -79,6 +89,17 @@ def run_scenario(
     kind: Any, cfg: RunConfig, run_id: str | None = None, checks: list[Any] | None = None
 ) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
+
+    from swarmscope.lifecycle import stop_on_signals, sweep_stale
+
+    sweep_stale()  # what a killed earlier run left (cgroups, netns, links, its `running` row)
+    with stop_on_signals() as sigs:
+        return _run(kind, cfg, run_id, sigs, checks)
+
+
+def _run(
+    kind: Any, cfg: RunConfig, run_id: str | None, sigs: Any, checks: list[Any] | None
+) -> dict[str, Any] | None:
     from locust.env import Environment
 
     from swarmscope.controller.sweep import Sweep
@@ -108,10 +129,11 @@ def run_scenario(
             workers = _spawn_workers(kind, cfg, int(port), proc.run.run_dir)
         Sweep(proc, runner, distributed).run()
         status = "ok"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (stop_on_signals): the report is still written
         status = "interrupted"
         raise
     finally:
+        sigs.disarm()  # the teardown below runs to its end whatever arrives now
         try:
             report = proc.close(status)  # builds the kind's sections from what was measured
         finally:

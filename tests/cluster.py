@@ -338,6 +338,8 @@ class Cluster:
             service_account_issuer="https://kubernetes.default.svc",
             service_cluster_ip_range="10.0.0.0/24", authorization_mode="RBAC",
             allow_privileged="false", enable_priority_and_fairness="false", profiling="false",
+            # a real node (tests/realnode.py) is reached by its IP: its name resolves nowhere
+            kubelet_preferred_address_types="InternalIP,Hostname",
         )])  # fmt: skip
         api = Api(server, pki)
         _wait("kube-apiserver /readyz", lambda: api.get("/readyz") == "ok", START_TIMEOUT, procs)

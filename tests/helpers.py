@@ -46,3 +46,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def locust_exec_storm(*args: str) -> subprocess.Popen[str]:
+    """``locust -f scenarios/exec_storm.py ARGS`` from the repo root, output piped."""
+    return subprocess.Popen(
+        [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def locust_master_worker(
+    out: pathlib.Path, run_time: str, burst_s: str
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """A headless exec-storm master on a free loopback port and one worker with two nodes."""
+    port = free_port()
+    master = locust_exec_storm(
+        "--master", "--headless", "-u", "2", "-r", "2", "-t", run_time, "--expect-workers", "1",
+        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+        "--ss-out", str(out), "--ss-burst-s", burst_s,
+    )  # fmt: skip
+    worker = locust_exec_storm(
+        "--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--ss-nodes", "2"
+    )
+    return master, worker

@@ -10,19 +10,24 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import grpc
 import pytest
 
-from swarmscope.targets.neighbors.server import start_server, stop
+from swarmscope import auth
+from swarmscope.targets.neighbors.server import TOKEN_ENV, connect, start_server, stop
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF / makes namespaces: needs root")
 
 
+# The tests' control planes share one token, in the environment, so the agents and writers the
+# tests start as processes find it as a deployed agent would ($SWARMSCOPE_NEIGHBORS_TOKEN).
+TOKEN = os.environ.setdefault(TOKEN_ENV, auth.new_token())
+
+
 @contextmanager
 def control_plane(db: str) -> Iterator[tuple[subprocess.Popen[str], str, pbg.NeighborStoreStub]]:
-    p, addr = start_server(db)
-    ch = grpc.insecure_channel(addr)
+    p, addr, _token = start_server(db, TOKEN)
+    ch = connect(addr, TOKEN)
     try:
         yield p, addr, pbg.NeighborStoreStub(ch)
     finally:

@@ -156,7 +156,7 @@ def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None
     sc = ctr["securityContext"]
     assert sc["privileged"] is False
     assert sc["allowPrivilegeEscalation"] is False
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_RESOURCE"]}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
     assert pod["hostPID"] is False and pod["hostNetwork"] is False
     assert pod["automountServiceAccountToken"] is False
     mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
@@ -167,7 +167,11 @@ def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in ctr["env"]
     assert ctr["args"][:2] == ["probe", "--controller"]
     assert ctr["args"][2] == "t-swarmscope-controller.t.svc:7001"
-    assert ctr["args"][3:] == ["--token-file", "/var/run/swarmscope/token", "--metrics-port", "9647"]
+    # The probe binds its metrics to loopback unless told: the pod's IP is where the kubelet's
+    # health checks and Prometheus reach it.
+    assert ctr["args"][3:] == [
+        "--token-file", "/var/run/swarmscope/token", "--metrics-port", "9647", "--metrics-bind", "0.0.0.0"
+    ]  # fmt: skip
     assert ctr["resources"]["limits"]["memory"]
 
 
@@ -175,7 +179,7 @@ def test_probe_features_add_only_what_they_need(tools: Tools, tmp_path: Path) ->
     objs = docs(helm_template(tools, tmp_path, "-f", str(CHART / "ci" / "probe-features-values.yaml")).stdout)
     pod = one(objs, "DaemonSet", "-probes")["spec"]["template"]["spec"]
     sc = pod["containers"][0]["securityContext"]
-    assert sc["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_RESOURCE", "NET_ADMIN", "SYS_ADMIN"]
+    assert sc["capabilities"]["add"] == ["BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN"]
     assert sc["privileged"] is False
     # the API refuses allowPrivilegeEscalation=false together with SYS_ADMIN
     assert sc["allowPrivilegeEscalation"] is True
@@ -186,7 +190,7 @@ def test_probe_features_add_only_what_they_need(tools: Tools, tmp_path: Path) ->
     # netlink alone adds NET_ADMIN and nothing else
     objs = docs(helm_template(tools, tmp_path, "--set", "probes.features.netlink=true").stdout)
     sc = one(objs, "DaemonSet", "-probes")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
-    assert sc["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_RESOURCE", "NET_ADMIN"]
+    assert sc["capabilities"]["add"] == ["BPF", "PERFMON", "NET_ADMIN"]
 
 
 def test_controller_wiring(tools: Tools, tmp_path: Path) -> None:
@@ -348,7 +352,7 @@ def test_install_default_values(cluster: Cluster) -> None:
         0
     ]
     sc = pod["spec"]["containers"][0]["securityContext"]
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_RESOURCE"]}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
     assert sc["privileged"] is False
     # automountServiceAccountToken=false: no API token volume in the stored probe pod
     assert not [v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access")]

@@ -84,3 +84,13 @@ def test_path_only_and_unknown_tool(tmp_path: Path) -> None:
     assert not (tmp_path / "go.log").exists()  # --path builds nothing
     r = run_build(env, "kubectl")
     assert r.returncode != 0 and "unknown tool 'kubectl'" in r.stderr
+
+
+def test_node_tools_are_cached_by_version(tmp_path: Path) -> None:
+    env = fake_env(tmp_path)
+    r = run_build(env, "--path", "node")
+    tools = tmp_path / "root" / "tools"
+    names = [Path(p).name for p in r.stdout.split()]
+    assert names[:4] == ["kubelet-v1.36.3", "containerd-v2.1.4", "runc-v1.3.0-seccomp", "cni-v1.7.1"]
+    assert names[4].startswith("nodeimages-r2-3.10-v1.36.3-busybox-")
+    assert all(Path(p).parent == tools for p in r.stdout.split())

@@ -138,7 +138,8 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
 
 def test_sections(store: ResultStore, tmp_path: Path) -> None:
     steps = [{"users": 100, "p99_ms": 3.5}, {"users": 1000, "p99_ms": 41.0}]
-    store.add_section(RUN_ID, "steps", steps, renderer="test_report:render_steps")
+    register_section("steps")(render_steps)  # the code's registry, as a kind registers its own
+    store.add_section(RUN_ID, "steps", steps)
     # a name no kind registers a renderer for (kinds register theirs process-wide)
     store.add_section(RUN_ID, "nested", {"points": [{"n": 1000, "p50_us": 12}], "map": "xdp_neigh"})
     store.add_section(RUN_ID, "plain", {"entries": 1000000, "map_bytes": 85_000_000})
@@ -146,7 +147,7 @@ def test_sections(store: ResultStore, tmp_path: Path) -> None:
     assert r["steps"] == steps and r["sections"]["steps"] == steps  # merged at the top level
     assert r["nested"]["points"][0]["n"] == 1000 and r["points"][0]["index"] == 0
     page = (tmp_path / "out" / "report.html").read_text()
-    # the stored "module:function" renderer was imported and its plot inlined where it asked
+    # the registered renderer drew it and its plot was inlined where it asked
     assert "<ul id='steps'><li>100 users: p99 3.5 ms</li>" in page and "{plot:" not in page
     assert (tmp_path / "out" / "steps_p99.png").stat().st_size > 1000
     assert '<td class="l">map_bytes</td><td>85000000</td>' in page
@@ -154,7 +155,7 @@ def test_sections(store: ResultStore, tmp_path: Path) -> None:
 
 
 def test_registered_renderer_wins_and_failures_fall_back(store: ResultStore, tmp_path: Path) -> None:
-    store.add_section(RUN_ID, "custom", {"a": 1}, renderer="no.such.module:fn")
+    store.add_section(RUN_ID, "custom", {"a": 1})
     store.add_section(RUN_ID, "broken", {"b": 2})
 
     @register_section("custom")

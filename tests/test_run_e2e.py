@@ -12,7 +12,17 @@ import sqlite3
 import subprocess
 
 import pytest
-from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir, run_cli
+from helpers import (
+    BIN,
+    ROOT,
+    free_port,
+    is_root,
+    load_report,
+    locust_exec_storm,
+    locust_master_worker,
+    only_run_dir,
+    run_cli,
+)
 from neighbors_util import check_neighbor_points
 from trace_helpers import read_spans
 
@@ -97,14 +107,8 @@ def test_bad_scenario_lists_every_problem(tmp_path: pathlib.Path) -> None:
     assert "Traceback" not in p.stderr
 
 
-def _locust(*args: str, timeout: float = 120) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _locust(*args: str) -> subprocess.Popen[str]:
+    return locust_exec_storm(*args)
 
 
 def test_locust_headless(tmp_path: pathlib.Path) -> None:
@@ -121,13 +125,7 @@ def test_locust_headless(tmp_path: pathlib.Path) -> None:
 
 def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    port = free_port()
-    master = _locust(
-        "--master", "--headless", "-u", "2", "-r", "2", "-t", "4s", "--expect-workers", "1",
-        "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-        "--ss-out", str(out), "--ss-burst-s", "0.5",
-    )  # fmt: skip
-    worker = _locust("--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--ss-nodes", "2")
+    master, worker = locust_master_worker(out, "4s", "0.5")
     try:
         _, mstderr = master.communicate(timeout=150)
     finally:

@@ -113,12 +113,10 @@ def test_sections_and_errors(tmp_path: Path) -> None:
     run = make_run()
     with ResultStore(tmp_path / "s.sqlite") as store:
         store.save_run(run)
-        store.add_section(run.run_id, "steps", [{"users": 100, "p99_ms": 12.5}], renderer="x.y:render")
+        store.add_section(run.run_id, "steps", [{"users": 100, "p99_ms": 12.5}])
         store.add_section(run.run_id, "steps", [{"users": 200, "p99_ms": 30.0}])  # replaces
         got = store.load_run(run.run_id).sections
-        assert [(s.name, s.data, s.renderer) for s in got] == [
-            ("steps", [{"users": 200, "p99_ms": 30.0}], None)
-        ]
+        assert [(s.name, s.data) for s in got] == [("steps", [{"users": 200, "p99_ms": 30.0}])]
         with pytest.raises(ResultsError, match="reserved"):
             store.add_section(run.run_id, "points", {})
         with pytest.raises(ResultsError, match="not JSON"):

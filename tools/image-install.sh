@@ -35,6 +35,7 @@ case "$MODE" in
     echo "apt-get install --no-install-recommends ${PKGS[*]}"
     echo "useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope"
     echo "PYTHON=$PY tools/setup.sh --no-apt --no-dev   # venv at $(pwd)/.venv, kernel header tree"
+    echo ".venv/bin/python -c 'from swarmscope.workers.native import ensure_built; ensure_built()'"
     echo "rm -rf /var/lib/apt/lists/* /root/.cache/pip"
     ;;
   check)
@@ -77,6 +78,9 @@ case "$MODE" in
     id -u swarmscope >/dev/null 2>&1 || \
       useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope
     PYTHON=$PY tools/setup.sh --no-apt --no-dev
+    # The exec-storm helpers, prebuilt into /var/cache/swarmscope/native: worker pods run as uid
+    # 10001 with a read-only root filesystem and find them there instead of compiling.
+    .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; print(ensure_built())'
     rm -rf /var/lib/apt/lists/* /root/.cache/pip
     ;;
 esac

@@ -27,8 +27,11 @@ done
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
 # chromium: pages (report.html, the Locust web UI tab) are checked in a real headless browser.
+# umoci, busybox-static, libseccomp-dev, pkg-config: the real test node (docs/realnode.md) --
+# its pause/busybox images and a seccomp-enabled runc.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk chromium)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk chromium
+      umoci busybox-static libseccomp-dev pkg-config)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 if [ "$APT" = 1 ]; then
   missing=()

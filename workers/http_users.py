@@ -106,6 +106,9 @@ class FloodUser(FastHttpUser):
     """
 
     wait_time = constant(0)
+    # A redirect is an answer to count, never a new place to send load to (it could point
+    # outside the allow-list the target was checked against).
+    max_redirects = 0
 
     def __init__(self, environment: Any):
         load = active_load(environment)

@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 
 from swarmscope.errors import LoadGenError, SetupError
+from swarmscope.sys import owners
 from swarmscope.workers.http_stats import StepRecorder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +137,9 @@ def run_k6(
     # k6 logs a warning per failed request (thousands during an outage): to a file, never to a
     # pipe nobody reads while it runs (a full pipe blocks k6).
     logf = open(out_dir / "k6.log", "w+", encoding="utf-8")
-    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, text=True, preexec_fn=owners.die_with_parent
+    )
     # Generator honesty: k6's own CPU, attributed to steps by wall time.
     ps = psutil.Process(proc.pid)
     last = 0.0

@@ -9,6 +9,11 @@ that is not writable), where ``<key>`` hashes the sources, the flags and ``cc --
 edit or a compiler upgrade builds a new directory, a second call reuses the old one. Builds go
 to a temporary directory renamed into place, so concurrent callers never see half a build.
 
+Only a cache this user (or root) owns is used: a helper is reused when it, its directory and
+every directory above it are owned by root or by us and writable by nobody else (a sticky
+directory such as /tmp excepted), so an executable planted in another user's ``~/.cache`` is
+never run as root; such a directory is rebuilt, not trusted.
+
 Caveats: needs a C compiler (``cc``, or ``$CC``) and libc headers; on x86-64/aarch64 ``tiny``
 is built without libc (smallest exec), elsewhere as a plain static program. No compiler raises
 :class:`LoadGenError` saying what to install.
@@ -22,6 +27,7 @@ import os
 import pathlib
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -73,13 +79,34 @@ def _cc_version(cc: str) -> str:
     return out.stdout + out.stderr
 
 
+def trusted(path: pathlib.Path) -> bool:
+    """``path`` and every directory above it are owned by root or us and writable by no one
+    else (sticky directories, like /tmp, excepted): nobody else can have put a file there."""
+    me = os.geteuid()
+    p = pathlib.Path(os.path.abspath(path))
+    for i, q in enumerate([p, *p.parents]):
+        try:
+            st = q.lstat()
+        except OSError:
+            return False
+        if st.st_uid not in (0, me) or stat.S_ISLNK(st.st_mode):
+            return False
+        if st.st_mode & 0o022 and not (i > 0 and st.st_mode & stat.S_ISVTX):
+            return False
+    return True
+
+
+def _usable(d: pathlib.Path, targets: list[Target]) -> bool:
+    return all(os.access(d / t.name, os.X_OK) and trusted(d / t.name) for t in targets)
+
+
 def _writable_root() -> pathlib.Path:
     for root in CACHE_ROOTS:
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
-        if os.access(root, os.W_OK | os.X_OK):
+        if os.access(root, os.W_OK | os.X_OK) and trusted(root):
             return root
     raise LoadGenError(
         f"no writable cache directory for native helpers (tried {', '.join(map(str, CACHE_ROOTS))})"
@@ -104,7 +131,7 @@ def build_cached(kind: str, targets: list[Target]) -> pathlib.Path:
     key = f"{kind}-{h.hexdigest()[:16]}"
     for root in CACHE_ROOTS:
         d = root / key
-        if all(os.access(d / t.name, os.X_OK) for t in targets):
+        if _usable(d, targets):
             return d
     root = _writable_root()
     final = root / key
@@ -124,7 +151,7 @@ def build_cached(kind: str, targets: list[Target]) -> pathlib.Path:
         except OSError:
             # Another process finished the same build first (use its directory), or a broken
             # leftover sits there (replace it).
-            if not all(os.access(final / t.name, os.X_OK) for t in targets):
+            if not _usable(final, targets):
                 shutil.rmtree(final, ignore_errors=True)
                 try:
                     tmp.rename(final)

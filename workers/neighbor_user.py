@@ -25,6 +25,7 @@ from locust.exception import StopUser
 grpc_gevent.init_gevent()
 
 from swarmscope.targets.neighbors import records as R  # noqa: E402
+from swarmscope.targets.neighbors.server import connect  # noqa: E402
 from swarmscope.v1 import neighbors_pb2 as pb  # noqa: E402
 from swarmscope.v1 import neighbors_pb2_grpc as pbg  # noqa: E402
 
@@ -41,7 +42,8 @@ class NeighborWriterUser(User):
         self.quota = int(proc.cfg.neighbors_per_user)
         self.base = self.driver.next_block(self.quota)
         self.done = 0
-        self.channel = grpc.insecure_channel(self.driver.control_plane(self.host))
+        addr, token = self.driver.control_plane(self.host)
+        self.channel = connect(addr, token)
         self.stub = pbg.NeighborStoreStub(self.channel)
 
     def on_stop(self) -> None:

@@ -1,10 +1,11 @@
 """Neighbor writer: the load of the neighbor scenario, a gRPC client of the NeighborStore API.
 
-    w = NeighborWriter("127.0.0.1:PORT")
+    w = NeighborWriter("127.0.0.1:PORT", token)    # token: the control plane's (default: env)
     t = w.write(keys, values, batch=5000)   # one PutBatch stream; WriteTiming per batch
     t.sends_ns, t.acks_ns, t.counts, t.revisions
 
-    python -m swarmscope.workers.neighbor_writer --control-plane ADDR -n 100000 --out t.json
+    SWARMSCOPE_NEIGHBORS_TOKEN=... python -m swarmscope.workers.neighbor_writer \
+        --control-plane ADDR -n 100000 --out t.json
 
 Entries go out packed (keys/values bytes per batch message) on one bidirectional stream; the
 send time of each batch (CLOCK_MONOTONIC, just before it is handed to gRPC) and the time its
@@ -25,10 +26,9 @@ import grpc
 
 from swarmscope.errors import LoadGenError
 from swarmscope.targets.neighbors import records as R
+from swarmscope.targets.neighbors.server import connect
 from swarmscope.v1 import neighbors_pb2 as pb
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
-
-GRPC_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 
 
 @dataclass
@@ -45,8 +45,8 @@ class WriteTiming:
 
 
 class NeighborWriter:
-    def __init__(self, address: str):
-        self.channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+    def __init__(self, address: str, token: str | None = None):
+        self.channel = connect(address, token)
         self.stub = pbg.NeighborStoreStub(self.channel)
 
     def write(self, keys: bytes, values: bytes, batch: int = 5000, timeout: float = 600) -> WriteTiming:

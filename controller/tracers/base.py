@@ -134,6 +134,23 @@ def make_tracer(
     return factory(cfg, os.fspath(sentinel) if sentinel is not None else None)
 
 
+# What a tracer under test inherits from the controller's environment: only what finding a
+# program, its locale and its temp directory need (and, for our own Python agents, where the
+# package and BCC's headers are). Never SWARMSCOPE_TOKEN or anything else of ours (issue 18).
+TRACER_ENV_KEEP = (
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM",
+    "PYTHONPATH", "BCC_KERNEL_SOURCE",
+)  # fmt: skip
+
+
+def tracer_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The explicit environment of a tracer under test: the kept variables, then ``extra``."""
+    env = {k: os.environ[k] for k in TRACER_ENV_KEEP if k in os.environ}
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env.update(extra or {})
+    return env
+
+
 def command_argv(value: Any) -> list[str]:
     """``tracer_command`` as argv: a list is taken as is, a string is split like a shell would."""
     if isinstance(value, str):
@@ -217,14 +234,22 @@ TRACER_FIELDS: list[Field] = [
         'regex of the tracer\'s loss warning; group n (or the first) is the number lost; "" = none',
         check=_check_lost_regex,
     ),
-    Field("tracer_ready_timeout_s", float, 60.0, "wait this long for the tracer to trace", min=0.1),
-    Field("tracer_drain_timeout_s", float, 10.0, "wait this long for the end-of-window sentinels", min=0.1),
+    Field("tracer_ready_timeout_s", float, 60.0, "wait this long for the tracer to trace", min=0.1, max=3600),
+    Field(
+        "tracer_drain_timeout_s",
+        float,
+        10.0,
+        "wait this long for the end-of-window sentinels",
+        min=0.1,
+        max=3600,
+    ),
     Field(
         "tracer_read_rate",
         float,
         None,
         "transport pressure: read the tracer's output at most this many lines/s (null: full speed)",
         min=1,
+        max=1e9,
         nullable=True,
     ),
     Field(
@@ -241,6 +266,7 @@ TRACER_FIELDS: list[Field] = [
         None,
         "size of the pipe the tracer writes into (null: the kernel's default, 64 KiB)",
         min=4096,
+        max=1 << 30,
         nullable=True,
     ),
 ]

@@ -50,9 +50,11 @@ from swarmscope.controller.tracers.base import (
     TracerResult,
     command_argv,
     register_tracer,
+    tracer_env,
 )
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.errors import ConfigError, Problem, TracerError
+from swarmscope.sys import owners
 from swarmscope.sys.sentinel import Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
@@ -263,7 +265,8 @@ class CommandTracer:
                 stdout=w,
                 stderr=w,
                 start_new_session=True,  # own process group: SIGINT/SIGKILL reach all its children
-                env=None if self.env is None else {**os.environ, **self.env},
+                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
+                env=tracer_env(self.env),  # explicit: none of the controller's secrets
             )
         except OSError as e:
             os.close(r)

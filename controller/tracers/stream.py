@@ -46,8 +46,15 @@ from typing import Any
 import grpc
 
 from swarmscope.controller.fleet import grpc_for_gevent
-from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
+from swarmscope.controller.tracers.base import (
+    NodeKey,
+    TracerConfig,
+    TracerResult,
+    register_tracer,
+    tracer_env,
+)
 from swarmscope.errors import TracerError
+from swarmscope.sys import owners
 from swarmscope.sys.cgroups import cgroup_id, pid_cgroup_path
 from swarmscope.sys.sentinel import Sentinels, sentinel_number
 from swarmscope.v1 import stream_pb2 as pb
@@ -227,7 +234,13 @@ class StreamTracer:
                 argv += ["--cgroup", str(cg)]
         try:
             self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, text=True
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                text=True,
+                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
+                env=tracer_env(),  # explicit: none of the controller's secrets
             )
         except OSError as e:
             self._cleanup()

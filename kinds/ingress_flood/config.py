@@ -4,14 +4,20 @@
     host_allowed("http://192.0.2.10/", [])     # -> the reason it is refused (not ours)
     preflight("http://10.201.7.2:80/", 5.0)     # one GET; ConfigError saying what is wrong
 
-Traffic goes only to loopback, the namespaces this project makes (10.201.0.0/16) or hosts the
-scenario lists in ``allow_hosts`` (docs: loopback or own namespaces only). The fault fields sit
-here with the others the kind needs; the injectors are in controller.faults.
+Traffic goes only to loopback, the ingress namespaces this project made and that exist now
+(their /30s, read from the machine: ``targets.ingress.local.own_networks``) or hosts the
+scenario lists in ``allow_hosts`` (docs/security.md). The check is made on the *final* URL (the
+host joined with the path, as the load generators build it): ``path`` must start with ``/``
+and ``host`` may carry no user info, query or fragment, so ``host=http://localhost`` with
+``path=@example.invalid/`` cannot send load elsewhere. Neither the preflight nor the load
+generators follow redirects. The fault fields sit here with the others the kind needs; the
+injectors are in controller.faults.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -23,17 +29,39 @@ from swarmscope.controller.faults import names as fault_names
 from swarmscope.controller.options import RunConfig
 from swarmscope.errors import ConfigError, Problem
 
-# Addresses of namespaces this project makes (targets.ingress.local uses 10.201.X.0/30).
-OWN_NETS = [ipaddress.ip_network("10.201.0.0/16")]
+# Characters no URL of ours needs, and that URL parsers disagree on (whitespace, controls,
+# backslash): refused in host and path so every parser sees the same host.
+_BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
 
 
 def _check_host(v: Any) -> str | None:
     if not v:
         return None
-    u = urllib.parse.urlsplit(str(v))
-    if u.scheme not in ("http", "https") or not u.hostname:
+    text = str(v)
+    try:
+        u = urllib.parse.urlsplit(text)
+        hostname, _port = u.hostname, u.port
+    except ValueError as e:
+        return f"is not a valid URL: {e}"
+    if u.scheme not in ("http", "https") or not hostname:
         return "must be an http:// or https:// URL with a host (or empty for the local target)"
+    if _BAD_URL_CHARS.search(text) or "@" in u.netloc or u.query or u.fragment or "?" in text or "#" in text:
+        return "must be scheme://host[:port][/prefix]: no user info, query, fragment, spaces or backslashes"
     return None
+
+
+def _check_path(v: Any) -> str | None:
+    text = str(v)
+    if not text.startswith("/"):
+        return "must start with / (it is appended to host)"
+    if _BAD_URL_CHARS.search(text):
+        return "must not contain spaces, control characters or backslashes"
+    return None
+
+
+def target_url(host: str, path: str) -> str:
+    """The URL the load goes to: what the preflight, FastHttpUser and k6 all request."""
+    return str(host).rstrip("/") + str(path)
 
 
 INGRESS_FIELDS: list[Field] = [
@@ -59,7 +87,7 @@ INGRESS_FIELDS: list[Field] = [
         min=1,
         max=20000,
     ),
-    Field("path", str, "/", "request path"),
+    Field("path", str, "/", "request path (starts with /)", check=_check_path),
     Field(
         "fault",
         str,
@@ -67,7 +95,9 @@ INGRESS_FIELDS: list[Field] = [
         "fault to inject (the fault injectors' registry, controller.faults)",
         choices=("none", *fault_names()),
     ),
-    Field("fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0),
+    Field(
+        "fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0, max=86400
+    ),
     Field(
         "restart_delay_s",
         float,
@@ -139,7 +169,7 @@ class IngressConfig(RunConfig):
 def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     if values["host"]:
-        r = host_allowed(values["host"], values.get("allow_hosts") or [])
+        r = host_allowed(target_url(values["host"], values["path"]), values.get("allow_hosts") or [])
         if r:
             out.append(("host", r))
     if values["fault"].endswith("-local") and values["host"]:
@@ -148,29 +178,51 @@ def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def host_allowed(url: str, allow: list[str]) -> str | None:
-    """None when traffic to ``url`` is allowed, else the reason (loopback/own netns/allow-list)."""
-    host = urllib.parse.urlsplit(url).hostname or ""
+    """None when traffic to ``url`` (the final URL) is allowed, else the reason."""
+    try:
+        u = urllib.parse.urlsplit(url)
+        host = u.hostname or ""
+    except ValueError as e:
+        return f"{url!r} is not a valid URL: {e}"
+    if u.username is not None or u.password is not None or _BAD_URL_CHARS.search(url):
+        return f"{url!r} carries user info or characters URL parsers disagree on: refused"
     if host in allow:
         return None
     if host == "localhost":
         return None
+    why = f"{host!r} is not loopback or one of our namespaces: add it to allow_hosts to send load there"
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        return f"{host!r} is not loopback or one of our namespaces: add it to allow_hosts to send load there"
-    if ip.is_loopback or any(ip in n for n in OWN_NETS):
+        return why
+    if ip.is_loopback:
         return None
-    return f"{host} is not loopback or one of our namespaces: add it to allow_hosts to send load there"
+    from swarmscope.targets.ingress.local import own_networks
+
+    if any(ip in n for n in own_networks()):
+        return None
+    return why
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is the answer, not a new place to go: it could point outside the allow-list."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def preflight(url: str, timeout: float = 5.0, verify: bool = True) -> int:
-    """One GET before any load; returns the status, raises ConfigError saying what is wrong."""
+    """One GET before any load; returns the status (a redirect's 3xx is not followed), raises
+    ConfigError saying what is wrong."""
     ctx = ssl.create_default_context()
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
+    opener = urllib.request.build_opener(
+        _NoRedirect(), urllib.request.HTTPSHandler(context=ctx), urllib.request.ProxyHandler({})
+    )
     try:
-        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:
+        with opener.open(url, timeout=timeout) as r:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)  # the server answers: reachable; HTTP errors are counted in the run

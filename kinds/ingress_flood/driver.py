@@ -67,11 +67,15 @@ class IngressDriver:
         self._fault: Any = None
         self._fault_sent = 0
         self._timeline: list[tuple[float, bool]] = []
+        # Requests sent to the target outside any window (the preflight): in the report, so
+        # that its total equals the server's access log (issue 18, finding 12).
+        self.preflight_requests = 0
         if self.index == 0:
             self._set_up_target()
 
     def _set_up_target(self) -> None:
-        from swarmscope.kinds.ingress_flood.config import preflight
+        from swarmscope.errors import ConfigError, Problem
+        from swarmscope.kinds.ingress_flood.config import host_allowed, preflight, target_url
 
         cfg = self.cfg
         try:
@@ -81,7 +85,14 @@ class IngressDriver:
                 self.target = LocalIngress(cfg.restart_delay_s, cfg.lb_workers)
                 self.target.__enter__()
                 self.base_url = self.target.url.rstrip("/")
-            preflight(self.base_url + cfg.path, cfg.preflight_timeout_s, cfg.tls_verify)
+            url = target_url(self.base_url, cfg.path)
+            # Checked again here, on the worker, on the URL really requested: the namespaces
+            # trusted are the ones that exist where the load is sent from.
+            why = host_allowed(url, list(cfg.allow_hosts or []))
+            if why:
+                raise ConfigError([Problem("worker", "host", why)])
+            preflight(url, cfg.preflight_timeout_s, cfg.tls_verify)
+            self.preflight_requests = 1
         except SwarmscopeError as e:
             # Reported to the controller in info(), which fails the run with it.
             self.error = str(e)
@@ -99,6 +110,7 @@ class IngressDriver:
         if self.index == 0:
             out["url"] = self.base_url
             out["lb_pids"] = self._lb_pids_settled()
+            out["preflight_requests"] = self.preflight_requests
         return out
 
     def _lb_pids_settled(self, timeout_s: float = 5.0) -> list[int]:
@@ -258,6 +270,7 @@ class IngressDriver:
         out: dict[str, Any] = {**extra, "engine": self.cfg.engine}
         if self.index == 0:
             out["url"] = self.base_url
+            out["preflight_requests"], self.preflight_requests = self.preflight_requests, 0
         if self.target is not None:
             out["server_requests"] = self._settled_log_count() - self._log_before
             out["lb_pids"] = self._lb_pids_settled(timeout_s=1.0)

@@ -95,6 +95,9 @@ def reconcile_window(
     extra: dict[str, Any] = {
         "steps": rows,
         "requests": sum(int(r["requests"]) for r in got),
+        # Sent outside the load (the preflight, before the first window): counted once, in the
+        # first window the target's worker reports, so requests + these = the server's log.
+        "preflight_requests": sum(int(r.get("preflight_requests", 0)) for r in got),
         "successes": successes,
         "server_requests": server,
         "proxy": proxy,
@@ -131,13 +134,17 @@ def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_d
     )
     faults = [{**f, "restarts": restarts} for r in ordered for f in r.extra.get("faults", [])]
     servers = [r.extra.get("server_requests") for r in ordered]
-    summary = {
+    requests = sum(int(r.extra.get("requests", 0)) for r in ordered)
+    preflights = sum(int(r.extra.get("preflight_requests", 0)) for r in ordered)
+    summary: dict[str, Any] = {
         "url": next((r.extra["url"] for r in ordered if r.extra.get("url")), cfg.host or None),
         "engine": cfg.engine,
         "model": cfg.model,
         "windows": len(ordered),
-        "requests": sum(int(r.extra.get("requests", 0)) for r in ordered),
+        "requests": requests,
         "successes": sum(int(r.extra.get("successes", 0)) for r in ordered),
+        "preflight_requests": preflights,
+        "target_requests": requests + preflights,
         "server_requests": None if not ordered or None in servers else sum(int(s or 0) for s in servers),
         "k6_dropped_iterations": sum(int(r.extra.get("k6_dropped_iterations", 0)) for r in ordered),
     }

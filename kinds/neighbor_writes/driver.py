@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarmscope.errors import LoadGenError
 from swarmscope.node import node_host
+from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.workers import spans
 
@@ -79,7 +80,8 @@ class NeighborDriver:
         self._xdp: Any = None
         self._ns: Any = None
         self._work: Path | None = None
-        self._cp: tuple[subprocess.Popen[str], str] | None = None  # locust -f control plane
+        self._closed = False
+        self._cp: Any = None  # locust -f control plane (targets.neighbors.server.ControlPlane)
         self._lock = threading.Lock()
         self._free: dict[str, _FreeTally] = {}
         self._users = 0
@@ -108,6 +110,10 @@ class NeighborDriver:
     def _datapath(self) -> Any:
         """Namespace + attached XDP program, made once (the first window), torn down at close.
         target=kernel: the namespace only (each window makes its own device, see _kernel)."""
+        if self._closed:
+            # A window still queued when the worker quits must not make a namespace nobody
+            # will delete (seen in the fault matrix: SIGTERM while windows were queued).
+            raise LoadGenError("the neighbor driver is closed")
         if self._ns is None:
             from swarmscope.targets.neighbors.netns import VethNetns
 
@@ -124,10 +130,11 @@ class NeighborDriver:
         return self._xdp
 
     def close(self) -> None:
+        self._closed = True
         if self._cp is not None:
             from swarmscope.targets.neighbors.server import stop
 
-            stop(self._cp[0])
+            stop(self._cp.proc)
             self._cp = None
         self._stack.close()
 
@@ -176,14 +183,14 @@ class NeighborDriver:
         work = self._work_dir()
         db = str(work / f"neigh-{start}-{count}-{time.monotonic_ns()}.db")
         keys, values = R.make_entries(count, start=start)
-        server, addr = start_server(db)
+        cp = start_server(db)
         try:
             if p["mode"] == "list_program":
-                out.update(self._list(addr, target, keys, values, p))
+                out.update(self._list(cp.address, cp.token, target, keys, values, p))
             else:
-                out.update(self._write_watch(addr, target, start, count, p))
+                out.update(self._write_watch(cp.address, cp.token, target, start, count, p))
         finally:
-            stop(server)
+            stop(cp.proc)
             if xdp is None:
                 target.close()
             with contextlib.suppress(OSError):
@@ -213,22 +220,22 @@ class NeighborDriver:
         problems = [] if have == count else [f"kernel table holds {have} entries, {count} written"]
         return {"reported": have, "problems": problems}
 
-    def _agent(self, addr: str, target: Any) -> Any:
+    def _agent(self, addr: str, token: str, target: Any) -> Any:
         from swarmscope.targets.neighbors.agent import Agent
         from swarmscope.v1 import neighbors_pb2 as pb
 
-        agent = Agent(addr, target)
+        agent = Agent(addr, target, token=token)
         agent.stub.Status(pb.StatusRequest())  # connected now, as a long-lived agent already is
         return agent
 
     def _list(
-        self, addr: str, target: Any, keys: bytes, values: bytes, p: Mapping[str, Any]
+        self, addr: str, token: str, target: Any, keys: bytes, values: bytes, p: Mapping[str, Any]
     ) -> dict[str, Any]:
         from swarmscope.workers.neighbor_writer import NeighborWriter
 
-        agent = self._agent(addr, target)
+        agent = self._agent(addr, token, target)
         try:
-            w = NeighborWriter(addr)
+            w = NeighborWriter(addr, token)
             w.status()
             w.write(keys, values, int(p["batch_size"]))  # preload: not timed
             w.close()
@@ -240,9 +247,11 @@ class NeighborDriver:
         return {"starts": [[len(keys) // R.KEY_SIZE, t0]], "t_user_ns": t_user}
 
     def _write_watch(
-        self, addr: str, target: Any, start: int, count: int, p: Mapping[str, Any]
+        self, addr: str, token: str, target: Any, start: int, count: int, p: Mapping[str, Any]
     ) -> dict[str, Any]:
-        agent = self._agent(addr, target)
+        from swarmscope.targets.neighbors.server import TOKEN_ENV
+
+        agent = self._agent(addr, token, target)
         ready = threading.Event()
         th = threading.Thread(target=agent.watch, kwargs={"ready": lambda _r: ready.set()}, daemon=True)
         th.start()
@@ -257,7 +266,10 @@ class NeighborDriver:
                 "-n", str(count), "--start", str(start), "--batch", str(p["batch_size"]),
                 "--out", str(timing_file),
             ]  # fmt: skip
-            subprocess.run(cmd, check=True, timeout=float(p["timeout_s"]))
+            env = {**os.environ, TOKEN_ENV: token}  # the token never on a command line
+            subprocess.run(
+                cmd, check=True, timeout=float(p["timeout_s"]), env=env, preexec_fn=owners.die_with_parent
+            )
             timing = json.loads(timing_file.read_text())
             timing_file.unlink()
             last = timing["revisions"][-1]
@@ -301,16 +313,17 @@ class NeighborDriver:
         return {"reported": len(got), "problems": problems, "xdp": xdp_check}
 
     # -- free-running tests (locust -f) ------------------------------------------------------
-    def control_plane(self, host: str | None) -> str:
-        """The control plane users write to: Locust's --host, else one this driver starts."""
+    def control_plane(self, host: str | None) -> tuple[str, str | None]:
+        """(address, token) of the control plane users write to: Locust's --host (its token
+        from $SWARMSCOPE_NEIGHBORS_TOKEN), else one this driver starts (with a fresh token)."""
         if host:
-            return host
+            return host, None
         with self._lock:
             if self._cp is None:
                 from swarmscope.targets.neighbors.server import start_server
 
                 self._cp = start_server(str(self._work_dir() / "locust.db"))
-            return self._cp[1]
+            return self._cp.address, self._cp.token
 
     def next_block(self, per_user: int) -> int:
         """First generated-neighbor index of a new user's block (disjoint across workers)."""
@@ -344,7 +357,7 @@ class NeighborDriver:
         if self._cp is not None:
             from swarmscope.workers.neighbor_writer import NeighborWriter
 
-            w = NeighborWriter(self._cp[1])
+            w = NeighborWriter(self._cp.address, self._cp.token)
             cp_entries = int(w.status().entries)
             w.close()
         return {
@@ -355,7 +368,7 @@ class NeighborDriver:
                 "failures": t.failures,
                 "hist": t.hist.encode().decode("ascii"),
                 "raw_us": t.raw_us if len(t.raw_us) < RAW_CAP else None,
-                "control_plane": self._cp[1] if self._cp is not None else "",
+                "control_plane": self._cp.address if self._cp is not None else "",
                 "control_plane_entries": cp_entries,
             }
         }

@@ -107,7 +107,10 @@ def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
         "--master-bind-port", str(args.locust_port), "--web-host", args.web_host,
         "--web-port", str(args.web_port), *(["--web-login"] if web_login else []),
         "--ss-scenario-file", args.scenario, "--ss-grpc-bind", f"{host}:{args.grpc_port}",
-        "--ss-probe", "external", "--ss-metrics-port", str(args.metrics_port), *_extra(args),
+        "--ss-probe", "external", "--ss-metrics-port", str(args.metrics_port),
+        # the metrics port is the one on every interface: the kubelet's probes and scrapers
+        # reach it on the pod address (the chart's NetworkPolicy says who may)
+        "--ss-metrics-bind", "0.0.0.0", *_extra(args),
     ]  # fmt: skip
 
 

@@ -71,10 +71,18 @@ def cgroup_id(path: str | os.PathLike[str]) -> int:
 
 
 def resolve_cgroup_id(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> int:
-    """The id of the cgroup at ``path``: absolute under the v2 mount, or relative to it."""
+    """The id of the cgroup at ``path``: absolute under the v2 mount, or relative to it.
+
+    The path comes from a worker (over the network): it is normalised, and one that leaves the
+    cgroup mount (``..``, a symlink) is refused rather than stat'ed."""
     base = os.fspath(root or cgroup2_mount()).rstrip("/") or "/"
     p = os.fspath(path)
+    if "\0" in p:
+        raise SetupError(f"cgroup path {p!r} contains a NUL byte")
     full = p if p == base or p.startswith(base + "/") else os.path.join(base, p.lstrip("/"))
+    full = os.path.realpath(full)
+    if not (full == os.path.realpath(base) or full.startswith(os.path.realpath(base).rstrip("/") + "/")):
+        raise SetupError(f"cgroup path {p!r} is outside the cgroup mount {base}")
     try:
         return cgroup_id(full)
     except OSError as e:

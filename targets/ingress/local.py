@@ -19,8 +19,11 @@ stops is exact. Everything is torn down on exit, also when the body raises.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -34,6 +37,7 @@ from types import TracebackType
 import psutil
 
 from swarmscope.errors import SetupError
+from swarmscope.sys import owners
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,32 @@ _BACKEND_BODY = """
   server {{ listen 127.0.0.1:8081; location / {{ return 200 "backend-1\\n"; }} }}
   server {{ listen 127.0.0.1:8082; location / {{ return 200 "backend-2\\n"; }} }}
 """
+
+
+# The host side of every namespace's veth this module makes: ssi<6 hex>h (see LocalIngress).
+_HOST_VETH = re.compile(r"ssi[0-9a-f]{6}h")
+
+
+def own_networks() -> list[ipaddress.IPv4Network]:
+    """The /30 networks of the ingress namespaces that exist on this machine now (made here).
+
+    Read from the host-side veths' addresses, so a namespace torn down (or never made) is not
+    trusted: traffic may go to what swarmscope created, not to the whole 10.201.0.0/16."""
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+        links = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    nets = []
+    for link in links:
+        if not _HOST_VETH.fullmatch(str(link.get("ifname", ""))):
+            continue
+        for a in link.get("addr_info", []):
+            if a.get("family") == "inet" and int(a.get("prefixlen", 0)) == 30:
+                nets.append(ipaddress.IPv4Network(f"{a['local']}/30", strict=False))
+    return nets
 
 
 def _run(*cmd: str) -> None:
@@ -148,6 +178,8 @@ class LocalIngress:
         subprocess.run(["ip", "link", "del", self.veth_host], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+        owners.release("link", self.veth_host)
+        owners.release("netns", self.netns)
 
     def _kill_everything_in_netns(self) -> None:
         """Masters first (a live master respawns a killed worker), then whatever is left in the
@@ -174,6 +206,9 @@ class LocalIngress:
                     log.warning("nginx %d did not exit", p.pid)
 
     def _setup_net(self) -> None:
+        # Claimed first: a run killed right after `ip netns add` still leaves a claim to sweep.
+        owners.claim("netns", self.netns)
+        owners.claim("link", self.veth_host)
         _run("ip", "netns", "add", self.netns)
         _run("ip", "link", "add", self.veth_host, "type", "veth", "peer", "name", self.veth_ns)
         _run("ip", "link", "set", self.veth_ns, "netns", self.netns)
@@ -210,7 +245,11 @@ class LocalIngress:
         # ip netns exec execs nginx in place, so the Popen pid is the nginx master. Its own
         # session makes master and workers one process group: a kill takes them all at once.
         return subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=owners.die_with_parent,  # the master goes with us; the sweep takes the rest
         )
 
     def _wait_ready(self, timeout: float = 10.0) -> None:

@@ -1,9 +1,9 @@
 """Reference neighbor agent: list/watch the control plane, program the XDP map in batches.
 
-    python -m swarmscope.targets.neighbors.agent --control-plane 127.0.0.1:PORT \
-        --pin-dir /sys/fs/bpf/ss-neigh            # prints "WATCHING <rev>" when live
+    SWARMSCOPE_NEIGHBORS_TOKEN=... python -m swarmscope.targets.neighbors.agent \
+        --control-plane 127.0.0.1:PORT --pin-dir /sys/fs/bpf/ss-neigh   # "WATCHING <rev>" when live
 
-    t = XdpTarget(pin_dir=None); a = Agent("127.0.0.1:PORT", t)
+    t = XdpTarget(pin_dir=None); a = Agent("127.0.0.1:PORT", t, token=cp.token)
     a.list_and_program()      # snapshot -> map, returns (revision, entries)
     a.watch(stop_event)       # transactions after the programmed revision -> map
 
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import grpc
 
 from swarmscope.sys import bpf
-from swarmscope.targets.neighbors.server import GRPC_OPTIONS
+from swarmscope.targets.neighbors.server import connect
 from swarmscope.v1 import neighbors_pb2 as pb
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
 
@@ -125,9 +125,14 @@ class KernelTarget:
 
 class Agent:
     def __init__(
-        self, address: str, target: Target, on_page: Callable[[pb.NeighborBatch], None] | None = None
+        self,
+        address: str,
+        target: Target,
+        on_page: Callable[[pb.NeighborBatch], None] | None = None,
+        token: str | None = None,
     ):
-        self.channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        # The control plane's token: given, else $SWARMSCOPE_NEIGHBORS_TOKEN.
+        self.channel = connect(address, token)
         self.stub = pbg.NeighborStoreStub(self.channel)
         self.target = target
         self.on_page = on_page

@@ -19,6 +19,7 @@ import sys
 from types import TracebackType
 
 from swarmscope.errors import SetupError
+from swarmscope.sys import owners
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -49,6 +50,9 @@ class VethNetns:
         self.dummy, self._dummy_peer = f"ssn{tag}d", f"ssn{tag}e"
 
     def __enter__(self) -> VethNetns:
+        # Claimed first: a run killed right after `ip netns add` still leaves a claim to sweep.
+        owners.claim("netns", self.name)
+        owners.claim("link", self.host_dev)
         try:
             ip("netns", "add", self.name)
             ip("link", "add", self.host_dev, "type", "veth", "peer", "name", self.ns_dev)
@@ -88,6 +92,8 @@ class VethNetns:
     def close(self) -> None:
         ip("link", "del", self.host_dev, check=False)
         ip("netns", "del", self.name, check=False)
+        owners.release("link", self.host_dev)
+        owners.release("netns", self.name)
 
     def __exit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

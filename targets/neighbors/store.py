@@ -1,27 +1,43 @@
-"""Durable neighbor store: a SQLite (WAL) transaction log plus the current state in memory.
+"""Durable neighbor store: a SQLite (WAL) transaction log, compacted, plus the state in memory.
 
     st = Store("/tmp/neigh.db")
-    rev = st.commit(keys, values)           # durable when it returns (fsync'd WAL commit)
-    pages = st.list(revision=0, page=65536) # [(keys, values)], the state at a revision
-    w = st.watch(start_revision=rev)        # Watcher: history after rev, then live batches
+    rev = st.commit(keys, values)            # durable when it returns (fsync'd WAL commit)
+    rev, keys, values = st.snapshot(revision=rev - 10)   # the state at a recent revision
+    w, upto = st.watch(start_revision=rev)   # Watcher: history after rev, then live batches
 
 Each put-batch is one row (the packed key/value byte strings as blobs), so writing 10k
 entries is one INSERT and one fsync, not 10k. Revisions are per transaction and strictly
-increasing (``rev INTEGER PRIMARY KEY``). On open the log is replayed into the in-memory state.
-Caveats: the log is never compacted; list at an old revision replays the log up to it.
+increasing (``rev INTEGER PRIMARY KEY``).
+
+Compaction (like etcd's): once ``2 * keep`` transactions are in the log, the state as of
+``revision - keep`` becomes the ``base`` row and the log rows up to it are deleted, so opening
+the store, a List at an old revision and a Watch's history replay at most ``2 * keep`` rows
+after the base, never the whole history. A List or Watch from before the base is refused
+(:class:`Compacted`): the caller lists the current state and watches from there.
+
+A watcher's queue is bounded (``watch_queue_bytes`` of pending batches): a watcher that falls
+that far behind is dropped (``Watcher.overflowed``), and its Watch ends with an error instead
+of the server's memory growing without bound.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import sqlite3
+import struct
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
 
 from swarmscope.targets.neighbors import records as R
 
 Batch = tuple[int, bytes, bytes, bytes]  # (revision, keys, values, deleted keys)
+BATCH_OVERHEAD = 64  # bytes a queued batch costs beyond its blobs (an empty one is not free)
+
+
+class Compacted(ValueError):
+    """The revision asked for is older than the compacted base."""
 
 
 @dataclass
@@ -29,13 +45,19 @@ class Watcher:
     """One watch: ``q`` receives committed batches after ``start`` (history first)."""
 
     start: int
-    q: queue.SimpleQueue[Batch | None]
+    q: queue.SimpleQueue[Batch | None] = field(default_factory=queue.SimpleQueue)
     closed: bool = False
+    overflowed: bool = False
+    pending: int = 0  # bytes queued and not yet taken
 
 
 class Store:
-    def __init__(self, path: str, synchronous: str = "FULL"):
+    def __init__(
+        self, path: str, synchronous: str = "FULL", keep: int = 1000, watch_queue_bytes: int = 64 << 20
+    ):
         self.path = path
+        self.keep = max(1, keep)
+        self.watch_queue_bytes = watch_queue_bytes
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         # FULL: the WAL is fsync'd at every commit, so an acknowledged batch survives power loss,
@@ -44,14 +66,33 @@ class Store:
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS log (rev INTEGER PRIMARY KEY, keys BLOB, vals BLOB, dels BLOB)"
         )
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS base (id INTEGER PRIMARY KEY CHECK (id = 0), rev INTEGER,"
+            " keys BLOB, vals BLOB, revs BLOB)"
+        )
         self.lock = threading.Lock()
-        self.values: dict[int, bytes] = {}
-        self.revs: dict[int, int] = {}
-        self.revision = 0
         self.watchers: list[Watcher] = []
-        for rev, k, v, d in self.db.execute("SELECT rev, keys, vals, dels FROM log ORDER BY rev"):
+        self._readers = 0  # history / old-snapshot reads in progress: no compaction meanwhile
+        self.compactions = 0
+        self.compacted, self.values, self.revs = self._read_base(self.db)
+        self.revision = self.compacted
+        for rev, k, v, d in self.db.execute(
+            "SELECT rev, keys, vals, dels FROM log WHERE rev > ? ORDER BY rev", (self.compacted,)
+        ):
             self._apply(self.values, self.revs, rev, k, v, d)
             self.revision = rev
+
+    # -- state -----------------------------------------------------------------------------
+    @staticmethod
+    def _read_base(db: sqlite3.Connection) -> tuple[int, dict[int, bytes], dict[int, int]]:
+        row = db.execute("SELECT rev, keys, vals, revs FROM base WHERE id = 0").fetchone()
+        if row is None:
+            return 0, {}, {}
+        rev, k, v, r = row
+        keys = R.unpack_keys(k)
+        values = dict(zip(keys, R.split_values(v), strict=True))
+        revs = dict(zip(keys, struct.unpack(f"<{len(keys)}Q", r), strict=True))
+        return int(rev), values, revs
 
     @staticmethod
     def _apply(
@@ -72,15 +113,69 @@ class Store:
         R.check(keys, values)
         if len(deleted) % R.KEY_SIZE:
             raise ValueError("malformed deleted keys")
+        cost = len(keys) + len(values) + len(deleted) + BATCH_OVERHEAD
         with self.lock:
             rev = self.revision + 1
             self.db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (rev, keys, values, deleted))
             self.revision = rev
             self._apply(self.values, self.revs, rev, keys, values, deleted)
-            for w in self.watchers:
+            for w in list(self.watchers):
+                if w.pending + cost > self.watch_queue_bytes:
+                    # Too far behind: drop it rather than hold its backlog in memory.
+                    w.overflowed = w.closed = True
+                    self.watchers.remove(w)
+                    w.q.put(None)
+                    continue
+                w.pending += cost
                 w.q.put((rev, keys, values, deleted))
+            if rev - self.compacted >= 2 * self.keep and self._readers == 0:
+                self._compact(rev - self.keep)
         return rev
 
+    def _compact(self, upto: int) -> None:
+        """Make the state at ``upto`` the base and drop the log rows up to it (under the lock)."""
+        _, values, revs = self._read_base(self.db)
+        rows = self.db.execute(
+            "SELECT rev, keys, vals, dels FROM log WHERE rev > ? AND rev <= ? ORDER BY rev",
+            (self.compacted, upto),
+        )
+        for rev, k, v, d in rows:
+            self._apply(values, revs, rev, k, v, d)
+        keys = list(values)
+        blob_revs = struct.pack(f"<{len(keys)}Q", *(revs[k] for k in keys))
+        with self._tx():
+            self.db.execute(
+                "INSERT OR REPLACE INTO base VALUES (0, ?, ?, ?, ?)",
+                (upto, R.pack_keys(keys), b"".join(values.values()), blob_revs),
+            )
+            self.db.execute("DELETE FROM log WHERE rev <= ?", (upto,))
+        self.compacted = upto
+        self.compactions += 1
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _reading(self, since: int) -> Iterator[None]:
+        """Hold compaction off while rows after ``since`` are read; Compacted if they are gone."""
+        with self.lock:
+            if since < self.compacted:
+                raise Compacted(f"revision {since} is compacted (oldest kept: {self.compacted})")
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._readers -= 1
+
+    # -- reads -----------------------------------------------------------------------------
     def get(self, key: int) -> tuple[bytes, int] | None:
         with self.lock:
             v = self.values.get(key)
@@ -91,34 +186,50 @@ class Store:
             return self.revision, len(self.values), len(self.watchers)
 
     def snapshot(self, revision: int = 0) -> tuple[int, bytes, bytes]:
-        """(revision, keys, values) of the state at ``revision`` (0 = now)."""
+        """(revision, keys, values) of the state at ``revision`` (0 = now); Compacted when the
+        revision is older than the base. Replays at most ``2 * keep`` log rows."""
         with self.lock:
             cur = self.revision
             if revision == 0 or revision >= cur:
                 return cur, R.pack_keys(list(self.values)), b"".join(self.values.values())
-        state: dict[int, bytes] = {}
-        rows = self.db.execute(
-            "SELECT rev, keys, vals, dels FROM log WHERE rev <= ? ORDER BY rev", (revision,)
-        )
-        for rev, k, v, d in rows:
-            self._apply(state, None, rev, k, v, d)
+        with self._reading(revision):
+            db = sqlite3.connect(self.path)
+            try:
+                base, state, _ = self._read_base(db)
+                rows = db.execute(
+                    "SELECT rev, keys, vals, dels FROM log WHERE rev > ? AND rev <= ? ORDER BY rev",
+                    (base, revision),
+                )
+                for rev, k, v, d in rows:
+                    self._apply(state, None, rev, k, v, d)
+            finally:
+                db.close()
         return revision, R.pack_keys(list(state)), b"".join(state.values())
 
-    def history(self, after: int, upto: int) -> Iterator[Batch]:
-        # A second connection: the WAL lets it read committed rows while writers go on.
-        db = sqlite3.connect(self.path)
-        try:
-            q = "SELECT rev, keys, vals, dels FROM log WHERE rev > ? AND rev <= ? ORDER BY rev"
-            yield from db.execute(q, (after, upto))
-        finally:
-            db.close()
+    def history(self, after: int, upto: int) -> Generator[Batch, None, None]:
+        """The transactions in (after, upto]; Compacted (at the first step) when they are gone."""
+        with self._reading(after):
+            # A second connection: the WAL lets it read committed rows while writers go on.
+            db = sqlite3.connect(self.path)
+            try:
+                q = "SELECT rev, keys, vals, dels FROM log WHERE rev > ? AND rev <= ? ORDER BY rev"
+                yield from db.execute(q, (after, upto))
+            finally:
+                db.close()
 
+    # -- watchers ----------------------------------------------------------------------------
     def watch(self, start_revision: int) -> tuple[Watcher, int]:
         """Register a watcher; returns it and the revision up to which history must be read."""
         with self.lock:
-            w = Watcher(start_revision, queue.SimpleQueue())
+            w = Watcher(start_revision)
             self.watchers.append(w)
             return w, self.revision
+
+    def taken(self, w: Watcher, batch: Batch) -> None:
+        """The watcher's reader took ``batch`` off its queue: it no longer counts as pending."""
+        _, k, v, d = batch
+        with self.lock:
+            w.pending -= len(k) + len(v) + len(d) + BATCH_OVERHEAD
 
     def unwatch(self, w: Watcher) -> None:
         with self.lock:

@@ -2,13 +2,16 @@
 # build.sh — build (once) the Kubernetes tools the chart tests run, cached by version.
 #
 #   tools/k8s/build.sh all                # helm etcd kube kwok (prints a path per tool)
+#   tools/k8s/build.sh node               # kubelet containerd runc cni nodeimages (real node)
 #   tools/k8s/build.sh helm               # -> /var/cache/swarmscope/tools/helm-v3.22.0/bin/helm
 #   tools/k8s/build.sh --path kube        # print the cache dir only, build nothing
 #
 # Everything comes from the Go module proxy (docs/platform.md#tool-builds): helm v3.22.0, etcd v3.6.8 through a
 # wrapper module, kube-apiserver + kube-controller-manager + kube-scheduler v1.36.3 through ONE
 # wrapper module (the three share most packages, so one `go build` compiles them once) and
-# kwok v0.8.0 with its stage files. Each tool lands in $CACHE/<tool>-<version>/ and is marked
+# kwok v0.8.0 with its stage files. The real node (docs/realnode.md) adds the kubelet (same
+# version and method as kube-*), containerd v2.1.4 (+ its runc shim and ctr), runc v1.3.0 and
+# the CNI plugins v1.7.1 (bridge, host-local, loopback). Each tool lands in $CACHE/<tool>-<version>/ and is marked
 # complete with a `.complete` file; a second run returns at once.
 #
 # Caveats: parallel-safe through one flock per tool (a second caller waits for the first build
@@ -22,6 +25,11 @@ HELM_VERSION=v3.22.0
 ETCD_VERSION=v3.6.8
 KUBE_VERSION=v1.36.3
 KWOK_VERSION=v0.8.0
+CONTAINERD_VERSION=v2.1.4
+RUNC_VERSION=v1.3.0
+CNI_VERSION=v1.7.1
+PAUSE_VERSION=3.10  # the sandbox image name kubelet v1.36 and containerd v2.1 expect
+BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[^A-Za-z0-9._-]/_/g')
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 export GOFLAGS=${GOFLAGS:--mod=mod}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
@@ -32,7 +40,12 @@ dir_of() {
     etcd) echo "$CACHE/etcd-$ETCD_VERSION" ;;
     kube) echo "$CACHE/kube-$KUBE_VERSION" ;;
     kwok) echo "$CACHE/kwok-$KWOK_VERSION" ;;
-    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok all)" >&2; return 2 ;;
+    kubelet) echo "$CACHE/kubelet-$KUBE_VERSION" ;;
+    containerd) echo "$CACHE/containerd-$CONTAINERD_VERSION" ;;
+    runc) echo "$CACHE/runc-$RUNC_VERSION-seccomp" ;;
+    cni) echo "$CACHE/cni-$CNI_VERSION" ;;
+    nodeimages) echo "$CACHE/nodeimages-r2-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
+    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet containerd runc cni all node)" >&2; return 2 ;;
   esac
 }
 
@@ -79,24 +92,25 @@ GO
     && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" .)
 )
 
-# build_kube OUT: one wrapper module whose three mains call upstream's command constructors.
-# k8s.io/kubernetes requires its staging modules at v0.0.0 (replaced by ./staging in its own
-# repo); outside the repo each needs `replace k8s.io/X => k8s.io/X v0.<minor>.<patch>`. The list
-# is read from the downloaded go.mod, so it follows the release. The ldflags set the version
-# strings kubectl/helm parse (an unset gitVersion reads as v0.0.0-master and breaks them).
-build_kube() (
-  local out=$1 mod gomod stagever="v0${KUBE_VERSION#v1}"
+# kube_wrapper OUT CMD=CTOR...: one wrapper module whose mains call upstream's command
+# constructors (CTOR is Go, e.g. `NewSchedulerCommand()`). k8s.io/kubernetes requires its
+# staging modules at v0.0.0 (replaced by ./staging in its own repo); outside the repo each needs
+# `replace k8s.io/X => k8s.io/X v0.<minor>.<patch>`. The list is read from the downloaded
+# go.mod, so it follows the release. The ldflags set the version strings kubectl/helm parse (an
+# unset gitVersion reads as v0.0.0-master and breaks them).
+kube_wrapper() (
+  local out=$1 mod gomod stagever="v0${KUBE_VERSION#v1}" spec c
+  shift
   mod=$(mktemp -d); trap 'rm -rf "$mod"' EXIT
-  declare -A ctor=([kube-apiserver]=NewAPIServerCommand
-                   [kube-controller-manager]=NewControllerManagerCommand
-                   [kube-scheduler]=NewSchedulerCommand)
-  for c in "${!ctor[@]}"; do
+  for spec in "$@"; do
+    c=${spec%%=*}
     mkdir -p "$mod/cmd/$c"
     cat > "$mod/cmd/$c/main.go" <<GO
 // Command $c runs upstream's $c ($KUBE_VERSION), wrapped to build from the module proxy.
 package main
 
 import (
+	"context"
 	"os"
 	_ "time/tzdata" // CronJob time zones need the zone database inside the binary.
 
@@ -107,7 +121,9 @@ import (
 	"k8s.io/kubernetes/cmd/$c/app"
 )
 
-func main() { os.Exit(cli.Run(app.${ctor[$c]}())) }
+var _ = context.Background
+
+func main() { os.Exit(cli.Run(app.${spec#*=})) }
 GO
   done
   gomod=$("$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
@@ -128,6 +144,53 @@ GO
     && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "$ld" -o "$out/bin/" ./cmd/...)
 )
 
+# build_kube OUT: the three control-plane servers share most packages, so one `go build`
+# compiles them once.
+build_kube() {
+  kube_wrapper "$1" kube-apiserver='NewAPIServerCommand()' \
+    kube-controller-manager='NewControllerManagerCommand()' kube-scheduler='NewSchedulerCommand()'
+}
+
+# build_kubelet OUT: same wrapper, its own cache dir (so the control plane's cache stays valid).
+build_kubelet() { kube_wrapper "$1" kubelet='NewKubeletCommand(context.Background())'; }
+
+# build_containerd OUT: the daemon, its runc shim and ctr, static (no cgo); the btrfs and
+# devmapper snapshotters are left out (overlayfs is what the node uses). containerd's go.mod has
+# exclude directives, so `go install pkg@version` refuses it: a wrapper module holds copies of
+# the three upstream main.go files (main_tracing.go is left out: it imports an internal package)
+# and requires the module, with upstream's excludes copied so versions resolve the same.
+build_containerd() (
+  local out=$1 mod src c m=github.com/containerd/containerd/v2
+  mod=$(mktemp -d); trap 'rm -rf "$mod"' EXIT
+  src=$("$GO" mod download -json "$m@$CONTAINERD_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+  for c in containerd containerd-shim-runc-v2 ctr; do
+    mkdir -p "$mod/cmd/$c"; cp "$src/cmd/$c/main.go" "$mod/cmd/$c/"
+  done
+  chmod -R u+w "$mod"
+  (cd "$mod" && "$GO" mod init swarmscope.local/containerd >/dev/null 2>&1 \
+    && sed -n '/^exclude (/,/^)/p' "$src/go.mod" >> go.mod \
+    && "$GO" mod edit -require "$m@$CONTAINERD_VERSION" \
+    && "$GO" mod tidy >/dev/null \
+    && CGO_ENABLED=0 "$GO" build -trimpath -tags "no_btrfs no_devmapper" \
+      -ldflags "-s -w -X $m/version.Version=$CONTAINERD_VERSION" -o "$out/bin/" ./cmd/...)
+)
+
+# build_runc OUT: runc needs cgo (its nsenter is C) and the seccomp tag with libseccomp-dev
+# (tools/setup.sh): containerd gives every pod sandbox a seccomp profile, which a runc built
+# without seccomp refuses ("config provided but seccomp not supported").
+build_runc() {
+  GOBIN="$1/bin" CGO_ENABLED=1 "$GO" install -trimpath -tags seccomp \
+    -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
+    "github.com/opencontainers/runc@$RUNC_VERSION"
+}
+
+# build_cni OUT: the three plugins a bridge pod network needs, in bin/ (the CNI bin dir).
+build_cni() {
+  local m=github.com/containernetworking/plugins/plugins
+  GOBIN="$1/bin" CGO_ENABLED=0 "$GO" install -trimpath -ldflags "-s -w" \
+    "$m/main/bridge@$CNI_VERSION" "$m/ipam/host-local@$CNI_VERSION" "$m/main/loopback@$CNI_VERSION"
+}
+
 # build_kwok OUT: kwok itself plus the node/pod stage files its module ships (kwok needs a
 # stages config to move fake pods to Running and fake nodes to Ready).
 build_kwok() {
@@ -139,6 +202,45 @@ build_kwok() {
   cp -r "$src/kustomize/stage/." "$out/stage/"
   chmod -R u+w "$out/stage"
 }
+
+# oci_image OUT NAME TAG ROOTFS ENTRYPOINT...: OUT/NAME.tar, an OCI image archive (umoci, no
+# Docker engine) of one layer holding ROOTFS, tagged TAG, for `ctr images import --base-name`.
+oci_image() (
+  local out=$1 file=$2 name=$3 rootfs=$4 w
+  shift 4
+  w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
+  umoci init --layout "$w/oci"
+  umoci new --image "$w/oci:$name"
+  umoci unpack --image "$w/oci:$name" "$w/bundle"
+  cp -a "$rootfs/." "$w/bundle/rootfs/"
+  umoci repack --image "$w/oci:$name" "$w/bundle"
+  local ep=()
+  for a in "$@"; do ep+=(--config.entrypoint "$a"); done
+  umoci config --image "$w/oci:$name" --os linux --architecture amd64 "${ep[@]}"
+  umoci gc --layout "$w/oci"
+  tar -C "$w/oci" -cf "$out/$file.tar" .
+)
+
+# build_nodeimages OUT: the two images a node needs before the project's own: the pod sandbox
+# (pause, compiled static from the pause.c that k8s.io/kubernetes ships) and a busybox for test
+# pods (Debian's busybox-static). Import with
+#   ctr -n k8s.io images import --base-name registry.k8s.io/pause OUT/pause.tar  # -> :3.10
+# so the image has exactly one, fully qualified name: the CRI resolves an image by id to one of
+# its names, and `--index-name` leaves a second docker.io/library/import-<date> name it trips on.
+build_nodeimages() (
+  local out=$1 src r
+  command -v umoci >/dev/null && [ -x /bin/busybox ] || { log "need umoci and busybox-static (tools/setup.sh)"; return 1; }
+  src=$("$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+  r=$(mktemp -d); trap 'rm -rf "$r"' EXIT
+  mkdir -p "$r/pause" "$r/busybox/bin" "$r/busybox/tmp"
+  gcc -Os -static -Wall -Werror -DVERSION="v$PAUSE_VERSION-swarmscope" -o "$r/pause/pause" "$src/build/pause/linux/pause.c"
+  strip "$r/pause/pause"
+  oci_image "$out" pause "$PAUSE_VERSION" "$r/pause" /pause
+  cp /bin/busybox "$r/busybox/bin/busybox"
+  for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$r/busybox/bin/$a"; done
+  chmod 1777 "$r/busybox/tmp"
+  oci_image "$out" busybox "${BUSYBOX_VERSION%%-*}" "$r/busybox" /bin/sh
+)
 
 ensure() {
   local tool=$1 dir tmp t0
@@ -168,6 +270,7 @@ for a in "$@"; do
   case "$a" in
     --path) PATH_ONLY=1 ;;
     all) tools+=(etcd kwok helm kube) ;;
+    node) tools+=(kubelet containerd runc cni nodeimages) ;;
     *) tools+=("$a") ;;
   esac
 done

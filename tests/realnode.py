@@ -1,0 +1,481 @@
+"""A real Kubernetes node on this machine: containerd + runc + kubelet joined to the test cluster.
+
+    tools, node_tools = build_tools(), build_node_tools()
+    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as n:
+        busybox = n.import_image(node_tools.busybox_tar, "swarmscope.local/busybox")
+        c.api.post("/api/v1/namespaces/default/pods", pod_on(n.name, ...))
+
+containerd v2.1, runc v1.3, the CNI plugins v1.7 and the kubelet (same version as the API
+server) come from tools/k8s/build.sh, cached by version. The choices this machine needs (see
+docs/realnode.md): cgroup v1 controllers plus v2 at /sys/fs/cgroup/unified (a hybrid layout) ->
+KubeletConfiguration failCgroupV1: false and cgroupDriver: cgroupfs; a negative oom_score_adj is
+refused here -> containerd's restrict_oom_score_adj = true (else every sandbox fails with "can't
+get final child's PID from pipe").
+
+Isolation (six people share the machine): containerd runs in a network namespace the fixture
+makes (`nsenter --net`, so the mount namespace stays the host's and the kubelet's volume mounts
+are visible to runc), so the pods' CNI bridge lives there; one veth joins it to the host with
+/30 addresses, and the node's IP is the host end (the kubelet refuses a loopback node IP). The
+kubelet's cgroup root is /<name> in every hierarchy, its root dir, pod logs, containerd's
+root/state and every socket are under the node's own directories, and pod network namespaces are
+mounted under containerd's state dir. Teardown deletes the pods, stops the kubelet, kills and
+removes what containerd still runs, stops containerd, unmounts what is left under the node's
+dirs, removes the cgroups and the network namespace: `leftovers()` lists anything that survived.
+
+Caveats: there is no kube-proxy (no iptables here), so Service IPs do not route from pods; the
+kubelet's API (logs/exec) listens on the host end of the veth without authentication, reachable
+from this machine only. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster import BUILD, Cluster, Proc, _wait, free_port, stop
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+START_TIMEOUT = 90.0  # containerd serving / the node turning Ready
+POD_TIMEOUT = 120.0  # a pod being deleted at teardown
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+# Fixed paths the kubelet and containerd's shims use whatever they are told; removed at teardown
+# (only when empty) if the node created them.
+GLOBAL_DIRS = (
+    Path("/var/log/containers"),
+    Path("/run/containerd/runc/k8s.io"),
+    Path("/run/containerd/runc"),
+    Path("/run/containerd/s"),
+    Path("/run/containerd"),
+)
+
+
+@dataclass(frozen=True)
+class NodeTools:
+    kubelet: Path
+    containerd_bin: Path  # containerd, containerd-shim-runc-v2, ctr
+    runc: Path
+    cni_bin: Path
+    pause_tar: Path
+    busybox_tar: Path
+
+
+def build_node_tools() -> NodeTools:
+    """Build (or find cached) the node's binaries and base images; prints what it builds."""
+    t0 = time.monotonic()
+    print(f"realnode: ensuring kubelet, containerd, runc, cni, nodeimages via {BUILD}", flush=True)
+    out = subprocess.run(
+        [str(BUILD), "kubelet", "containerd", "runc", "cni", "nodeimages"],
+        check=False,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{BUILD} failed (rc={out.returncode}); its log is above")
+    kubelet, containerd, runc, cni, images = (Path(p) for p in out.stdout.split())
+    print(f"realnode: tools ready in {time.monotonic() - t0:.1f} s", flush=True)
+    return NodeTools(
+        kubelet=kubelet / "bin" / "kubelet",
+        containerd_bin=containerd / "bin",
+        runc=runc / "bin" / "runc",
+        cni_bin=cni / "bin",
+        pause_tar=images / "pause.tar",
+        busybox_tar=images / "busybox.tar",
+    )
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy (v1 controllers and the v2 unified one)."""
+    out = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _dev, mnt, fstype, *_ = line.split()
+        if fstype in ("cgroup", "cgroup2"):
+            out.append(Path(mnt))
+    return out
+
+
+def _rm_cgroup_tree(d: Path) -> None:
+    """rmdir depth-first (cgroup dirs cannot be removed with their files, only emptied)."""
+    if not d.is_dir():
+        return
+    for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+    with contextlib.suppress(OSError):
+        d.rmdir()
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed (rc={r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+@dataclass
+class Net:
+    """The node's network: netns <name>, veth host <-> netns, pod subnet on a bridge inside."""
+
+    netns: str
+    host_if: str
+    host_ip: str  # the node IP (host end of the veth)
+    ns_ip: str
+    pod_subnet: str
+
+    @classmethod
+    def pick(cls, name: str) -> Net:
+        # One /24 per node from 10.231-10.232/16, chosen by pid so parallel runs differ.
+        n = os.getpid() % 250 + 1
+        return cls(name, f"{name}-h", f"10.231.{n}.1", f"10.231.{n}.2", f"10.232.{n}.0/24")
+
+    def up(self) -> None:
+        for other in _run("ip", "-o", "addr", "show").stdout.splitlines():
+            if f" {self.host_ip}/" in other:
+                raise RuntimeError(f"realnode: {self.host_ip} is already in use: {other}")
+        _run("ip", "netns", "add", self.netns)
+        _run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
+        _run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        _run("ip", "link", "set", self.host_if, "up")
+        ns = ("ip", "netns", "exec", self.netns)
+        _run(*ns, "ip", "addr", "add", f"{self.ns_ip}/30", "dev", "eth0")
+        _run(*ns, "ip", "link", "set", "eth0", "up")
+        _run(*ns, "ip", "link", "set", "lo", "up")
+        _run(*ns, "ip", "route", "add", "default", "via", self.host_ip)
+        _run(*ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        # The host reaches pods (kubelet probes, the test) through the netns.
+        _run("ip", "route", "add", self.pod_subnet, "via", self.ns_ip, "dev", self.host_if)
+
+    def down(self) -> None:
+        # Deleting the namespace destroys the bridge and both veth ends, and so the route.
+        _run("ip", "netns", "del", self.netns, check=False)
+        _run("ip", "link", "del", self.host_if, check=False)
+
+
+@dataclass
+class RealNode:
+    name: str
+    dir: Path
+    run: Path  # short dir for unix sockets (sun_path is 108 bytes)
+    net: Net
+    tools: NodeTools
+    cluster: Cluster
+    procs: list[Proc] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    absent: list[Path] = field(default_factory=list)  # GLOBAL_DIRS that did not exist at start
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/{self.name}"
+
+    @property
+    def containerd_sock(self) -> Path:
+        return self.run / "containerd.sock"
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run(
+            str(self.tools.containerd_bin / "ctr"), "--address", str(self.containerd_sock),
+            "-n", "k8s.io", *args, check=check,
+        )  # fmt: skip
+
+    def import_image(self, tar: Path, repo: str) -> str:
+        """Import an OCI archive into the CRI's namespace as ``repo:<the archive's tag>``.
+
+        The image gets exactly that one fully qualified name (`--base-name`): the CRI resolves
+        an image by id to one of its names, and `--index-name` would add a second
+        docker.io/library/import-<date> name that the CRI then fails to find."""
+        self.ctr("images", "import", "--base-name", repo, str(tar))
+        names = [n for n in self.ctr("images", "ls", "-q").stdout.split() if n.startswith(repo + ":")]
+        if len(names) != 1:
+            raise RuntimeError(f"realnode: importing {tar} as {repo} gave {names}")
+        return names[0]
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, cluster: Cluster, tools: NodeTools, name: str | None = None) -> Iterator[RealNode]:
+        name = name or f"ssrn{os.getpid()}"
+        d = cluster.dir / "realnode"
+        node = cls(name, d, Path("/run") / name, Net.pick(name), tools, cluster)
+        t0 = time.monotonic()
+        try:
+            node._start()
+            node.timings["total"] = time.monotonic() - t0
+            print("realnode: up: " + ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items()), flush=True)
+            yield node
+        finally:
+            t = time.monotonic()
+            node.teardown()
+            print(f"realnode: down in {time.monotonic() - t:.1f} s", flush=True)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+        log = self.dir / f"{name}.log"
+        f = log.open("wb")
+        p = subprocess.Popen(
+            argv, stdout=f, stderr=subprocess.STDOUT, cwd=self.dir, env=env, start_new_session=True
+        )
+        f.close()
+        proc = Proc(name, p, log)
+        self.procs.append(proc)
+        return proc
+
+    def _start(self) -> None:
+        t = time.monotonic()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.absent = [p for p in GLOBAL_DIRS if not p.exists()]
+        self.run.mkdir(mode=0o700)
+        self.net.up()
+        for h in cgroup_hierarchies():
+            (h / self.name).mkdir()
+        self.timings["net+cgroups"] = time.monotonic() - t
+
+        t = time.monotonic()
+        self._write_configs()
+        env = dict(os.environ)
+        # containerd finds its shim on PATH; the shim is told runc's path by the runtime options.
+        env["PATH"] = f"{self.tools.containerd_bin}:{env.get('PATH', '/usr/bin:/bin')}"
+        self._spawn("containerd", [
+            "nsenter", f"--net=/run/netns/{self.net.netns}", "--",
+            str(self.tools.containerd_bin / "containerd"), "--config", str(self.dir / "containerd.toml"),
+        ], env)  # fmt: skip
+        _wait("containerd", lambda: self.ctr("version").returncode == 0, START_TIMEOUT, self.procs)
+        if self.import_image(self.tools.pause_tar, PAUSE_IMAGE.split(":")[0]) != PAUSE_IMAGE:
+            raise RuntimeError(f"realnode: {self.tools.pause_tar} is not {PAUSE_IMAGE}")
+        self.timings["containerd"] = time.monotonic() - t
+
+        t = time.monotonic()
+        self._spawn("kubelet", [
+            str(self.tools.kubelet), f"--config={self.dir / 'kubelet.yaml'}",
+            f"--kubeconfig={self.cluster.kubeconfig}", f"--hostname-override={self.name}",
+            f"--node-ip={self.net.host_ip}", f"--root-dir={self.dir / 'kubelet'}",
+            f"--cert-dir={self.dir / 'kubelet' / 'pki'}", "--v=1",
+        ])  # fmt: skip
+        _wait(f"node {self.name} Ready", self._ready, START_TIMEOUT, self.procs)
+        self.timings["kubelet"] = time.monotonic() - t
+
+    def _ready(self) -> bool:
+        n = self.cluster.api.get(f"/api/v1/nodes/{self.name}")
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+
+    def _write_configs(self) -> None:
+        d, st = self.dir, self.dir / "containerd"
+        cni_conf = d / "cni"
+        cni_conf.mkdir(exist_ok=True)
+        (cni_conf / "10-bridge.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": self.name,
+            "plugins": [{
+                "type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": self.net.pod_subnet}]],
+                         "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(d / "cni-ipam")},
+            }],
+        }))  # fmt: skip
+        # containerd 2.x config (version 3). Everything that defaults to a machine-wide path
+        # (/var/lib/containerd, /run/containerd, /opt/containerd, /var/run/netns, the NRI
+        # socket) is moved under the node's dirs or disabled.
+        (d / "containerd.toml").write_text(f"""version = 3
+root = "{st / "root"}"
+state = "{self.run / "state"}"
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "{self.containerd_sock}"
+[ttrpc]
+  address = "{self.run / "containerd.ttrpc.sock"}"
+[debug]
+  address = "{self.run / "debug.sock"}"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "{st / "opt"}"
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_cdi = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{self.tools.cni_bin}"]
+    conf_dir = "{cni_conf}"
+    max_conf_num = 1
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "{self.tools.runc}"
+        Root = "{self.run / "runc"}"
+        SystemdCgroup = false
+""")
+        kubelet: dict[str, Any] = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            # hybrid cgroups: v1 controllers, v2 only at /sys/fs/cgroup/unified; no systemd here.
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
+            "containerRuntimeEndpoint": f"unix://{self.containerd_sock}",
+            "address": self.net.host_ip,
+            "port": free_port(),
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": free_port(),
+            # Reachable from this machine only (veth); the API server's logs/exec need no cert.
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "podLogsDir": str(d / "pod-logs"),
+            "failSwapOn": False,
+            "resolvConf": "",
+            # No eviction or image GC: a busy shared disk must not evict test pods or delete
+            # the imported images (they cannot be pulled back: no registry).
+            "evictionHard": {"memory.available": "0%", "nodefs.available": "0%",
+                             "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False,
+            "nodeStatusUpdateFrequency": "2s",
+            "syncFrequency": "5s",
+            "fileCheckFrequency": "5s",
+            "shutdownGracePeriod": "0s",
+            "localStorageCapacityIsolation": False,
+        }  # fmt: skip
+        (d / "kubelet.yaml").write_text(json.dumps(kubelet))
+
+    # ---- teardown -------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        """Leave nothing behind: pods, processes, mounts, cgroups, the netns, the node object."""
+        kubelet = next((p for p in self.procs if p.name == "kubelet"), None)
+        if kubelet and kubelet.popen.poll() is None:
+            with contextlib.suppress(Exception):
+                self._delete_pods()
+        stop([p for p in self.procs if p.name == "kubelet"])
+        containerd = next((p for p in self.procs if p.name == "containerd"), None)
+        if containerd and containerd.popen.poll() is None:
+            self._kill_containers()
+        stop([p for p in self.procs if p.name == "containerd"])
+        self._kill_shims()
+        self._unmount_all()
+        for h in cgroup_hierarchies():
+            _rm_cgroup_tree(h / self.name)
+        self.net.down()
+        with contextlib.suppress(Exception):
+            self.cluster.api.request("DELETE", f"/api/v1/nodes/{self.name}")
+        for link in _container_log_links(self.dir):
+            link.unlink(missing_ok=True)
+        for g in self.absent:
+            with contextlib.suppress(OSError):
+                g.rmdir()
+        shutil.rmtree(self.run, ignore_errors=True)
+        shutil.rmtree(self.dir / "containerd", ignore_errors=True)
+        shutil.rmtree(self.dir / "kubelet", ignore_errors=True)
+
+    def _delete_pods(self) -> None:
+        api = self.cluster.api
+        sel = f"spec.nodeName={self.name}"
+        for p in api.get(f"/api/v1/pods?fieldSelector={sel}")["items"]:
+            m = p["metadata"]
+            with contextlib.suppress(Exception):
+                api.request("DELETE", f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}")
+
+        def gone() -> bool:
+            return not api.get(f"/api/v1/pods?fieldSelector={sel}")["items"]
+
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            _wait(f"pods on {self.name} deleted", gone, POD_TIMEOUT, [])
+
+    def _kill_containers(self) -> None:
+        """Whatever the kubelet left (or never got to delete): kill and remove via containerd."""
+        tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
+        for t in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
+        for t in tasks:
+            for _ in range(20):
+                if self.ctr("tasks", "delete", t, check=False).returncode == 0:
+                    break
+                time.sleep(0.25)
+        for c in self.ctr("containers", "ls", "-q", check=False).stdout.split():
+            self.ctr("containers", "delete", c, check=False)
+
+    def _kill_shims(self) -> None:
+        """Shims daemonize out of containerd's process group: find them by our socket dir."""
+        mark = str(self.containerd_sock).encode()
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            with contextlib.suppress(OSError):
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"containerd-shim" in cmd and mark in cmd:
+                    os.kill(int(pid), 9)
+
+    def _unmount_all(self) -> None:
+        roots = (str(self.dir), str(self.run))
+        for _ in range(3):  # nested mounts: unmount deepest first, lazily as a last resort
+            mounts = [m for m in _mountpoints() if m.startswith(roots)]
+            if not mounts:
+                return
+            for m in sorted(mounts, key=len, reverse=True):
+                if subprocess.run(["umount", m], capture_output=True).returncode != 0:
+                    subprocess.run(["umount", "-l", m], capture_output=True)
+
+    def leftovers(self) -> list[str]:
+        """Anything of this node still on the machine (empty after a clean teardown)."""
+        left = [f"process {p.name} pid {p.popen.pid}" for p in self.procs if p.popen.poll() is None]
+        roots = (str(self.dir), str(self.run))
+        left += [f"mount {m}" for m in _mountpoints() if m.startswith(roots)]
+        left += [f"cgroup {h / self.name}" for h in cgroup_hierarchies() if (h / self.name).exists()]
+        if Path(f"/run/netns/{self.net.netns}").exists():
+            left.append(f"netns {self.net.netns}")
+        if Path(f"/sys/class/net/{self.net.host_if}").exists():
+            left.append(f"link {self.net.host_if}")
+        if self.run.exists():
+            left.append(f"dir {self.run}")
+        left += [f"dir {g}" for g in self.absent if g.exists()]
+        left += [f"log link {p}" for p in _container_log_links(self.dir)]
+        mark = str(self.containerd_sock).encode()
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            with contextlib.suppress(OSError):
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if mark in cmd or str(self.dir).encode() in cmd:
+                    left.append(f"process {pid} {cmd[:80]!r}")
+        return left
+
+
+def _container_log_links(d: Path) -> list[Path]:
+    """The kubelet's symlinks in the fixed /var/log/containers that point into ``d``."""
+    base = Path("/var/log/containers")
+    if not base.is_dir():
+        return []
+    return [p for p in base.iterdir() if p.is_symlink() and os.readlink(p).startswith(str(d))]
+
+
+def _mountpoints() -> list[str]:
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mnt = line.split()[4].replace("\\040", " ")
+        out.append(mnt)
+    return out
+
+
+def pod_on(node: str, name: str, image: str, command: list[str]) -> dict[str, Any]:
+    """A minimal pod pinned to ``node`` (no scheduler involved), never pulling its image."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}],
+        },
+    }

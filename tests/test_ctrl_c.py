@@ -1,0 +1,125 @@
+"""Ctrl-C on the Locust path (issue 18, finding 13): `locust -f scenarios/exec_storm.py`.
+
+Headless and web UI, single process and --master/--worker: SIGINT while a window is in flight
+stops the test as Locust's users expect (long before -t), the window closes in order (users and
+workers stop and send their counts, then the probe reads, then teardown), its counts are exact
+(generated == kernel for every node), and the run's status is ``interrupted``, in the store,
+the report and the console, never ``ok`` or ``running``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from helpers import free_port, is_root, load_report, locust_exec_storm, locust_master_worker, only_run_dir
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.bpf,
+    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
+]
+
+
+def _wait_for(pred, what: str, timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _window_open(out: pathlib.Path) -> bool:
+    db = out / "swarmscope.sqlite"
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(db, timeout=5) as c:
+            return bool(c.execute("SELECT COUNT(*) FROM points").fetchone()[0])
+    except sqlite3.Error:
+        return False
+
+
+def _check_interrupted(out: pathlib.Path, stderr: str, windows: int = 1) -> None:
+    rep = load_report(only_run_dir(out))
+    assert rep["status"] == "interrupted", stderr[-3000:]
+    its = rep["points"][0]["iterations"]
+    assert len(its) == windows, stderr[-3000:]
+    for it in its:
+        assert len(it["per_node"]) == 2
+        for n in it["per_node"]:
+            assert n["kernel"] is not None, f"the probe was torn down before it read: {n}"
+            assert n["generated"] == n["kernel"] and n["generated"] > 0, n
+    assert "status=interrupted" in stderr and "status=running" not in stderr and "status=ok" not in stderr
+    assert "No such file or directory" not in stderr, "a burst outlived its cgroup"
+
+
+def _sigint_and_wait(p: subprocess.Popen[str], limit_s: float = 45.0) -> tuple[str, float]:
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    _, stderr = p.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert took < limit_s, f"Ctrl-C took {took:.0f}s: ignored until -t?"
+    return stderr, took
+
+
+def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    p = locust_exec_storm(
+        "--headless", "-u", "2", "-r", "2", "-t", "120s", "--ss-out", str(out), "--ss-burst-s", "0.5"
+    )
+    try:
+        _wait_for(lambda: _window_open(out), "the window to open")
+        time.sleep(3)
+        stderr, _ = _sigint_and_wait(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    _check_interrupted(out, stderr)
+
+
+def test_ctrl_c_master_worker(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "results"
+    master, worker = locust_master_worker(out, "120s", "0.5")
+    try:
+        _wait_for(lambda: _window_open(out), "the window to open")
+        time.sleep(3)
+        stderr, _ = _sigint_and_wait(master)
+    finally:
+        for p in (master, worker):
+            if p.poll() is None:
+                p.kill()
+        worker.communicate(timeout=30)
+    _check_interrupted(out, stderr)
+
+
+def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
+    out, port = tmp_path / "results", free_port()
+    base = f"http://127.0.0.1:{port}"
+    p = locust_exec_storm(
+        "--web-host", "127.0.0.1", "--web-port", str(port), "--ss-out", str(out), "--ss-burst-s", "0.5"
+    )
+    try:
+
+        def up() -> bool:
+            try:
+                urllib.request.urlopen(base + "/", timeout=2)
+                return True
+            except OSError:
+                assert p.poll() is None, "locust exited"
+                return False
+
+        _wait_for(up, "the web UI")
+        form = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2}).encode()
+        urllib.request.urlopen(base + "/swarm", data=form, timeout=60)
+        time.sleep(3)  # Ctrl-C while the swarm runs (a window in flight)
+        stderr, _ = _sigint_and_wait(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    _check_interrupted(out, stderr)

@@ -1,0 +1,91 @@
+"""A real node (containerd + runc + kubelet) joined to the test API server runs a real pod.
+
+    .venv/bin/python -m pytest tests/test_realnode.py -v -s   # -s shows build/start/stop timings
+
+One test runs the node's whole life, because its last claim is about the machine after the
+node is gone: the node registers with the versions built here, a busybox pod (an image built
+with umoci, imported into containerd) serves HTTP on its bridge address and the host reads it
+through the node's network namespace, its processes sit in the kubelet's per-pod cgroup in
+every hierarchy (what the probes attribute by), the API server streams its log from the
+kubelet, and after teardown nothing of the node is left. A kwok node sits beside the real one.
+A fresh machine first builds the tools (tools/k8s/build.sh, minutes; cached by version).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from cluster import Cluster, build_tools
+from realnode import RealNode, build_node_tools, cgroup_hierarchies, pod_on
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # cold tool builds take minutes
+
+POD_TIMEOUT = 90.0
+PAGE = "served-from-a-real-pod"
+T = TypeVar("T")
+
+
+def _wait_for(what: str, cond: Callable[[], T | None], timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r})")
+
+
+def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    tools, node_tools = build_tools(), build_node_tools()
+    with Cluster.start(tools, tmp_path / "c", nodes=1) as c:
+        with RealNode.start(c, node_tools) as node:
+            n = c.api.get(f"/api/v1/nodes/{node.name}")
+            info = n["status"]["nodeInfo"]
+            assert info["kubeletVersion"] == "v1.36.3"
+            assert info["containerRuntimeVersion"] == "containerd://2.1.4"
+            assert {"type": "InternalIP", "address": node.net.host_ip} in n["status"]["addresses"]
+            kinds = sorted(x["metadata"]["name"] for x in c.api.get("/api/v1/nodes")["items"])
+            assert kinds == sorted(["kwok-node-0", node.name])
+
+            busybox = node.import_image(node_tools.busybox_tar, "swarmscope.local/busybox")
+            assert busybox == "swarmscope.local/busybox:1.35.0"
+            script = (
+                f"mkdir /tmp/www && echo {PAGE} > /tmp/www/index.html && echo started"
+                " && exec httpd -f -p 8080 -h /tmp/www"
+            )
+            web = pod_on(node.name, "web", busybox, ["sh", "-c", script])
+            c.api.post("/api/v1/namespaces/default/pods", web)
+
+            def running() -> dict[str, Any] | None:
+                p = c.api.get("/api/v1/namespaces/default/pods/web")
+                return p if p["status"].get("phase") == "Running" and p["status"].get("podIP") else None
+
+            pod = _wait_for("pod web Running", running, POD_TIMEOUT)
+            ip = pod["status"]["podIP"]
+            assert ip.startswith(node.net.pod_subnet.rsplit(".", 1)[0] + ".")
+            body = _wait_for("HTTP from the pod", lambda: _get(f"http://{ip}:8080/"), 30.0)
+            assert body == PAGE + "\n"
+
+            # The kubelet's per-pod cgroup, in the v2 unified hierarchy and every v1 one.
+            uid = pod["metadata"]["uid"]
+            for h in cgroup_hierarchies():
+                pod_cg = h / node.name / "kubepods" / "besteffort" / f"pod{uid}"
+                procs = [int(x) for f in pod_cg.glob("*/cgroup.procs") for x in f.read_text().split()]
+                assert len(procs) == 2, (h, procs)  # pause + httpd
+            log = c.api.get("/api/v1/namespaces/default/pods/web/log")
+            assert log == "started\n"
+        assert node.leftovers() == []
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return None
