@@ -197,8 +197,8 @@ class FlowAgent:
             self.win.early += int(early)
             self._export("hashmap", flows, len(flows))
         if self.accounter:
-            acc, self.accounter = self.accounter, {}
-            self._export("accounter", acc, len(acc))
+            direct, self.accounter = self.accounter, {}
+            self._export("accounter", direct, len(direct))
         stats = self.bpf[b"agent_stats"]
         dropped = sum(int(v) for v in stats[stats.Key(1)])
         self.win.dropped = dropped - self._dropped0
