@@ -155,6 +155,12 @@ def _neigh_netlink() -> Program:
     return NeighNetlink.from_env()
 
 
+def _flow_count() -> Program:
+    from swarmscope.probes.programs.flow_count import FlowCount
+
+    return FlowCount.from_env()
+
+
 def _procstat() -> Program:
     from swarmscope.probes.programs.procstat import ProcStat
 
@@ -171,6 +177,7 @@ PROGRAMS: dict[str, Callable[[], Program]] = {
     "neigh_events": _neigh_events,
     "neigh_netlink": _neigh_netlink,
     "procstat": _procstat,
+    "flow_count": _flow_count,
 }
 
 # One line per program for --help (what it counts); its settings are its module's PARAMS.
@@ -183,6 +190,7 @@ DESCRIPTIONS: dict[str, str] = {
     "neigh_events": "neighbor create/update per device (tracepoints)",
     "neigh_netlink": "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2)",
     "procstat": "gauges: CPU %, RSS, faults/s of chosen processes",
+    "flow_count": "packets/bytes per IPv4 5-tuple on chosen interfaces (XDP); per-flow histogram",
 }
 
 # Where each program's PARAMS / WINDOW_PARAMS are declared (next to its code). Importing these
@@ -196,6 +204,7 @@ PARAM_MODULES: dict[str, str] = {
     "neigh_events": "swarmscope.probes.programs.neigh_events",
     "neigh_netlink": "swarmscope.probes.programs.neigh_netlink",
     "procstat": "swarmscope.probes.programs.procstat",
+    "flow_count": "swarmscope.probes.programs.flow_count",
 }
 
 
