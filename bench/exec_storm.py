@@ -89,11 +89,11 @@ def probe_cost(tools: NativeTools, node: SimNode, duration_s: float, concurrency
     stats_fd = enable_stats()
     try:
         (fn,) = b.funcs.values()
-        before_counts = percpu_sum(b[b"exec_count"])
+        before_counts = percpu_sum(b[b"exec_count"], "count")
         cnt0, ns0 = prog_stats(fn.fd)
         r = run_burst(tools, node, duration_s, concurrency)
         cnt1, ns1 = prog_stats(fn.fd)
-        after_counts = percpu_sum(b[b"exec_count"])
+        after_counts = percpu_sum(b[b"exec_count"], "count")
     finally:
         os.close(stats_fd)  # stats cost a little on every BPF program: only on while measuring
         b.cleanup()

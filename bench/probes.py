@@ -3,9 +3,11 @@
     sudo .venv/bin/python bench/probes.py                    # 3 alternating rounds of 1 s
     sudo .venv/bin/python bench/probes.py --rounds 5 --duration-s 2 --json
 
-(a) Cost per event: loads exec_count, syscall_count (unfiltered: every syscall on the host; and
-a second copy filtered to getppid, to show what the in-kernel filter saves),
-pkt_count (XDP on a veth in a namespace pair this bench creates and deletes) and bpf_stats,
+(a) Cost per event: loads exec_count (and a second copy compiled without its first/last exec
+times, the same run's reference for what keeping them costs; attached after it, or before it
+with --ref-first), syscall_count (unfiltered: every syscall on the host; and a second copy
+filtered to getppid, to show what the in-kernel filter saves), pkt_count (XDP on a veth in a
+namespace pair this bench creates and deletes) and bpf_stats,
 turns BPF run statistics on, runs one exec storm burst in a simulated node while sending UDP
 packets through the veth, and reads each BPF function's run_cnt / run_time_ns
 (BPF_OBJ_GET_INFO_BY_FD): ns per run, per program. (b) Overhead: exec rate of ``run_burst``
@@ -120,11 +122,36 @@ class _Filtered(SyscallCount):
             self._bpf[b"syscall_filter"][ctypes.c_int(110)] = ctypes.c_uint8(1)
 
 
-def cost_per_event(tools: Any, node: Any, a: str, b: str, duration_s: float, conc: int) -> dict[str, Any]:
-    progs = load_set(b)
-    filtered = _Filtered(["getppid"])
-    filtered.load()
-    progs.append(filtered)
+class _CountOnly(ExecCount):
+    """exec_count without its first/last times, reported apart: what keeping the times costs."""
+
+    name = "exec_count[count only]"
+
+    def load(self) -> None:
+        if self._bpf is None:
+            self._bpf = bcc_env.load_program("exec_count", ["-DSS_EXEC_COUNT_ONLY=1"])
+
+
+def cost_per_event(
+    tools: Any, node: Any, a: str, b: str, duration_s: float, conc: int, ref_first: bool = False
+) -> dict[str, Any]:
+    # Programs on one tracepoint run in attach order and the first pays for cold caches, so
+    # the exec_count reference goes last (the difference is an upper bound) or, with
+    # --ref-first, first (a lower bound).
+    count_only = _CountOnly()
+    if ref_first:
+        count_only.load()
+    try:
+        progs = load_set(b)
+        filtered = _Filtered(["getppid"])
+        filtered.load()
+        progs.append(filtered)
+        if not ref_first:
+            count_only.load()
+    except BaseException:
+        count_only.close()
+        raise
+    progs.append(count_only)
     try:
         with bpf.stats_enabled():
             before = func_stats(progs)
@@ -172,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds without / with probes")
     ap.add_argument("--duration-s", type=float, default=1.0, help="length of each burst")
     ap.add_argument("--concurrency", type=int, default=os.cpu_count() or 1, help="default: nproc")
+    ap.add_argument(
+        "--ref-first",
+        action="store_true",
+        help="attach exec_count's count-only reference before it (default: after it)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -183,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     (node,) = create_sim_nodes(group, ["bench"], pids_max=4 * args.concurrency + 16)
     try:
         with veth_netns() as (a, b):
-            cost = cost_per_event(tools, node, a, b, args.duration_s, args.concurrency)
+            cost = cost_per_event(tools, node, a, b, args.duration_s, args.concurrency, args.ref_first)
             ovh = overhead(tools, node, b, args.rounds, args.duration_s, args.concurrency)
     finally:
         destroy_sim_nodes(group)
@@ -195,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "cost": cost,
         "overhead": ovh,
         "ref_ns_per_event_exec_count": REF_NS_PER_EVENT,
+        "exec_count_ref_first": args.ref_first,
     }
     if args.json:
         print(json.dumps(res))
@@ -204,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, p in cost["programs"].items():
         per = f"{p['ns_per_run']:,.0f} ns/run" if p["ns_per_run"] is not None else "n/a"
         ref = f"   ref ~{REF_NS_PER_EVENT} ns/event (docs/platform.md)" if name == "exec_count" else ""
+        if name == "exec_count[count only]":
+            ref = f"   exec_count without times, attached {'first' if args.ref_first else 'last'} (same run)"
         print(f"      {name:22s} {per:>14s} over {p['runs']:,} runs{ref}")
     ratio = ovh["ratio_with_to_without"]
     print(

@@ -8,7 +8,7 @@ Plots (only those the data supports are made):
 - ``point<i>_counts.png`` — per point, generated / kernel / reported per window over the
   iterations (x = iteration 1..N): the exec-storm figure, for any metric;
 - ``loss_vs_nodes.png`` — loss % (mean, with min..max bars) against the node count, across
-  points that have a node count and a reported number;
+  points that have a node count and a reported number; only for two node counts or more;
 - ``point<i>_per_node.png`` — per point with more than one node, each node's totals (bars up
   to 16 nodes, marker lines beyond).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 # One colour per number, the same in every plot and in the HTML.
 COLORS = {"generated": "#4c72b0", "kernel": "#2a9d55", "reported": "#dd5a2b"}
@@ -90,13 +90,21 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
     return Plot(f"point{point['index']}_counts.png", f"{point_label(point)} per iteration", figure_png(fig))
 
 
+def percent_axis(ax: Any, top_pct: float) -> None:
+    """A y axis of percents from 0: ticks say so ("5%"), and an all-zero series gets 0..1 %
+    rather than matplotlib's default 0..0.05, which read as a ratio under a "loss %" label."""
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=100))
+    ax.set_ylim(bottom=0, top=max(1.0, top_pct * 1.05))
+
+
 def loss_vs_nodes_plot(points: list[dict[str, Any]]) -> Plot | None:
     rows = []
     for p in points:
         s = p.get("summary", {}).get("loss_ratio", {})
         if isinstance(p.get("nodes"), int) and s.get("n"):
             rows.append((p["nodes"], s["mean"] * 100, s["min"] * 100, s["max"] * 100))
-    if not rows:
+    # One node count draws a lone dot, not a trend: no plot (the summary table has the number).
+    if len({r[0] for r in rows}) < 2:
         return None
     rows.sort()
     xs = [r[0] for r in rows]
@@ -106,10 +114,10 @@ def loss_vs_nodes_plot(points: list[dict[str, Any]]) -> Plot | None:
     ax = fig.add_subplot()
     ax.errorbar(xs, means, yerr=err, marker="o", capsize=4, color=COLORS["reported"], label="mean (min..max)")
     ax.set_xlabel("nodes")
-    ax.set_ylabel("loss % (1 - reported / kernel)")
+    ax.set_ylabel("loss (1 - reported / kernel)")
     ax.set_title("loss vs node count")
     ax.set_xticks(xs)
-    ax.set_ylim(bottom=0)
+    percent_axis(ax, max(r[3] for r in rows))
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -24,6 +24,7 @@ KINDS: dict[str, str] = {
     "exec_storm": "swarmscope.kinds.exec_storm",
     "ingress_flood": "swarmscope.kinds.ingress_flood",
     "neighbor_writes": "swarmscope.kinds.neighbor_writes",
+    "flow_storm": "swarmscope.kinds.flow_storm",
 }
 
 

@@ -403,6 +403,9 @@ class ProbeAgent:
             if not self._configure(w, name, prog, options.get(name, {})):
                 continue
             try:
+                open_window = getattr(prog, "open_window", None)  # WindowOpener programs (exec_count)
+                if open_window is not None:
+                    open_window([n for n in w.nodes if n.name not in w.node_errors])
                 w.before[name] = prog.snapshot()
             except Exception as e:
                 w.errors[name] = f"{name}: snapshot at open failed: {e}"
@@ -481,7 +484,8 @@ class ProbeAgent:
                         gauges[node].update(gs)
                 except Exception as e:
                     errors[name] = f"{name}: gauges at close failed: {e}"
-            window_samples = getattr(prog, "window_samples", None)  # SampleSource programs (map_update)
+            # SampleSource programs (map_update, exec_count)
+            window_samples = getattr(prog, "window_samples", None)
             if window_samples is not None:
                 try:
                     got = window_samples(w.start_ns, end, measurable)

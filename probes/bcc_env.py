@@ -101,10 +101,10 @@ def load_program(name: str, cflags: list[str] | None = None, **kw: Any) -> Any:
         raise ProbeError(f"loading {path.name} failed: {e}") from e
 
 
-def percpu_sum(table: Any) -> dict[int, int]:
-    """Sum a BPF_PERCPU_HASH/ARRAY of u64 into {key: total}; keys as plain ints."""
+def percpu_sum(table: Any, field: str | None = None) -> dict[int, int]:
+    """Sum a BPF_PERCPU_HASH/ARRAY of u64 (or of structs: their ``field``) into {key: total}."""
     out: dict[int, int] = {}
     for k, v in table.items():
         key = k.value if hasattr(k, "value") else int(k)
-        out[key] = int(sum(v))
+        out[key] = int(sum(v) if field is None else sum(getattr(x, field) for x in v))
     return out

@@ -4,15 +4,19 @@
     swarmscope top-ebpf -d 2 -s runs --type xdp  # sort by runs in the interval, only XDP
     swarmscope top-ebpf --pid 1234 --name '^trace'
     swarmscope top-ebpf --once --json -d 0.5     # one interval, JSON, for scripts
+    swarmscope top-ebpf --by-runs -o custom-columns=id,name,runs,cpu%   # chosen columns
+    swarmscope top-ebpf --trend 60               # live: each program's CPU % over 60 refreshes
     swarmscope top-ebpf --prometheus 9648        # headless exporter: /metrics, /healthz
 
 Statistics are switched on with BPF_ENABLE_STATS for as long as the command runs and off when
 it exits (unless ``kernel.bpf_stats_enabled`` is set by someone else). Columns: ID, TYPE, NAME
 (full BTF name), RUNS and RUN_NS in the interval, AVG_NS per run, CPU% of one core, MISSES
 (recursion misses, cumulative), MAP_MEM (memlock of its maps), PIDS (processes holding a prog
-or link fd). Sort keys: cpu, runs, avg, time, id, name, mem. JSON rows also carry the
+or link fd); ``-o custom-columns=A,B`` picks and orders them, ``-o json`` is ``--json``. Sort
+keys: cpu, runs, avg, time, id, name, mem (``-s KEY`` or ``--by-KEY``). JSON rows also carry the
 cumulative ``run_cnt`` / ``run_time_ns`` read at the end of the interval (compare with
-``bpftool prog show -j``).
+``bpftool prog show -j``). The live table ends with CPU_TREND: each program's CPU share over
+the last ``--trend`` refreshes as a text sparkline (bpftop's graph), one scale for all rows.
 
 Exporter metrics (cumulative, labels ``id``, ``name``, ``type``):
 ``swarmscope_probe_prog_run_count_total``, ``swarmscope_probe_prog_run_time_seconds_total``,
@@ -28,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +81,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("-d", "--delay", type=float, default=1.0, help="refresh / measuring interval seconds")
     p.add_argument("-s", "--sort", default="cpu", choices=sorted(SORT_KEYS), help="sort key (default cpu)")
+    for key in sorted(SORT_KEYS):  # the same as flags: --by-runs = -s runs (the last one wins)
+        p.add_argument(f"--by-{key}", dest="sort", action="store_const", const=key, help=f"sort by {key}")
+    p.add_argument(
+        "-o", "--output", default="table",
+        help="table (default), json, or custom-columns=ID,NAME,... (of: "
+        + ", ".join(COLUMNS).replace("%", "%%") + ")",
+    )  # fmt: skip
+    p.add_argument(
+        "--trend", type=int, default=30, metavar="N",
+        help="live mode: a CPU_TREND column, each program's CPU %% over the last N refreshes (0: off)",
+    )  # fmt: skip
     p.add_argument("-n", "--iterations", type=int, default=0, help="live mode: stop after N refreshes")
     p.add_argument("--name", help="only programs whose name matches this regular expression")
     p.add_argument("--pid", type=int, help="only programs held by this process")
@@ -149,28 +166,68 @@ def _mem(n: int) -> str:
     return f"{x:.1f}G"
 
 
-def format_table(rows: list[ProgRate], seconds: float) -> str:
-    header = ["ID", "TYPE", "NAME", "RUNS", "RUN_NS", "AVG_NS", "CPU%", "MISSES", "MAP_MEM", "PIDS"]
-    body = [
-        [
-            str(r.prog.id),
-            r.prog.type,
-            r.prog.name,
-            str(r.d_run_cnt),
-            str(r.d_run_time_ns),
-            f"{r.avg_ns:.0f}",
-            f"{r.cpu_pct:.2f}",
-            str(r.prog.recursion_misses),
-            _mem(r.prog.map_memlock),
-            ",".join(f"{pid}/{comm}" for pid, comm in r.prog.owners) or "-",
-        ]
-        for r in rows
-    ]
+# The table's columns: name -> (left-aligned, cell). ``-o custom-columns=ID,NAME,CPU%`` picks
+# and orders them (names as in the header, any case), as Inspektor Gadget's ``-o`` does.
+COLUMNS: dict[str, tuple[bool, Callable[[ProgRate], str]]] = {
+    "ID": (False, lambda r: str(r.prog.id)),
+    "TYPE": (True, lambda r: r.prog.type),
+    "NAME": (True, lambda r: r.prog.name),
+    "RUNS": (False, lambda r: str(r.d_run_cnt)),
+    "RUN_NS": (False, lambda r: str(r.d_run_time_ns)),
+    "AVG_NS": (False, lambda r: f"{r.avg_ns:.0f}"),
+    "CPU%": (False, lambda r: f"{r.cpu_pct:.2f}"),
+    "MISSES": (False, lambda r: str(r.prog.recursion_misses)),
+    "MAP_MEM": (False, lambda r: _mem(r.prog.map_memlock)),
+    "PIDS": (True, lambda r: ",".join(f"{pid}/{comm}" for pid, comm in r.prog.owners) or "-"),
+}
+
+
+def parse_output(spec: str) -> tuple[str, list[str]]:
+    """``-o``: ``table`` (default), ``json``, or ``custom-columns=A,B`` (``columns=`` too)."""
+    if spec in ("table", "json"):
+        return spec, list(COLUMNS)
+    key, sep, value = spec.partition("=")
+    if not sep or key not in ("custom-columns", "columns"):
+        raise ConfigError([Problem("-o", "output", "expected table, json or custom-columns=COL,COL,...")])
+    names = [c.strip().upper() for c in value.split(",") if c.strip()]
+    bad = [c for c in names if c not in COLUMNS]
+    if bad or not names:
+        known = ", ".join(COLUMNS)
+        raise ConfigError(
+            [Problem("-o", "output", f"unknown column(s) {', '.join(bad) or '(none)'}; known: {known}")]
+        )
+    return "table", names
+
+
+SPARK = " ▁▂▃▄▅▆▇█"  # 0 and eighths of the scale: one character per interval
+
+
+def sparkline(values: list[float], top: float) -> str:
+    """The time series of a program's CPU share, oldest first, as bpftop draws it (in text):
+    one block per interval, its height relative to ``top`` (the same for every row)."""
+    if top <= 0:
+        return SPARK[0] * len(values)
+    return "".join(SPARK[min(8, math.ceil(v / top * 8))] for v in values)
+
+
+def format_table(
+    rows: list[ProgRate],
+    seconds: float,
+    columns: list[str] | None = None,
+    trend: dict[int, list[float]] | None = None,
+) -> str:
+    """The table; with ``trend`` (program id -> CPU % per interval) a CPU_TREND column last."""
+    header = columns or list(COLUMNS)
+    body = [[COLUMNS[c][1](r) for c in header] for r in rows]
+    if trend is not None:
+        top = max((v for r in rows for v in trend.get(r.prog.id, [])), default=0.0)
+        header = [*header, "CPU_TREND"]
+        body = [[*b, sparkline(trend.get(r.prog.id, []), top)] for b, r in zip(body, rows, strict=True)]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    left = {1, 2, 9}
     lines = [
         "  ".join(
-            x.ljust(w) if i in left else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths, strict=True))
+            x.ljust(w) if c not in COLUMNS or COLUMNS[c][0] else x.rjust(w)
+            for c, x, w in zip(header, row, widths, strict=True)
         )
         for row in [header, *body]
     ]
@@ -186,12 +243,16 @@ def run(args: argparse.Namespace) -> int:
     from swarmscope.probes import bcc_env
 
     filters = _filters(args)
+    output, args.columns = parse_output(args.output)
+    args.json = args.json or output == "json"
     bcc_env.ensure_mounts()
     if args.prometheus is not None:
         return _exporter(args.prometheus, args.bind, filters)
     if args.once or args.json:
         rows, secs = measure(args.delay, filters, args.sort)
-        print(json.dumps(to_json(rows, secs), indent=2) if args.json else format_table(rows, secs))
+        print(
+            json.dumps(to_json(rows, secs), indent=2) if args.json else format_table(rows, secs, args.columns)
+        )
         return 0
     return _live(args, filters)
 
@@ -211,13 +272,20 @@ def _live(args: argparse.Namespace, filters: Filters) -> int:
     if interactive:
         tty.setcbreak(sys.stdin)  # keys arrive one by one, unechoed; Ctrl-C still works
     n = 0
+    history: dict[int, deque[float]] = {}  # program id -> CPU % of its last --trend intervals
     try:
         while args.iterations <= 0 or n < args.iterations:
             rows, secs = measure(args.delay, filters, sort)
+            for r in rows:
+                history.setdefault(r.prog.id, deque(maxlen=max(args.trend, 1))).append(r.cpu_pct)
+            trend = {i: list(h) for i, h in history.items()} if args.trend > 0 else None
             # Plain ANSI: home + clear, then the table (works in any terminal and over ssh).
             footer = f"\nsort: {sort}   keys: c r a t m i n = sort by cpu/runs/avg/time/mem/id/name, q = quit"
             sys.stdout.write(
-                "\x1b[H\x1b[2J" + format_table(rows, secs) + (footer if interactive else "") + "\n"
+                "\x1b[H\x1b[2J"
+                + format_table(rows, secs, args.columns, trend)
+                + (footer if interactive else "")
+                + "\n"
             )
             sys.stdout.flush()
             n += 1

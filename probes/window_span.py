@@ -10,10 +10,11 @@ host) and the entries it processed; per node, the first and last event times fro
 (``swarmscope.bpf.<node>.first_ns`` / ``last_ns``). An event's timestamp is the BPF time moved
 onto the wall clock with this host's offset, so it lines up with the other processes' spans.
 
-Caveats: counting programs (exec_count) keep no per-event times, so their nodes have counters
-but no first/last. Events are bounded by the span limits of the probe's provider
-(swarmscope.sys.otlpjson.WindowSpans allows EVENT_LIMIT); ``swarmscope.bpf.events_dropped``
-says how many did not fit.
+exec_count gives one ``exec.window`` sample per node (first and last exec of the window), so
+its nodes get first/last the same way. Caveats: other counting programs keep no per-event
+times, so their nodes have counters but no first/last. Events are bounded by the span limits
+of the probe's provider (swarmscope.sys.otlpjson.WindowSpans allows EVENT_LIMIT);
+``swarmscope.bpf.events_dropped`` says how many did not fit.
 """
 
 from __future__ import annotations

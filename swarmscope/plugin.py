@@ -190,6 +190,8 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     environment.swarmscope = proc
     locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
+    if proc.printer is not None:
+        proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
     if not isinstance(runner, WorkerRunner):
         # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI
         # mode (it can land in a greenlet of grpc's gevent integration); SIGTERM is Locust's
@@ -276,9 +278,13 @@ def _on_quitting(environment: Any, **_: Any) -> None:
         proc.events.point_done.fire(run=proc.run, point=free.point, results=list(proc.controller.results))
     report = proc.close(free.status)  # with the kind's report sections
     if report is not None and proc.run is not None:
+        from swarmscope.console import kind_summary
         from swarmscope.controller.report import render_console
 
         print(render_console(report), file=sys.stderr)  # with the final status, not "running"
+        summary = kind_summary(report)  # the ingress steps / neighbor points, one screen
+        if summary:
+            print(summary, file=sys.stderr)
         print(f"swarmscope: report in {proc.run.run_dir}", file=sys.stderr)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +33,6 @@ from swarmscope.sys import owners
 log = logging.getLogger(__name__)
 
 ROLES = ("local", "master", "worker")
-CHECKS_RENDERER = "swarmscope.controller.checks:render_section"
 
 
 class SwarmscopeProcess:
@@ -51,6 +49,7 @@ class SwarmscopeProcess:
         self.worker: Any = None
         self.fleet: Any = None
         self.probe: Any = None
+        self.printer: Any = None  # the console's IterationPrinter (controller side)
         self.store: Any = None
         self.spans: Any = None
         self.metrics: Any = None
@@ -85,6 +84,7 @@ class SwarmscopeProcess:
         return proc
 
     def _make_controller(self, run_id: str | None) -> None:
+        from swarmscope.console import IterationPrinter
         from swarmscope.controller.fleet import Fleet
         from swarmscope.controller.metrics import RunMetrics
         from swarmscope.controller.otel import RunSpans
@@ -127,7 +127,10 @@ class SwarmscopeProcess:
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:
             self.metrics.serve(int(cfg.metrics_port), cfg.metrics_bind)
-        self.events.iteration_done.add_listener(_print_iteration)
+        # A progress line per window with "done/planned eta"; a free run (locust -f) sets
+        # printer.total = 0: its windows follow the user's starts and stops, not a plan.
+        self.printer = IterationPrinter(kind.name, sum(p.iterations for p in kind.points(cfg)))
+        self.events.iteration_done.add_listener(self.printer)
         if cfg.probe == "embedded":
             from swarmscope.controller.embedded import EmbeddedProbe
 
@@ -189,12 +192,14 @@ class SwarmscopeProcess:
         assert self.run is not None
         if not self.checks and not self.cfg.checks:
             return
-        from swarmscope.controller.checks import evaluate, parse_checks
-        from swarmscope.controller.report import build_report
+        from swarmscope.controller.checks import evaluate, parse_checks, render_section
+        from swarmscope.controller.report import build_report, register_section
 
         checks = self.checks or parse_checks((t, "config") for t in self.cfg.checks or [])
         results = evaluate(checks, build_report(self.store, self.run.run_id))
-        self.store.add_section(self.run.run_id, "checks", results, renderer=CHECKS_RENDERER)
+        # Renderers come from this process's registry by section name (the store names no code).
+        register_section("checks")(render_section)
+        self.store.add_section(self.run.run_id, "checks", results)
 
     def close(self, status: str = "ok", write_report: bool = True) -> dict[str, Any] | None:
         """Finish the run (the kind's sections, events, report), then tear down probe, fleet and
@@ -268,16 +273,6 @@ def kernel_missing_everywhere(results: Any) -> bool:
     kernel None, nothing missing) are not caught by it."""
     results = list(results)
     return bool(results) and all(n.kernel is None and n.missing for r in results for n in r.per_node)
-
-
-def _print_iteration(run: RunInfo, result: Any, **_: Any) -> None:
-    cells = []
-    for n in result.per_node:
-        rep = "-" if n.reported is None else str(n.reported)
-        mark = "" if n.harness_ok is not False else " MISMATCH"
-        cells.append(f"{n.node}: gen {n.generated} kern {n.kernel} rep {rep}{mark}")
-    params = " ".join(f"{k}={v}" for k, v in result.params.items())
-    print(f"[{params} iter {result.iteration}] " + " | ".join(cells), file=sys.stderr, flush=True)
 
 
 def hostname() -> str:

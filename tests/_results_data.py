@@ -124,3 +124,45 @@ def fire_run(events: RunEvents, run: RunInfo, tracer: bool = True, status: str |
     if status:
         events.run_finished.fire(run=run, status=status)
     return fired
+
+
+def expected_iteration_json(r: IterationResult) -> dict:
+    """report.json's iteration dict, written out here field by field (not through to_json), so a
+    field that to_json drops or miscomputes shows up in the tests that compare with it."""
+    both = [n for n in r.per_node if n.reported is not None and n.kernel is not None]
+    rep_both, ker_both = sum(n.reported or 0 for n in both), sum(n.kernel or 0 for n in both)
+    reported = [n.reported for n in r.per_node if n.reported is not None]
+    g_both = [n for n in r.per_node if n.reported is not None and n.generated is not None]
+    gen_g, rep_g = sum(n.generated or 0 for n in g_both), sum(n.reported or 0 for n in g_both)
+    return {
+        "iteration": r.iteration,
+        "window_id": r.window_id,
+        "started_ns": r.started_ns,
+        "ended_ns": r.ended_ns,
+        "generated": sum(n.generated or 0 for n in r.per_node),
+        "kernel": sum(n.kernel or 0 for n in r.per_node),
+        "reported": sum(reported) if reported else None,
+        "loss_ratio": 1.0 - rep_both / ker_both if both and ker_both else None,
+        # (generated - reported) / reported over the nodes with both (docs/report-json.md)
+        "loss_vs_reported": (gen_g - rep_g) / rep_g if g_both and rep_g else None,
+        "tracer_lost": r.tracer_lost,
+        "flags": r.flags,
+        "per_node": [
+            {
+                "node": n.node,
+                "generated": n.generated,
+                "kernel": n.kernel,
+                "reported": n.reported,
+                "reported_lost": n.reported_lost,
+                "missing": n.missing,
+                "rate": n.rate,
+                "loss_ratio": None if n.reported is None or not n.kernel else 1.0 - n.reported / n.kernel,
+                "loss_vs_reported": None
+                if n.reported is None or n.generated is None or not n.reported
+                else (n.generated - n.reported) / n.reported,
+                "harness_ok": n.generated == n.kernel,
+            }
+            for n in r.per_node
+        ],
+        "extra": r.extra,
+    }

@@ -26,7 +26,13 @@ def test_bench_probes_short() -> None:
     res = json.loads(out.stdout)
     cost = res["cost"]
     progs = cost["programs"]
-    assert set(progs) == {"exec_count", "syscall_count", "syscall_count[getppid]", "pkt_count"}
+    assert set(progs) == {
+        "exec_count",
+        "exec_count[count only]",
+        "syscall_count",
+        "syscall_count[getppid]",
+        "pkt_count",
+    }
     for p in progs.values():
         assert p["runs"] > 0 and 0 < p["ns_per_run"] < 100_000
     # exec_count runs on every exec of the host: at least the storm's.

@@ -163,9 +163,8 @@ def test_top_ebpf_filters(xdp: tuple[str, int]) -> None:
     _, pid = xdp
     by_pid = top_json("-d", "0.05", "--pid", str(os.getpid()))
     assert [p["id"] for p in by_pid["programs"]] == [pid]
-    assert by_pid["programs"][0]["pids"] == [
-        {"pid": os.getpid(), "comm": by_pid["programs"][0]["pids"][0]["comm"]}
-    ]
+    comm = pathlib.Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
+    assert by_pid["programs"][0]["pids"] == [{"pid": os.getpid(), "comm": comm}]
     assert all(p["type"] == "xdp" for p in top_json("-d", "0.05", "--type", "xdp")["programs"])
     assert top_json("-d", "0.05", "--name", "^no-such-prog$")["programs"] == []
     table = subprocess.run(
@@ -179,6 +178,15 @@ def test_top_ebpf_filters(xdp: tuple[str, int]) -> None:
         [*SWARMSCOPE, "top-ebpf", "--once", "--type", "nope"], capture_output=True, text=True
     )
     assert bad.returncode != 0 and "unknown type" in bad.stderr
+    # -o custom-columns and a sort flag, on the real program (ours: the only one we hold)
+    cols = subprocess.run(
+        [*SWARMSCOPE, "top-ebpf", "--once", "-d", "0.05", "--pid", str(os.getpid()), "--by-id",
+         "-o", "custom-columns=id,name,type"],
+        check=True, capture_output=True, text=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert [ln.split() for ln in cols[1:]] == [["ID", "NAME", "TYPE"], [str(pid), "pkt_count_xdp", "xdp"]]
+    ids = [p["id"] for p in top_json("-d", "0.05", "--by-id")["programs"]]
+    assert ids == sorted(ids) and pid in ids
 
 
 def free_port() -> int:
@@ -271,6 +279,8 @@ def test_top_ebpf_live_mode_redraws(xdp: tuple[str, int]) -> None:
     frames = out.split("\x1b[H\x1b[2J")
     assert frames[0] == "" and len(frames) == 3
     assert all("pkt_count_xdp" in f and f.startswith("top-ebpf") for f in frames[1:])
+    # The live table ends with CPU_TREND (the program is idle here, so its sparkline is blank).
+    assert [f.splitlines()[1].split()[-1] for f in frames[1:]] == ["CPU_TREND", "CPU_TREND"]
 
 
 @pytest.mark.root

@@ -50,7 +50,7 @@ def group() -> Iterator[str]:
 
 
 def kernel_counts(b: Any) -> dict[int, int]:
-    return percpu_sum(b[b"exec_count"])
+    return percpu_sum(b[b"exec_count"], "count")
 
 
 def delta(before: dict[int, int], after: dict[int, int], cgid: int) -> int:

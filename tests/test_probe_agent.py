@@ -553,6 +553,7 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
         ctl.window_result()
     finally:
         run.stop()
+    assert run.error is None  # AgentThread keeps what run_forever raised
     (span,) = exporter.get_finished_spans()
     assert span.name == "probe window" and span.parent is not None
     assert (span.context.trace_id, span.parent.span_id) == (int(trace_id, 16), int(parent_id, 16))

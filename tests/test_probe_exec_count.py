@@ -1,4 +1,9 @@
-"""exec_count really loaded: exact per-cgroup counts, delta semantics, and `probe --once`."""
+"""exec_count really loaded: exact per-cgroup counts, delta semantics, and `probe --once`.
+
+Also the first/last exec time of a window: K execs in a cgroup between two CLOCK_MONOTONIC
+readings give a count of K exactly and before <= first <= last <= after; a later window never
+shows an earlier window's times.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -14,8 +20,8 @@ from probe_helpers import exec_in_cgroup, temp_cgroup
 
 from swarmscope import cli
 from swarmscope.errors import ProbeError, SetupError
-from swarmscope.probes.programs.base import delta_by_cgroup, delta_by_node, get_program
-from swarmscope.probes.programs.exec_count import ExecCount
+from swarmscope.probes.programs.base import Sample, delta_by_cgroup, delta_by_node, get_program
+from swarmscope.probes.programs.exec_count import SERIES, ExecCount, window_times
 from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, cgroup_paths, pid_cgroup_path, resolve_cgroup_id
 
 
@@ -156,3 +162,68 @@ def test_resolve_cgroup_id(tmp_path) -> None:
     assert resolve_cgroup_id(str(tmp_path / "n1"), root=str(tmp_path)) == ino
     with pytest.raises(SetupError, match="no cgroup at"):
         resolve_cgroup_id("/nope", root=str(tmp_path))
+
+
+def window(prog, nodes: list[Node], k: int, cg) -> tuple[dict, dict, int, int]:
+    """One window as the agent runs it; ``k`` execs in ``cg`` timed by the monotonic clock.
+
+    Returns (counts, samples, before, after); ``prog.opened`` is the monotonic time just before
+    open_window.
+    """
+    start = time.time_ns()
+    prog.opened = time.monotonic_ns()
+    prog.open_window(nodes)
+    s0 = prog.snapshot()
+    before = time.monotonic_ns()
+    if k:
+        exec_in_cgroup(cg, k)
+    after = time.monotonic_ns()
+    s1 = prog.snapshot()
+    end = time.time_ns()
+    return delta_by_node(s0, s1, nodes, prog.counters), prog.window_samples(start, end, nodes), before, after
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_count_exact_and_times_inside_the_window(prog) -> None:
+    with temp_cgroup("times") as cg, temp_cgroup("other") as other:
+        node, idle = Node("n1", cgroup_id(cg)), Node("n2", cgroup_id(other))
+        counts, samples, before, after = window(prog, [node, idle], 9, cg)
+        assert counts == {"n1": {"exec": 9}, "n2": {"exec": 0}}
+        (s,) = samples["n1"]
+        assert s.series == SERIES and s.value == 0
+        assert before <= s.start_ns <= s.end_ns <= after
+        assert samples["n2"] == []  # no exec: no times, not zeros
+        first1, last1 = s.start_ns, s.end_ns
+
+        # A window with no exec in the cgroup: the previous window's times do not leak in.
+        counts, samples, _, _ = window(prog, [node], 0, cg)
+        assert counts == {"n1": {"exec": 0}} and samples == {"n1": []}
+
+        # The next window with execs: its own times only, all after the earlier window.
+        counts, samples, before, after = window(prog, [node], 4, cg)
+        assert counts == {"n1": {"exec": 4}}
+        (s,) = samples["n1"]
+        assert last1 < before <= s.start_ns <= s.end_ns <= after
+        assert first1 <= last1
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_host_node_sees_every_cgroup(prog) -> None:
+    with temp_cgroup("hosttimes") as cg:
+        counts, samples, before, _ = window(prog, [Node("host", 0)], 3, cg)
+        assert counts["host"]["exec"] >= 3  # other processes on the host exec too
+        (s,) = samples["host"]
+        # The host's first may be another process's exec, but never one before the window opened.
+        assert prog.opened <= s.start_ns <= s.end_ns
+        assert before <= s.end_ns  # the last is at least the last of our 3
+        assert isinstance(s, Sample)
+
+
+def test_window_times_pure() -> None:
+    # CPU 0 ran none since the open; CPU 1 both; CPU 2 missed the restart (first before open).
+    assert window_times([(5, 8), (20, 30), (9, 25)], opened=10) == (20, 30)
+    assert window_times([(5, 8), (0, 0)], opened=10) is None
+    assert window_times([(9, 12)], opened=10) == (12, 12)
+    assert window_times([], opened=10) is None

@@ -241,7 +241,7 @@ def test_bad_options_fail_the_ack_and_the_probe_stays_up(controller, monkeypatch
         assert ack.error == (
             "bad options: map_update.pids: item 0: must be an integer, not 'x'; "
             "nosuch.x: unknown program 'nosuch' (known: exec_count, syscall_count, pkt_count, "
-            "bpf_stats, map_update, neigh_events, neigh_netlink, procstat); "
+            "bpf_stats, map_update, neigh_events, neigh_netlink, procstat, flow_count); "
             "procstat.bogus: unknown option (known: procstat.cgroups, procstat.names, procstat.pids); "
             "procstat.interval: start-up only (set $SWARMSCOPE_PROC_INTERVAL when starting the probe); "
             "syscall_count.syscalls: program syscall_count is not read in this window"

@@ -208,6 +208,7 @@ def test_agent_sends_procstat_gauges_over_grpc(
     finally:
         run.stop()
         server.stop(0)
+    assert run.error is None  # AgentThread keeps what run_forever raised
     by = {r.node: r for r in readings}
     print({n: dict(r.gauges) for n, r in by.items()})
     assert by["n1"].error == "" and dict(by["n1"].counters) == {}

@@ -97,7 +97,7 @@ def test_collector_budget_paces_and_lifts(collector_server) -> None:
     t0 = time.monotonic()
     stub.Push(iter(_events(60)), timeout=10)
     took = time.monotonic() - t0
-    assert 0.25 <= took < 2.0, took  # 60 events at 200/s: ~0.3 s
+    assert 0.25 <= took < 0.6, took  # 60 events at 200/s: ~0.3 s
     col.set_rate(0)  # lifted: the same load goes through at once
     t0 = time.monotonic()
     stub.Push(iter(_events(60)), timeout=10)
@@ -115,7 +115,7 @@ def node_cgroup() -> Iterator[tuple[pathlib.Path, int]]:
     try:
         cgroup2_mount()
     except SetupError:
-        pytest.skip("no cgroup v2 mount on this kernel")
+        pytest.skip("kernel lacks a cgroup v2 mount")
     with temp_cgroup("ss-stream-test") as cg:
         yield cg, cgroup_id(cg)
 

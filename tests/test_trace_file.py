@@ -102,6 +102,12 @@ def test_distributed_exec_storm_trace_json(tmp_path: pathlib.Path) -> None:
             assert probe["attrs"][f"swarmscope.kernel.{n['node']}.exec"] == n["kernel"] == n["generated"]
             # The burst ran inside the window (one host, one clock).
             assert probe["start"] <= burst["start"] < burst["end"] <= probe["end"]
+            # exec_count's first/last exec of the window (BPF clock), and the event at the last.
+            first, last = (probe["attrs"][f"swarmscope.bpf.{n['node']}.{k}"] for k in ("first_ns", "last_ns"))
+            evs = [e for e in probe["events"] if e["name"] == "exec.window"]
+            (ev,) = [e for e in evs if e["attrs"]["node"] == n["node"]]
+            assert (ev["attrs"]["bpf.enter_ns"], ev["attrs"]["bpf.exit_ns"]) == (first, last)
+            assert 0 < first <= last and probe["start"] <= ev["t"] <= probe["end"]
         # Two worker processes made the bursts, a third process the probe span.
         pids = {s["service"]: set() for s in kids}
         for s in kids:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import secrets
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -195,7 +195,7 @@ def node_cgroup() -> Iterator[tuple[pathlib.Path, int]]:
     try:
         cgroup2_mount()
     except SetupError:
-        pytest.skip("no cgroup v2 mount on this kernel")
+        pytest.skip("kernel lacks a cgroup v2 mount")
     with temp_cgroup("ss-tracer-test") as cg:
         yield cg, cgroup_id(cg)
 
@@ -207,32 +207,48 @@ def node_binary(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
     return p
 
 
-def assert_k_or_admitted_loss(res: TracerResult, node: str, k: int) -> None:
-    """Exactly k, unless the tracer said it lost events.
+def assert_exact(res: TracerResult, node: str, k: int) -> None:
+    """Every one of the node's k execs is reported or admitted lost, and nothing else is counted.
 
-    These presets trace the whole host, and other work on a shared machine can make them drop
-    events (its execs count in their host-wide "lost"); then the node's count may fall short,
-    but never exceed k, and the shortfall must be covered by the admitted loss.
+    Only valid when the tracer's "lost" is about the node's cgroup and the sentinels (a program
+    filtered in the kernel, as _filtered_bpftrace): then reported + lost - sentinels_lost == k.
     """
-    assert res.error == ""
-    assert res.lost is not None
-    got = res.per_node[node]
-    assert got <= k, res
-    if res.lost == 0:
-        assert got == k, res
-    else:
-        assert got + res.lost >= k, res
+    assert res.error == "", res
+    assert res.lost is not None, res
+    assert res.per_node[node] + res.lost - res.sentinels_lost == k, res
 
 
-needs_bpftrace = pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace not installed")
+def exact_or_retry(window: Callable[[int], TracerResult], node: str, k: int, tries: int = 3) -> TracerResult:
+    """For host-wide tracers (ig has no in-kernel cgroup filter): exactly k with no loss.
+
+    Their "lost" counts every exec on the host, so it cannot be set against the node's k. A
+    window that admits loss (other work on a shared machine) is run again, at most ``tries``
+    times; the count itself is never excused.
+    """
+    for attempt in range(tries):
+        res = window(attempt)
+        assert res.error == "", res
+        assert res.lost is not None, res
+        if res.lost == 0:
+            assert res.per_node[node] == k, res
+            return res
+        print(f"attempt {attempt}: host-wide loss {res.lost}, running the window again")
+    raise AssertionError(f"host-wide loss in all {tries} windows: {res}")
 
 
 @pytest.mark.root
 @pytest.mark.bpf
-@needs_bpftrace
 def test_bpftrace_counts_exactly_k_execs_per_node(node_cgroup, tmp_path) -> None:
     cg, cgid = node_cgroup
-    tracer = make_tracer(tracer_config(tracer="bpftrace", tracer_ready_timeout_s=60))
+    # The preset (its match and attribution) with the program filtered in the kernel to this
+    # node's cgroup and the sentinels, so its "lost" is about these execs only.
+    tracer = make_tracer(
+        tracer_config(
+            tracer="bpftrace",
+            tracer_ready_timeout_s=60,
+            tracer_command=_filtered_bpftrace(cgid, rb_pages=None),
+        )
+    )
     assert tracer is not None
     # Two windows in a row with the same adapter: each starts its own tracer process.
     for window, k in (("w1", 400), ("w2", 150)):
@@ -242,15 +258,13 @@ def test_bpftrace_counts_exactly_k_execs_per_node(node_cgroup, tmp_path) -> None
         exec_in_cgroup(cg, k, node_binary(tmp_path, f"ss-{window}"))
         res = tracer.stop()
         assert res.per_node["idle"] == 0
-        assert_k_or_admitted_loss(res, "n1", k)
-        # Host-wide tracer: sentinel lines were printed (at least one per CPU) but never counted.
+        assert_exact(res, "n1", k)
+        # Sentinel lines were printed (at least one per CPU) but never counted.
         assert res.lines >= res.per_node["n1"] + len(os.sched_getaffinity(0))
-        print(f"bpftrace {window}: k={k} reported={res.per_node['n1']} lost(host-wide)={res.lost}")
+        print(f"bpftrace {window}: k={k} reported={res.per_node['n1']} lost={res.lost}")
 
 
 def test_make_tracer_takes_the_sentinel_binary() -> None:
-    if shutil.which("bpftrace") is None:
-        pytest.skip("bpftrace not installed")
     t = make_tracer(tracer_config(tracer="bpftrace"), sentinel="/usr/bin/env")
     assert isinstance(t, CommandTracer) and t.sentinel == pathlib.Path("/usr/bin/env")
     assert make_tracer(tracer_config(tracer="none"), sentinel="/usr/bin/env") is None
@@ -258,7 +272,6 @@ def test_make_tracer_takes_the_sentinel_binary() -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@needs_bpftrace
 def test_bpftrace_stalled_reader_loses_and_says_so(node_cgroup, tmp_path) -> None:
     """A stalled reader: bpftrace drops events, and reported + its "Lost N" = the truth.
 
@@ -301,13 +314,7 @@ def test_bpftrace_stalled_reader_loses_and_says_so(node_cgroup, tmp_path) -> Non
 def ig_path() -> pathlib.Path:
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    if shutil.which("go") is None and not pathlib.Path("/usr/local/go/bin/go").exists():
-        # Without Go and a cached binary there is nothing to run: a real gap on this machine.
-        try:
-            return presets.ig_binary(build=False)
-        except Exception:
-            pytest.skip("Go is not installed and ig is not cached")
-    return presets.ig_binary(build=True)  # cached by version; first build 2-4 min
+    return presets.ig_binary(build=True)  # cached by version; first build 2-4 min (tools/go.sh brings Go)
 
 
 @pytest.mark.root
@@ -320,11 +327,14 @@ def test_ig_counts_exactly_k_execs_per_node(ig_path, node_cgroup, tmp_path) -> N
     comm = f"ss-i{secrets.token_hex(2)}"
     tracer = make_tracer(tracer_config(tracer="ig", tracer_ready_timeout_s=90))
     assert tracer is not None
-    tracer.start("w-ig", [NodeKey("n1", cgroup_id=cgid, comm=comm)])
-    exec_in_cgroup(cg, k, node_binary(tmp_path, comm))
-    res = tracer.stop()
-    assert res.error == ""
-    assert_k_or_admitted_loss(res, "n1", k)
+
+    def window(attempt: int) -> TracerResult:
+        tracer.start(f"w-ig{attempt}", [NodeKey("n1", cgroup_id=cgid, comm=comm)])
+        (tmp_path / str(attempt)).mkdir()
+        exec_in_cgroup(cg, k, node_binary(tmp_path / str(attempt), comm))
+        return tracer.stop()
+
+    res = exact_or_retry(window, "n1", k)
     print(f"ig: k={k} reported={res.per_node['n1']} lost(host-wide)={res.lost} other={res.other}")
 
 
@@ -343,54 +353,63 @@ def ticker():
         ticks.append(time.monotonic())
         gevent.sleep(0.01)
 g = gevent.spawn(ticker)
-t = make_tracer(tracer_config(tracer="bpftrace"))
+t = make_tracer(tracer_config(tracer="bpftrace", tracer_command=json.loads(sys.argv[3])))
 t.start("w", [NodeKey("n1", cgroup_id=os.stat(cg).st_ino)])
 exec_in_cgroup(cg, k, pathlib.Path("/bin/true"))
 s0 = time.monotonic()
 res = t.stop()
 s1 = time.monotonic()
 g.kill()
-print(json.dumps({"n1": res.per_node["n1"], "lost": res.lost,
+print(json.dumps({"n1": res.per_node["n1"], "lost": res.lost, "sentinels_lost": res.sentinels_lost,
                   "ticks_in_stop": sum(1 for x in ticks if s0 <= x <= s1), "stop_s": s1 - s0}))
 """
 
 
 @pytest.mark.root
 @pytest.mark.bpf
-@needs_bpftrace
 def test_bpftrace_inside_a_gevent_patched_process(node_cgroup, tmp_path) -> None:
     """Every Locust process is gevent-patched: the reader must still be a real thread, and the
     hub must keep running (other greenlets tick) while stop() drains."""
     import json
 
-    cg, _ = node_cgroup
+    cg, cgid = node_cgroup
     k = 200
     out = subprocess.run(
-        [sys.executable, "-c", GEVENT_SCRIPT, str(cg), str(k)],
+        [
+            sys.executable,
+            "-c",
+            GEVENT_SCRIPT,
+            str(cg),
+            str(k),
+            json.dumps(_filtered_bpftrace(cgid, rb_pages=None)),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["n1"] == k or (r["lost"] > 0 and r["n1"] < k), r
+    assert r["n1"] + r["lost"] - r["sentinels_lost"] == k, r
     # stop() takes >= 0.1 s (it waits for the pipe to be empty twice, 50 ms apart); at a 10 ms
     # tick the ticker must have run during it, i.e. stop() did not block the hub.
     assert r["ticks_in_stop"] >= 3, r
 
 
-def _filtered_bpftrace(cgid: int) -> list[str]:
-    """bpftrace counting only this cgroup and the sentinels (so "lost" is about them only)."""
+def _filtered_bpftrace(cgid: int, rb_pages: int | None = 1) -> list[str]:
+    """bpftrace counting only this cgroup and the sentinels (so "lost" is about them only).
+
+    rb_pages=1 makes its perf buffers tiny (loss on purpose); None keeps bpftrace's default.
+    """
     prog = (
         f'tracepoint:sched:sched_process_exec /cgroup == {cgid} || strncmp(comm, "ss-sync-", 8) == 0/ '
         '{ printf("%s %llu\\n", comm, cgroup); }'
     )
-    return ["env", "BPFTRACE_PERF_RB_PAGES=1", "bpftrace", "-B", "line", "-e", prog]
+    env = [] if rb_pages is None else ["env", f"BPFTRACE_PERF_RB_PAGES={rb_pages}"]
+    return [*env, "bpftrace", "-B", "line", "-e", prog]
 
 
 @pytest.mark.root
 @pytest.mark.bpf
-@needs_bpftrace
 def test_read_rate_limits_the_reader_and_accounting_holds(node_cgroup) -> None:
     cg, cgid = node_cgroup
     k, rate = 1500, 100.0
@@ -413,7 +432,6 @@ def test_read_rate_limits_the_reader_and_accounting_holds(node_cgroup) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@needs_bpftrace
 def test_tracer_dying_mid_window_is_an_error_not_a_count(node_cgroup) -> None:
     cg, cgid = node_cgroup
     t = CommandTracer(_filtered_bpftrace(cgid), match=presets.BPFTRACE_MATCH)
@@ -429,17 +447,32 @@ def test_tracer_dying_mid_window_is_an_error_not_a_count(node_cgroup) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@needs_bpftrace
 def test_tracer_check_command() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
     exe = pathlib.Path(sys.executable).parent / "swarmscope"
-    out = subprocess.run(
-        [str(exe), "tracer-check", "--tracer", "bpftrace", "--execs", "300"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "execs (truth) 300" in out.stdout
-    assert "vs truth 300: exact" in out.stdout or "covers (host-wide loss)" in out.stdout, out.stdout
+    k = 300
+
+    def window(attempt: int) -> TracerResult:
+        out = subprocess.run(
+            [str(exe), "tracer-check", "--tracer", "bpftrace", "--execs", str(k)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        fig = {
+            m[0]: int(m[1])
+            for m in re.findall(r"^(execs \(truth\)|reported|lost \(own\))\s+(\d+)", out.stdout, re.M)
+        }
+        sentinels = re.search(r"sentinels among them: (\d+)", out.stdout)
+        acc = re.search(r"^reported\+lost (\d+)  vs truth (\d+): (\w+)", out.stdout, re.M)
+        assert fig.keys() == {"execs (truth)", "reported", "lost (own)"} and sentinels and acc, out.stdout
+        assert fig["execs (truth)"] == k, out.stdout
+        # The printed sum is the sum of the printed figures.
+        assert int(acc[1]) == fig["reported"] + fig["lost (own)"] - int(sentinels[1]), out.stdout
+        if fig["lost (own)"] == 0:
+            assert acc[3] == "exact", out.stdout
+        return TracerResult(
+            {"node": fig["reported"]}, fig["lost (own)"], 0, 0, [], sentinels_lost=int(sentinels[1])
+        )
+
+    exact_or_retry(window, "node", k)

@@ -12,7 +12,9 @@ VER=${IG_VERSION:-v0.35.0}
 CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools/ig-$VER
 BIN=$CACHE/ig
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
-command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+# A Go new enough for the module (tools/go.sh fetches one through the module proxy if needed).
+go_bin=$("$(dirname "$0")/go.sh")
+export PATH="$(dirname "$go_bin"):$PATH" GOTOOLCHAIN=local
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9

@@ -15,6 +15,9 @@ if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$DEST"
 exec 9>"$DEST/.lock"; flock 9
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+# A Go new enough for the module (tools/go.sh fetches one through the module proxy if needed).
+go_bin=$("$(dirname "$0")/go.sh")
+export PATH="$(dirname "$go_bin"):$PATH" GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
 dir=$(go mod download -json "github.com/jaegertracing/jaeger@$VER" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 work=$(mktemp -d)

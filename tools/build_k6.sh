@@ -5,7 +5,7 @@
 #   K6_VERSION=v1.8.1 tools/build_k6.sh
 #
 # Caveats: a cold build takes ≈ 4.5 min on 2 cores (Go module proxy + compile); later runs only
-# check the cached binary. The Go toolchain must be on PATH (or at /usr/local/go/bin).
+# check the cached binary. Go comes from tools/go.sh.
 set -euo pipefail
 VER=${K6_VERSION:-v1.8.1}
 CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools
@@ -14,8 +14,9 @@ BIN="$DIR/k6"
 if [ -x "$BIN" ] && "$BIN" version >/dev/null 2>&1; then
   echo "$BIN"; exit 0
 fi
-export PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null || { echo "build_k6: go toolchain not found" >&2; exit 1; }
+# A Go new enough for the module (tools/go.sh fetches one through the module proxy if needed).
+go_bin=$("$(dirname "$0")/go.sh")
+export PATH="$(dirname "$go_bin"):$PATH" GOTOOLCHAIN=local
 mkdir -p "$DIR"
 # A private GOBIN so a half-built binary never appears at $BIN; moved into place at the end.
 tmp=$(mktemp -d "$DIR/.build.XXXXXX")

@@ -33,6 +33,10 @@ PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm 
       gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk chromium
       umoci busybox-static libseccomp-dev pkg-config)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
+# Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
+# build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through
+# the Go module proxy (Debian 12's Go is 1.19).
+if [ -n "$EXTRAS" ]; then PKGS+=(golang-go); fi
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do
@@ -85,5 +89,9 @@ if [ -d /usr/lib/python3/dist-packages/bcc ]; then
   mkdir -p .venv/debian-bcc
   ln -sfn /usr/lib/python3/dist-packages/bcc .venv/debian-bcc/bcc
   echo "$(pwd)/.venv/debian-bcc" > "$site/debian_bcc.pth"
+fi
+# The Go toolchain for the test tools (a no-op when a new enough Go is already there).
+if [ -n "$EXTRAS" ]; then
+  echo "setup: go toolchain $(tools/go.sh)"
 fi
 echo "setup: ready (.venv; kernel headers at $HDR_ROOT/current)"

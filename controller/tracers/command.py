@@ -426,7 +426,9 @@ class CommandTracer:
 
 def build_command(cfg: TracerConfig, sentinel: str | None, **preset: Any) -> CommandTracer:
     """A CommandTracer from the flat scenario keys; ``preset`` supplies what the keys leave null."""
-    cmd = cfg.tracer_command or preset.pop("argv", None)
+    # Popped whatever wins: a preset's argv left in ``preset`` would be passed twice below.
+    preset_argv = preset.pop("argv", None)
+    cmd = cfg.tracer_command or preset_argv
     if not cmd:
         raise ConfigError([Problem("config", "tracer_command", "is required for this tracer")])
     match = cfg.tracer_match or None

@@ -12,7 +12,7 @@
 
 A program counts in the kernel, keyed by cgroup v2 id, and user space only ever reads
 cumulative totals; a window is the difference of two snapshots. Optional parts: ``configure``
-(this window's options, see params.py), ``window_gauges`` and ``window_samples`` (per-event
+(this window's options, see params.py), ``open_window``, ``window_gauges`` and ``window_samples`` (per-event
 records). Caveats: the registry is
 deliberately closed (names map to code that ships here; a probe never loads a program named by
 the network that is not in it), and a counter that goes *down* between two snapshots means the
@@ -65,6 +65,16 @@ class GaugeSource(Protocol):
     def window_gauges(
         self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
     ) -> dict[str, dict[str, float]]: ...
+
+
+class WindowOpener(Protocol):
+    """A program that keeps per-window state in the kernel (exec_count: first/last exec time).
+
+    The agent calls ``open_window`` at OpenWindow, after ``configure`` and before the open
+    snapshot, with the window's nodes.
+    """
+
+    def open_window(self, nodes: Iterable[NodeLike]) -> None: ...
 
 
 class Configurable(Protocol):
@@ -145,6 +155,12 @@ def _neigh_netlink() -> Program:
     return NeighNetlink.from_env()
 
 
+def _flow_count() -> Program:
+    from swarmscope.probes.programs.flow_count import FlowCount
+
+    return FlowCount.from_env()
+
+
 def _procstat() -> Program:
     from swarmscope.probes.programs.procstat import ProcStat
 
@@ -161,6 +177,7 @@ PROGRAMS: dict[str, Callable[[], Program]] = {
     "neigh_events": _neigh_events,
     "neigh_netlink": _neigh_netlink,
     "procstat": _procstat,
+    "flow_count": _flow_count,
 }
 
 # One line per program for --help (what it counts); its settings are its module's PARAMS.
@@ -173,6 +190,7 @@ DESCRIPTIONS: dict[str, str] = {
     "neigh_events": "neighbor create/update per device (tracepoints)",
     "neigh_netlink": "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2)",
     "procstat": "gauges: CPU %, RSS, faults/s of chosen processes",
+    "flow_count": "packets/bytes per IPv4 5-tuple on chosen interfaces (XDP); per-flow histogram",
 }
 
 # Where each program's PARAMS / WINDOW_PARAMS are declared (next to its code). Importing these
@@ -186,6 +204,7 @@ PARAM_MODULES: dict[str, str] = {
     "neigh_events": "swarmscope.probes.programs.neigh_events",
     "neigh_netlink": "swarmscope.probes.programs.neigh_netlink",
     "procstat": "swarmscope.probes.programs.procstat",
+    "flow_count": "swarmscope.probes.programs.flow_count",
 }
 
 

@@ -59,9 +59,13 @@ def _run(args: argparse.Namespace) -> int:
     report = run_scenario(kind, cfg, checks=checks)
     if report is None:
         return 1
+    from swarmscope.console import kind_summary
     from swarmscope.controller.report import render_console
 
     print(render_console(report))
+    summary = kind_summary(report)  # the ingress steps / neighbor points, one screen
+    if summary:
+        print(summary)
     if checks:
         print(render_results(report.get("checks") or []))
     bad = [f for f in report.get("flags", []) if f["flag"] == "harness-mismatch"]

@@ -30,7 +30,7 @@ RUNC_VERSION=v1.3.0
 CNI_VERSION=v1.7.1
 PAUSE_VERSION=3.10  # the sandbox image name kubelet v1.36 and containerd v2.1 expect
 BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[^A-Za-z0-9._-]/_/g')
-GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+GO=${GO:-$("$(dirname "$0")/../go.sh")}  # new enough; fetched through the module proxy if not
 export GOFLAGS=${GOFLAGS:--mod=mod}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 

@@ -1,0 +1,94 @@
+"""Flow agents under test: the registry of what a flow storm can measure, by name.
+
+    start_agent("reference", netns, dev, cache_max_flows=10000, cache_timeout_s=1.0)
+    # -> AgentProcess: .pid (for procstat), .start_window(), .flush() -> the window's summary
+
+An adapter starts its agent in the flow storm's source namespace, watching the sending
+interface, and speaks to it as its collector: ``start_window`` before a window's traffic,
+``flush`` after it (every flow evicted now), which returns the agent's own account of the
+window (packets, bytes, flows, evictions per component, ring buffer / hashmap ratio, buffer
+sizes, dropped flows). Registered in ``AGENTS``; the kind's ``agent`` option's choices are its
+names ("none": no agent). Only the reference eBPF agent (agent.py) ships so far.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from swarmscope.errors import LoadGenError
+
+
+class AgentProcess:
+    """A flow agent subprocess with its stdin (commands) and stdout (exported records)."""
+
+    def __init__(self, cmd: list[str], timeout_s: float = 60.0) -> None:
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid  # `ip netns exec` execs the agent: the same pid
+        self.timeout_s = timeout_s
+        self.records: list[dict[str, Any]] = []
+        self._until(lambda m: bool(m.get("ready")))
+
+    def _until(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise LoadGenError(f"the flow agent exited ({self.proc.poll()})")
+            msg = json.loads(line)
+            if done(msg):
+                return msg
+            self.records.append(msg)
+
+    def _send(self, cmd: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+
+    def configure(self, cache_max_flows: int, cache_timeout_s: float) -> None:
+        """A new map size and timeout, in the same process (its pid stays)."""
+        self._send(f"config {int(cache_max_flows)} {float(cache_timeout_s)}")
+        self._until(lambda m: "configured" in m)
+
+    def start_window(self) -> None:
+        self.records = []
+        self._send("start")
+
+    def flush(self) -> dict[str, Any]:
+        self._send("flush")
+        summary = self._until(lambda m: "window" in m)["window"]
+        summary["exports"] = len(self.records)
+        return dict(summary)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # EOF: the agent detaches and exits
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _reference(netns: str, dev: str, cache_max_flows: int, cache_timeout_s: float) -> AgentProcess:
+    cmd = [
+        "ip", "netns", "exec", netns, sys.executable, "-m", "swarmscope.targets.flow_agent.agent",
+        "--dev", dev, "--cache-max-flows", str(cache_max_flows), "--cache-timeout", str(cache_timeout_s),
+    ]  # fmt: skip
+    return AgentProcess(cmd)
+
+
+AGENTS: dict[str, Callable[[str, str, int, float], AgentProcess]] = {"reference": _reference}
+AGENT_CHOICES = ("none", *AGENTS)
+
+
+def start_agent(
+    name: str, netns: str, dev: str, cache_max_flows: int, cache_timeout_s: float
+) -> AgentProcess:
+    if name not in AGENTS:
+        raise LoadGenError(f"unknown flow agent {name!r} (known: {', '.join(AGENTS)})")
+    return AGENTS[name](netns, dev, cache_max_flows, cache_timeout_s)

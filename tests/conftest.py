@@ -1,0 +1,121 @@
+"""Markers that mean something, and a skip policy that lets no test skip where it could run.
+
+    pytest -m "not slow"              # the quick set (`slow` tests take more than ~20 s)
+    pytest -m bpf tests/              # only the tests that load BPF programs
+
+- ``root``: skipped with reason ``not root`` when the euid is not 0.
+- ``bpf``: also needs root, and skipped with reason ``kernel lacks BPF: …`` when a probe that
+  loads a two-instruction socket filter through bpf(2) really fails.
+- ``slow``: selection only (``-m "not slow"``); an unmarked test that takes longer than
+  SLOW_S is listed at the end of the run, so the marker stays true.
+
+Skip policy: a skip is allowed only when its reason is one of ALLOWED_REASONS (``not root`` /
+``needs root…`` while not root, ``kernel lacks …``). Any other skip — a missing tool, a missing
+binary, a fixture that gave up — is turned into a failure that quotes the reason: CI is root with
+BPF, so there a skip can only hide a broken setup. Every skip's reason is printed (``-rs``).
+
+Caveats: ``kernel lacks …`` is trusted as written; use it only after a probe of the feature
+really failed (as ``bpf_unavailable`` does here).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+
+import pytest
+
+SLOW_S = 20.0
+
+# Reasons a skip may give (prefix match). Root reasons count only while not root: as root
+# the same skip means a test's own condition is wrong.
+ROOT_REASONS = ("not root", "needs root")
+KERNEL_REASON = "kernel lacks"
+
+
+@functools.cache
+def bpf_unavailable() -> str | None:
+    """Why BPF programs cannot be loaded here, or None when they can (one real BPF_PROG_LOAD)."""
+    if os.geteuid() != 0:
+        return "not root"
+    if platform.system() != "Linux":
+        return f"{KERNEL_REASON} BPF: not Linux"
+    # BPF_PROG_LOAD of a socket filter "r0 = 0; exit": the smallest program every BPF kernel takes.
+    insns = (ctypes.c_uint64 * 2)(0x00000000000000B7, 0x0000000000000095)
+    license_ = ctypes.create_string_buffer(b"GPL")
+
+    class Attr(ctypes.Structure):
+        _fields_ = (
+            ("prog_type", ctypes.c_uint32),
+            ("insn_cnt", ctypes.c_uint32),
+            ("insns", ctypes.c_uint64),
+            ("license", ctypes.c_uint64),
+            ("pad", ctypes.c_uint8 * 112),
+        )
+
+    attr = Attr(1, 2, ctypes.addressof(insns), ctypes.addressof(license_))  # 1 = SOCKET_FILTER
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr_bpf = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
+    if nr_bpf is None:
+        return None  # unknown syscall number: let the tests themselves find out
+    fd = libc.syscall(nr_bpf, 5, ctypes.byref(attr), ctypes.sizeof(attr))  # 5 = BPF_PROG_LOAD
+    if fd < 0:
+        return f"{KERNEL_REASON} BPF: BPF_PROG_LOAD failed: {os.strerror(ctypes.get_errno())}"
+    os.close(fd)
+    return None
+
+
+def allowed_skip(reason: str) -> bool:
+    """Whether a skip with this reason is allowed on this machine (see the module docstring)."""
+    r = reason.strip()
+    if r.startswith("Skipped: "):
+        r = r[len("Skipped: ") :]
+    if os.geteuid() != 0 and r.startswith(ROOT_REASONS):
+        return True
+    return r.startswith(KERNEL_REASON)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every skip prints its reason in the summary, whatever -r the caller gave.
+    chars = config.option.reportchars or ""
+    if "s" not in chars and "a" not in chars and "A" not in chars:
+        config.option.reportchars = chars + "s"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.skip("not root (marked root; CI runs as root)")
+    if item.get_closest_marker("bpf"):
+        why = bpf_unavailable()
+        if why is not None:
+            pytest.skip(why)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    report: pytest.TestReport = yield
+    if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
+        path, line, reason = report.longrepr
+        if not allowed_skip(reason):
+            report.outcome = "failed"
+            report.longrepr = (
+                f"skip not allowed on this machine (only 'not root' while not root, or "
+                f"'kernel lacks …' after a failed feature probe): {path}:{line}: {reason}"
+            )
+    if report.when == "call" and report.passed and report.duration > SLOW_S:
+        if item.get_closest_marker("slow") is None:
+            item.config.stash.setdefault(_UNMARKED_SLOW, []).append((item.nodeid, report.duration))
+    return report
+
+
+_UNMARKED_SLOW = pytest.StashKey[list[tuple[str, float]]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    slow = terminalreporter.config.stash.get(_UNMARKED_SLOW, [])
+    if slow:
+        terminalreporter.section(f"tests over {SLOW_S:.0f} s without the slow marker")
+        for nodeid, secs in sorted(slow, key=lambda s: -s[1]):
+            terminalreporter.write_line(f"{secs:7.1f} s  {nodeid}")
