@@ -223,6 +223,36 @@ def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathl
 
 
 @needs_root
+@pytest.mark.parametrize("workers", [1, 2])
+def test_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, workers: int) -> None:
+    """boom's -n: a step of N requests sends exactly N, and nginx logs exactly N for it (an odd
+    count over two workers: split 501/500)."""
+    dist = ("mode=distributed", "workers=2", f"master_bind=127.0.0.1:{free_port()}") if workers == 2 else ()
+    r = flood(tmp_path, "steps=5,20", "requests=300,1001", "step_duration=30", *dist)
+    assert [s["request_count"] for s in r["steps"]] == [300, 1001]
+    assert [s["requests"] for s in r["steps"]] == [300, 1001]
+    assert [s["users"] for s in r["steps"]] == [5, 20]
+    for w, s in zip(windows(r), r["steps"], strict=True):
+        assert s["failures"] == 0 and w["server_requests"] == w["successes"] == s["request_count"]
+        assert 0 < s["elapsed_s"] < 30 and s["rps"] == s["requests"] / s["elapsed_s"]
+    assert_exact_per_step(r)
+    assert r["ingress"]["server_requests"] == 1301
+
+
+def test_request_counts_are_checked_against_steps_model_and_engine() -> None:
+    cfg = KIND.schema.load(env={}, sets=["steps=5,10", "requests=1000"])
+    assert cfg.requests == [1000]
+    assert [p.params for p in KIND.points(cfg)] == [
+        {"users": 5, "request_count": 1000},
+        {"users": 10, "request_count": 1000},
+    ]
+    with pytest.raises(ConfigError) as e:
+        KIND.schema.load(env={}, sets=["steps=5,10,20", "requests=1,2", "model=open", "engine=k6"])
+    assert "one per step (3)" in str(e.value) and "closed model" in str(e.value)
+    assert "engine=locust" in str(e.value)
+
+
+@needs_root
 def test_distributed_two_workers_exact_and_merged_equals_one_histogram(tmp_path: pathlib.Path) -> None:
     r = flood(
         tmp_path, "steps=5,10", "step_duration=2", "mode=distributed", "workers=2",

@@ -74,7 +74,23 @@ INGRESS_FIELDS: list[Field] = [
         min=1,
         max=100000,
     ),
-    Field("step_duration", float, 30.0, "seconds each step is held", min=1, max=3600),
+    Field(
+        "step_duration",
+        float,
+        30.0,
+        "seconds each step is held (request-count steps: the most a step may take)",
+        min=1,
+        max=3600,
+    ),
+    Field(
+        "requests",
+        list_of(int),
+        None,
+        "boom's -n: requests per step (one value for all, or one per step); closed model, locust",
+        nullable=True,
+        min=1,
+        max=10_000_000,
+    ),
     Field("engine", str, "locust", "load engine", choices=("locust", "k6")),
     Field(
         "model", str, "closed", "closed (N users) or open (fixed arrival rate)", choices=("closed", "open")
@@ -149,6 +165,7 @@ class IngressConfig(RunConfig):
     host: str
     steps: list[float]
     step_duration: float
+    requests: list[int] | None
     engine: str
     model: str
     open_users: int
@@ -172,6 +189,14 @@ def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
         r = host_allowed(target_url(values["host"], values["path"]), values.get("allow_hosts") or [])
         if r:
             out.append(("host", r))
+    counts = values.get("requests")
+    if counts:
+        if len(counts) not in (1, len(values["steps"])):
+            out.append(("requests", f"give one count or one per step ({len(values['steps'])})"))
+        if values["model"] != "closed":
+            out.append(("requests", "request-count steps use the closed model (boom's -c users)"))
+        if values["engine"] != "locust":
+            out.append(("requests", "request-count steps are run by engine=locust"))
     if values["fault"].endswith("-local") and values["host"]:
         out.append(("fault", f"{values['fault']} needs the local target (leave host empty)"))
     return out

@@ -163,6 +163,9 @@ class IngressDriver:
         start_at, dur = float(p["start_at"]), float(p["step_duration"])
         load = self._start(window_id, start_at, 1, openm)
         load.rate_at, load.users = (lambda t: rate), users
+        n_requests = p.get("request_count")
+        if n_requests is not None:  # boom's -n: this worker's share of the step's exact count
+            load.budget = share(int(n_requests), pos, count)
         extra: dict[str, Any] = {}
         gevent.sleep(max(0.0, start_at - time.time()))
         if self.cfg.engine == "k6":
@@ -235,7 +238,14 @@ class IngressDriver:
         running = [FloodUser(environment) for _ in range(users)]
         for u in running:
             u.start(group)
-        gevent.sleep(max(0.0, load.recorder.t0 + dur - time.time()))
+        end = load.recorder.t0 + dur
+        if load.budget is None:
+            gevent.sleep(max(0.0, end - time.time()))
+        else:  # count mode: until every budgeted request is recorded, step_duration at most
+            budget = load.budget
+            while self._recorded(load) < budget and time.time() < end:
+                gevent.sleep(0.02)
+            load.elapsed_s = time.time() - load.recorder.t0
         load.stop()
         # Graceful: a user between requests is killed, one in a request finishes it (and
         # records it) first, as Locust's own stop with a stop timeout does.
@@ -244,6 +254,10 @@ class IngressDriver:
         if not group.join(timeout=float(self.cfg.stop_timeout_s)):
             log.warning("ingress: users still in a request after the stop timeout; killed")
             group.kill(block=True)
+
+    @staticmethod
+    def _recorded(load: Any) -> int:
+        return sum(s.requests for s in load.recorder.steps.values())
 
     def _run_k6(self, load: Any, users: int, rate: float, dur: float, openm: bool) -> dict[str, Any]:
         from swarmscope.workers.k6 import run_k6
@@ -268,6 +282,8 @@ class IngressDriver:
         load.stop()
         rec: StepRecorder = load.recorder
         out: dict[str, Any] = {**extra, "engine": self.cfg.engine}
+        if load.elapsed_s is not None:  # count mode: the time this worker's share took
+            out["elapsed_s"] = load.elapsed_s
         if self.index == 0:
             out["url"] = self.base_url
             out["preflight_requests"], self.preflight_requests = self.preflight_requests, 0

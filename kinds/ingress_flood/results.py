@@ -73,6 +73,8 @@ def reconcile_window(
         rows[0]["step"] = point.index
         rows[0][key] = point.params[key]
         rows[0]["proxy"] = proxy
+        if "request_count" in point.params:  # boom's -n: the count asked, the time it took
+            _count_row(rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
         for row in rows:
             i = row["step"]
@@ -111,6 +113,17 @@ def reconcile_window(
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)
     return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
+
+
+def _count_row(row: dict[str, Any], asked: int, got: list[dict[str, Any]], flags: list[str]) -> None:
+    """A request-count step's row: the count asked, the slowest worker's time, the rate over it."""
+    row["request_count"] = asked
+    elapsed = max((float(r["elapsed_s"]) for r in got if r.get("elapsed_s") is not None), default=0.0)
+    row["elapsed_s"] = elapsed
+    if elapsed > 0:
+        row["rps"] = row["requests"] / elapsed
+    if row["requests"] != asked:
+        flags.append(f"count-incomplete:step{row['step']}:sent {row['requests']} of {asked}")
 
 
 def fault_span(f: Mapping[str, Any]) -> dict[str, Any] | None:
