@@ -239,6 +239,45 @@ def test_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, workers: int
     assert r["ingress"]["server_requests"] == 1301
 
 
+@needs_root
+def test_backend_replicas_per_step_serve_round_robin(tmp_path: pathlib.Path) -> None:
+    """backends=1,2,4: each step the LB proxies to that many replicas (each its own nginx), and
+    the mean latency vs concurrency and replicas is tabled and plotted."""
+    r = flood(tmp_path, "steps=4,4,8", "requests=400", "backends=1,2,4", "step_duration=30")
+    assert [s["backends"] for s in r["steps"]] == [1, 2, 4]
+    assert [s["requests"] for s in r["steps"]] == [400, 400, 400]
+    assert all(s["latency_ms"]["mean"] > 0 for s in r["steps"])
+    assert_exact_per_step(r)
+    assert (r["run_dir"] / "mean_latency_backends.png").stat().st_size > 1000
+    assert "mean_latency_backends.png" in (r["run_dir"] / "report.html").read_text()
+
+
+def test_backends_only_for_the_local_target() -> None:
+    with pytest.raises(ConfigError, match="local target"):
+        KIND.schema.load(env={}, sets=["host=http://127.0.0.1:9/", "backends=2"])
+    with pytest.raises(ConfigError, match="one per step"):
+        KIND.schema.load(env={}, sets=["steps=1,2,3", "backends=1,2"])
+
+
+@needs_root
+def test_local_target_reloads_onto_n_replicas() -> None:
+    """Which replicas serve, from their own answers: exactly the first n after use_backends(n)."""
+    import urllib.request
+
+    from swarmscope.targets.ingress.local import LocalIngress
+
+    with LocalIngress(backends=4) as t:
+        for n in (1, 4, 2):
+            t.use_backends(n)
+            assert len(t.lb_pids()) == 2  # master + the one new worker, the old one gone
+            bodies = set()
+            for _ in range(4 * n):
+                with urllib.request.urlopen(t.url, timeout=5) as resp:
+                    bodies.add(resp.read().decode().strip())
+            assert bodies == {f"backend-{i}" for i in range(1, n + 1)}
+        assert len(t.backend_pids()) == 8  # 4 replicas, a master and a worker each
+
+
 def test_request_counts_are_checked_against_steps_model_and_engine() -> None:
     cfg = KIND.schema.load(env={}, sets=["steps=5,10", "requests=1000"])
     assert cfg.requests == [1000]

@@ -24,7 +24,7 @@ from swarmscope.config import Field
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
-from swarmscope.kinds.ingress_flood.config import IngressConfig
+from swarmscope.kinds.ingress_flood.config import IngressConfig, backends_of
 
 START_DELAY_S = 0.3  # a window starts this long after its payload is made: every worker at once
 
@@ -83,6 +83,7 @@ class IngressFlood(Kind[IngressConfig]):
             "users": point.params.get("users"),
             "rate": point.params.get("rate"),
             "request_count": point.params.get("request_count"),
+            "backends": None if cfg.host else backends_of(cfg, point.index),
             "model": cfg.model,
             "open_users": cfg.open_users,
             "step_duration": cfg.step_duration,
@@ -132,11 +133,11 @@ class IngressFlood(Kind[IngressConfig]):
 
 
 def _count_of(cfg: IngressConfig, i: int) -> dict[str, int]:
-    """Request-count mode (boom's -n): step i's total request count, or nothing (timed steps)."""
-    counts = cfg.requests
-    if not counts:
-        return {}
-    return {"request_count": int(counts[i] if len(counts) > 1 else counts[0])}
+    """Step i's request count (boom's -n) and backend replicas, when the scenario sets them."""
+    out = {"backends": backends_of(cfg, i)} if cfg.backends and len(cfg.backends) > 1 else {}
+    if cfg.requests:
+        out["request_count"] = int(cfg.requests[i] if len(cfg.requests) > 1 else cfg.requests[0])
+    return out
 
 
 def _num(v: float) -> int | float:

@@ -64,6 +64,7 @@ class IngressDriver:
         self._window = ""
         self._done: dict[str, dict[str, Any]] = {}
         self._log_before = 0
+        self._step_of: dict[str, int] = {}  # window id -> the step it runs (backends per step)
         self._fault: Any = None
         self._fault_sent = 0
         self._timeline: list[tuple[float, bool]] = []
@@ -80,10 +81,13 @@ class IngressDriver:
         cfg = self.cfg
         try:
             if not cfg.host:
+                from swarmscope.kinds.ingress_flood.config import backends_of
                 from swarmscope.targets.ingress.local import LocalIngress
 
-                self.target = LocalIngress(cfg.restart_delay_s, cfg.lb_workers)
+                started = max(cfg.backends or [2])
+                self.target = LocalIngress(cfg.restart_delay_s, cfg.lb_workers, backends=started)
                 self.target.__enter__()
+                self.target.use_backends(backends_of(cfg, 0))
                 self.base_url = self.target.url.rstrip("/")
             url = target_url(self.base_url, cfg.path)
             # Checked again here, on the worker, on the URL really requested: the namespaces
@@ -162,7 +166,10 @@ class IngressDriver:
             self.base_url = str(p["url"]).rstrip("/")
         start_at, dur = float(p["start_at"]), float(p["step_duration"])
         load = self._start(window_id, start_at, 1, openm)
+        self._step_of[window_id] = int(p["step"])
         load.rate_at, load.users = (lambda t: rate), users
+        if self.target is not None and p.get("backends") is not None:
+            self.target.use_backends(int(p["backends"]))  # normally already, see _finish
         n_requests = p.get("request_count")
         if n_requests is not None:  # boom's -n: this worker's share of the step's exact count
             load.budget = share(int(n_requests), pos, count)
@@ -255,6 +262,18 @@ class IngressDriver:
             log.warning("ingress: users still in a request after the stop timeout; killed")
             group.kill(block=True)
 
+    def _next_backends(self, window_id: str) -> None:
+        """Reload onto the next step's replicas now, so the LB pids sent with these results
+        (which the probe samples in the next window) are the workers that will serve it."""
+        from swarmscope.kinds.ingress_flood.config import backends_of
+
+        step = self._step_of.pop(window_id, None)
+        if step is not None and step + 1 < len(self.cfg.steps):
+            try:
+                self.target.use_backends(backends_of(self.cfg, step + 1))
+            except SwarmscopeError as e:
+                log.warning("ingress: backends for step %d: %s (retried at its start)", step + 1, e)
+
     @staticmethod
     def _recorded(load: Any) -> int:
         return sum(s.requests for s in load.recorder.steps.values())
@@ -289,6 +308,9 @@ class IngressDriver:
             out["preflight_requests"], self.preflight_requests = self.preflight_requests, 0
         if self.target is not None:
             out["server_requests"] = self._settled_log_count() - self._log_before
+            out["backends"] = self.target.backends_used
+            if not last and self.cfg.backends and len(self.cfg.backends) > 1:
+                self._next_backends(window_id)
             out["lb_pids"] = self._lb_pids_settled(timeout_s=1.0)
             out["restarts"] = [list(r) for r in self.target.restarts]
         if self._fault is not None:

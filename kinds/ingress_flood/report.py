@@ -31,6 +31,8 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         for h in (
             "step",
             "users/rate",
+            "backends",
+            "mean",
             "requests",
             "failures",
             "req/s",
@@ -46,15 +48,18 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         load = s.get("users", s.get("rate"))
         bound = "<b style='color:#b00'>yes</b>" if s.get("generator_bound") else "no"
         cells = [
-            _f(s.get("step")), _f(load), _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
+            _f(s.get("step")), _f(load), _f(s.get("backends")), _f(lat.get("mean"), 2),
+            _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
             *(_f(lat.get(p), 2) for p in PCTS), _f((s.get("proxy") or {}).get("cpu_pct")),
             _f((s.get("proxy") or {}).get("rss_kib_max"), 0), bound,
         ]  # fmt: skip
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     imgs = "".join(
         f'<p><img src="{f}" alt="{f}"></p>'
-        for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png")
-    )
+        for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png",
+                  "mean_latency_backends.png")
+        if f in set((report.get("ingress") or {}).get("plots", {}).values())
+    )  # fmt: skip
     title = "<h2>Steps (latency in ms, exact from merged HDR histograms)</h2>"
     return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}")
 

@@ -73,6 +73,9 @@ def reconcile_window(
         rows[0]["step"] = point.index
         rows[0][key] = point.params[key]
         rows[0]["proxy"] = proxy
+        reps = next((int(r["backends"]) for r in got if r.get("backends") is not None), None)
+        if reps is not None:  # the local target: the replicas that served this step
+            rows[0]["backends"] = reps
         if "request_count" in point.params:  # boom's -n: the count asked, the time it took
             _count_row(rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
