@@ -27,8 +27,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from locust import events
-
 TAB_KEY = "swarmscope"
 Columns = list[tuple[str, str]]  # (row key, column title)
 
@@ -69,6 +67,10 @@ def install(kind_name: str) -> None:
     if _KIND:
         return
     _KIND.append(kind_name)
+    # Locust is imported here, not at the top: importing it monkey-patches the process (gevent),
+    # and the row builders below are used where that must not happen (tests, reports).
+    from locust import events
+
     events.init.add_listener(_on_init)
 
 
