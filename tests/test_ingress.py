@@ -216,7 +216,14 @@ def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathl
         # From the probe's procstat on the LB's pids: master + 2 workers, sampled in the window.
         assert s["proxy"]["processes"] == 3 and s["proxy"]["ticks"] >= 1
         assert s["proxy"]["rss_kib_max"] > 0
+        # pidstat's table per process: the master first, then its 2 workers (the LB's pids).
+        procs = s["proxy_processes"]
+        assert [p["role"] for p in procs] == ["master", "worker", "worker"]
+        assert sum(p["RSS"] for p in procs) == s["proxy"]["rss_kib_max"]
+        assert all(p["VSZ"] >= p["RSS"] > 0 and 0 < p["%MEM"] < 100 for p in procs)
     assert any(s["proxy"]["cpu_pct"] > 0 for s in steps)
+    assert any(p["%CPU"] > 0 for s in steps for p in s["proxy_processes"] if p["role"] == "worker")
+    assert "<th>minflt/s</th>" in (r["run_dir"] / "report.html").read_text()
     assert r["faults"] == []
     for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png"):
         assert (r["run_dir"] / f).stat().st_size > 1000

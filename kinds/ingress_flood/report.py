@@ -61,7 +61,26 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         if f in set((report.get("ingress") or {}).get("plots", {}).values())
     )  # fmt: skip
     title = "<h2>Steps (latency in ms, exact from merged HDR histograms)</h2>"
-    return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}")
+    return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}{_pidstat(steps)}")
+
+
+def _pidstat(steps: list[dict[str, Any]]) -> str:
+    """The proxy's process table per step in pidstat's columns (the probe's procstat)."""
+    cols = ("%usr", "%sys", "%guest", "%CPU", "minflt/s", "majflt/s", "VSZ", "RSS", "%MEM")
+    rows = [
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            _f(s.get("step")), _f(s.get("users", s.get("rate"))), _f(p.get("pid")), _f(p.get("role")),
+            *(_f(p.get(c), 0 if c in ("VSZ", "RSS") else 2) for c in cols),
+        )) + "</tr>"
+        for s in steps for p in s.get("proxy_processes") or []
+    ]  # fmt: skip
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("step", "users/rate", "PID", "role", *cols))
+    return (
+        "<h3>Proxy processes (pidstat columns: mean over the step's ticks; VSZ, RSS in KiB and "
+        f"%MEM at their largest)</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 @register_section("faults")
