@@ -102,7 +102,7 @@ def reconcile_window(
         if reps is not None:  # the local target: the replicas that served this step
             rows[0]["backends"] = reps
         if "request_count" in point.params:  # boom's -n: the count asked, the time it took
-            _count_row(rows[0], int(point.params["request_count"]), got, flags)
+            _count_row(cfg, rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
         for row in rows:
             i = row["step"]
@@ -143,13 +143,20 @@ def reconcile_window(
     return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
 
 
-def _count_row(row: dict[str, Any], asked: int, got: list[dict[str, Any]], flags: list[str]) -> None:
-    """A request-count step's row: the count asked, the slowest worker's time, the rate over it."""
+def _count_row(
+    cfg: IngressConfig, row: dict[str, Any], asked: int, got: list[dict[str, Any]], flags: list[str]
+) -> None:
+    """A request-count step's row: the count asked, the slowest worker's time, the rate and the
+    generators' CPU % over that time (not over ``step_duration``, the step's mere limit)."""
     row["request_count"] = asked
     elapsed = max((float(r["elapsed_s"]) for r in got if r.get("elapsed_s") is not None), default=0.0)
     row["elapsed_s"] = elapsed
     if elapsed > 0:
         row["rps"] = row["requests"] / elapsed
+        scale = float(cfg.step_duration) / elapsed
+        cpu = [c * scale for c in row.get("generator_cpu_pct") or []]
+        row["generator_cpu_pct"] = cpu
+        row["generator_bound"] = any(c >= cfg.generator_bound_pct for c in cpu)
     if row["requests"] != asked:
         flags.append(f"count-incomplete:step{row['step']}:sent {row['requests']} of {asked}")
 
