@@ -1,4 +1,4 @@
-"""A minimal process sampler (pidstat's job): CPU % usr/sys, RSS, minor/major faults per second.
+"""A minimal process sampler (pidstat's job): CPU % usr/sys/guest, faults/s, VSZ, RSS, %MEM.
 
     s = ProcSampler(pids=lambda: target.lb_pids(), interval_s=1.0)   # or names=["nginx"]
     s.start()
@@ -7,9 +7,11 @@
     ProcSampler.totals(samples)  # per-timestamp sums over the sampled processes
 
 Every interval it reads /proc/<pid>/stat (utime, stime, minflt, majflt) and statm (RSS) and
-reports rates over the interval, like ``pidstat -u -r 1``. The PID set is re-evaluated each
-tick (a callable), so a restarted process is picked up. A process seen for the first time
-produces its first rate one interval later (a rate needs two readings), as pidstat does.
+reports rates over the interval, like ``pidstat -u -r 1`` (VSZ from statm, guest time from
+stat, %MEM as RSS over the machine's memory; ``usr_pct`` includes guest time, as utime does).
+The PID set is re-evaluated each tick (a callable), so a restarted process is picked up. A
+process seen for the first time produces its first rate one interval later (a rate needs two
+readings), as pidstat does.
 
 Caveats: percentages are of one core (200 % = two cores busy). Runs in a thread; under gevent
 (Locust) the thread is a greenlet, which is fine since it only sleeps and reads files.
@@ -25,6 +27,7 @@ from typing import Any
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_MEM_TOTAL = _PAGE * os.sysconf("SC_PHYS_PAGES")  # pidstat's %MEM: RSS over MemTotal
 
 
 def read_stat(pid: int) -> tuple[str, float, float, int, int, int] | None:
@@ -44,6 +47,18 @@ def read_stat(pid: int) -> tuple[str, float, float, int, int, int] | None:
     minflt, majflt = int(f[7]), int(f[9])
     utime, stime = int(f[11]) / _TICK, int(f[12]) / _TICK
     return comm, utime, stime, minflt, majflt, rss_pages * _PAGE
+
+
+def read_vsz_guest(pid: int) -> tuple[int, float] | None:
+    """(vsz_bytes, guest_s) of ``pid`` (pidstat's VSZ and %guest inputs), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
+            vsz_pages = int(fh.read().split()[0])
+        return vsz_pages * _PAGE, int(f[40]) / _TICK  # guest_time is field 43 in proc(5)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def pids_by_name(names: Iterable[str]) -> list[int]:
@@ -77,6 +92,7 @@ class ProcSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._samples: list[dict[str, Any]] = []
+        self._guest: dict[int, float] = {}  # pid -> guest seconds at its last tick
 
     def _current_pids(self) -> list[int]:
         out: list[int] = []
@@ -100,6 +116,7 @@ class ProcSampler:
                 t0, (_, u0, s0, mi0, ma0, _) = prev[pid]
                 dt = max(now_m - t0, 1e-6)
                 comm, u, s, mi, ma, rss = st
+                vg = read_vsz_guest(pid) or (0, self._guest.get(pid, 0.0))
                 self._samples.append(
                     {
                         "t": now_w,
@@ -111,10 +128,18 @@ class ProcSampler:
                         "minflt_s": (mi - mi0) / dt,
                         "majflt_s": (ma - ma0) / dt,
                         "rss_kib": rss // 1024,
+                        "vsz_kib": vg[0] // 1024,
+                        "guest_pct": 100.0 * (vg[1] - self._guest.get(pid, vg[1])) / dt,
+                        "mem_pct": 100.0 * rss / _MEM_TOTAL,
                     }
                 )
+                self._guest[pid] = vg[1]
+            elif (vg0 := read_vsz_guest(pid)) is not None:
+                self._guest[pid] = vg0[1]
         prev.clear()
         prev.update(seen)
+        for gone in set(self._guest) - set(seen):
+            del self._guest[gone]
 
     def _loop(self) -> None:
         prev: dict[int, tuple[float, tuple[str, float, float, int, int, int]]] = {}

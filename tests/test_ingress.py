@@ -216,10 +216,89 @@ def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathl
         # From the probe's procstat on the LB's pids: master + 2 workers, sampled in the window.
         assert s["proxy"]["processes"] == 3 and s["proxy"]["ticks"] >= 1
         assert s["proxy"]["rss_kib_max"] > 0
+        # pidstat's table per process: the master first, then its 2 workers (the LB's pids).
+        procs = s["proxy_processes"]
+        assert [p["role"] for p in procs] == ["master", "worker", "worker"]
+        assert sum(p["RSS"] for p in procs) == s["proxy"]["rss_kib_max"]
+        assert all(p["VSZ"] >= p["RSS"] > 0 and 0 < p["%MEM"] < 100 for p in procs)
     assert any(s["proxy"]["cpu_pct"] > 0 for s in steps)
+    assert any(p["%CPU"] > 0 for s in steps for p in s["proxy_processes"] if p["role"] == "worker")
+    assert "<th>minflt/s</th>" in (r["run_dir"] / "report.html").read_text()
     assert r["faults"] == []
     for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png"):
         assert (r["run_dir"] / f).stat().st_size > 1000
+
+
+@needs_root
+@pytest.mark.parametrize("workers", [1, 2])
+def test_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, workers: int) -> None:
+    """boom's -n: a step of N requests sends exactly N, and nginx logs exactly N for it (an odd
+    count over two workers: split 501/500)."""
+    dist = ("mode=distributed", "workers=2", f"master_bind=127.0.0.1:{free_port()}") if workers == 2 else ()
+    r = flood(tmp_path, "steps=5,20", "requests=300,1001", "step_duration=30", *dist)
+    assert [s["request_count"] for s in r["steps"]] == [300, 1001]
+    assert [s["requests"] for s in r["steps"]] == [300, 1001]
+    assert [s["users"] for s in r["steps"]] == [5, 20]
+    for w, s in zip(windows(r), r["steps"], strict=True):
+        assert s["failures"] == 0 and w["server_requests"] == w["successes"] == s["request_count"]
+        assert 0 < s["elapsed_s"] < 30 and s["rps"] == s["requests"] / s["elapsed_s"]
+        # The generators' CPU over the time the count took, not over the 30-s limit: Locust
+        # sending as fast as it can uses a good share of a core (2 cores, shared machine).
+        assert len(s["generator_cpu_pct"]) == workers and max(s["generator_cpu_pct"]) > 20
+    assert_exact_per_step(r)
+    assert r["ingress"]["server_requests"] == 1301
+
+
+@needs_root
+def test_backend_replicas_per_step_serve_round_robin(tmp_path: pathlib.Path) -> None:
+    """backends=1,2,4: each step the LB proxies to that many replicas (each its own nginx), and
+    the mean latency vs concurrency and replicas is tabled and plotted."""
+    r = flood(tmp_path, "steps=4,4,8", "requests=400", "backends=1,2,4", "step_duration=30")
+    assert [s["backends"] for s in r["steps"]] == [1, 2, 4]
+    assert [s["requests"] for s in r["steps"]] == [400, 400, 400]
+    assert all(s["latency_ms"]["mean"] > 0 for s in r["steps"])
+    assert_exact_per_step(r)
+    assert (r["run_dir"] / "mean_latency_backends.png").stat().st_size > 1000
+    assert "mean_latency_backends.png" in (r["run_dir"] / "report.html").read_text()
+
+
+def test_backends_only_for_the_local_target() -> None:
+    with pytest.raises(ConfigError, match="local target"):
+        KIND.schema.load(env={}, sets=["host=http://127.0.0.1:9/", "backends=2"])
+    with pytest.raises(ConfigError, match="one per step"):
+        KIND.schema.load(env={}, sets=["steps=1,2,3", "backends=1,2"])
+
+
+@needs_root
+def test_local_target_reloads_onto_n_replicas() -> None:
+    """Which replicas serve, from their own answers: exactly the first n after use_backends(n)."""
+    import urllib.request
+
+    from swarmscope.targets.ingress.local import LocalIngress
+
+    with LocalIngress(backends=4) as t:
+        for n in (1, 4, 2):
+            t.use_backends(n)
+            assert len(t.lb_pids()) == 2  # master + the one new worker, the old one gone
+            bodies = set()
+            for _ in range(4 * n):
+                with urllib.request.urlopen(t.url, timeout=5) as resp:
+                    bodies.add(resp.read().decode().strip())
+            assert bodies == {f"backend-{i}" for i in range(1, n + 1)}
+        assert len(t.backend_pids()) == 8  # 4 replicas, a master and a worker each
+
+
+def test_request_counts_are_checked_against_steps_model_and_engine() -> None:
+    cfg = KIND.schema.load(env={}, sets=["steps=5,10", "requests=1000"])
+    assert cfg.requests == [1000]
+    assert [p.params for p in KIND.points(cfg)] == [
+        {"users": 5, "request_count": 1000},
+        {"users": 10, "request_count": 1000},
+    ]
+    with pytest.raises(ConfigError) as e:
+        KIND.schema.load(env={}, sets=["steps=5,10,20", "requests=1,2", "model=open", "engine=k6"])
+    assert "one per step (3)" in str(e.value) and "closed model" in str(e.value)
+    assert "engine=locust" in str(e.value)
 
 
 @needs_root

@@ -22,7 +22,7 @@ from probe_helpers import temp_cgroup
 from swarmscope.errors import ProbeError
 from swarmscope.probes.procstat import ProcSampler
 from swarmscope.probes.programs.base import get_program
-from swarmscope.probes.programs.procstat import GAUGES, ProcStat
+from swarmscope.probes.programs.procstat import GAUGES, PER_PROCESS_MAX, PER_PROCESS_MEAN, ProcStat
 from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id
 
 # argv: cgroup dir ("" = stay), seconds. Touches 40 MiB, prints "ready", then alternates
@@ -125,7 +125,15 @@ def test_registry_procstat_gauges_by_cgroup(
         prog.close()
     print(g)
     n1 = g["n1"]
-    assert set(n1) == set(GAUGES)
+    (pid,) = {int(k.split(".")[2]) for k in n1 if k.startswith("proc.pid.")}  # the child's row
+    assert pid == _child.pid
+    assert {k for k in n1 if not k.startswith("proc.pid.")} == set(GAUGES)
+    assert {k.split(".", 3)[3] for k in n1 if k.startswith("proc.pid.")} == set(PER_PROCESS_MEAN) | set(
+        PER_PROCESS_MAX
+    )
+    assert n1[f"proc.pid.{pid}.cpu_pct"] == n1["proc.cpu_pct"]  # the one process is the total
+    assert n1[f"proc.pid.{pid}.rss_kib"] == n1["proc.rss_max_kib"]
+    assert n1[f"proc.pid.{pid}.vsz_kib"] >= n1[f"proc.pid.{pid}.rss_kib"] > 0
     assert n1["proc.processes"] == 1 and n1["proc.ticks"] >= 5
     assert 25 <= n1["proc.cpu_pct"] <= 70  # a 50 % duty cycle, sleep overshoot included
     assert 40 * 1024 <= n1["proc.rss_max_kib"] <= 200 * 1024
@@ -180,6 +188,13 @@ def test_sampler_agrees_with_pidstat() -> None:
     assert our_cpu > 20  # the child really was busy: the comparison is not 0 vs 0
     assert abs(our_cpu - pid_cpu) <= 5
     assert abs(our_rss - pid_rss) <= 0.1 * pid_rss
+    # pidstat -r's other columns: VSZ (a busy loop's mapping does not change: equal), %MEM.
+    assert {s["vsz_kib"] for s in ours} == {int(r["VSZ"]) for r in rows}
+    pid_mem = sum(float(r["%MEM"]) for r in rows) / len(rows)
+    our_mem = sum(s["mem_pct"] for s in ours) / len(ours)
+    assert abs(our_mem - pid_mem) <= 0.1 * pid_mem + 0.01
+    assert all(s["guest_pct"] == 0 for s in ours)  # not a VM: pidstat's %guest is 0.00 too
+    assert {float(r["%guest"]) for r in rows} == {0.0}
 
 
 @pytest.mark.root

@@ -54,6 +54,10 @@ class WindowLoad:
         self.rate_at = rate_at  # open model: requests/s of the timetable at wall time t
         self.users = max(1, users)  # open model: users sharing that timetable
         self.stopping = False
+        # Request-count steps (boom's -n): requests this process may still send; None = timed.
+        # Taken before each send, one at a time (greenlets: no other user runs in between).
+        self.budget: int | None = None
+        self.elapsed_s: float | None = None  # count mode: from the step's start to its last answer
         self._slots = 0
         self._meter: gevent.Greenlet | None = None
 
@@ -131,6 +135,11 @@ class FloodUser(FastHttpUser):
         if load is not self.load_seen:
             self.load_seen, self.slot, self.next_t = load, load.next_slot(), None
         if load.model != "open":
+            if load.budget is not None:
+                if load.budget <= 0:
+                    gevent.sleep(0.05)  # this step's count is sent: idle until it ends
+                    return
+                load.budget -= 1
             t = time.time()
             load.record(t, self.client.get(load.path, name="flood"))
             return

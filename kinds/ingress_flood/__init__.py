@@ -4,9 +4,11 @@
     swarmscope run scenarios/ingress_flood.yaml --set mode=distributed --set workers=2
     locust -f scenarios/ingress_flood.py --headless --stop-timeout 5     # steps via StepShape
 
-One point per step (``{"users": N}`` closed, ``{"rate": R}`` open), one window each. A worker is
-one node, the load generator; the worker of index 0 also runs the target (the local nginx LB +
-backends when there is no ``host``) and the fault. Every window opens the probe's ``procstat``
+One point per step (``{"users": N}`` closed, ``{"rate": R}`` open), one window each. With
+``requests`` (boom's ``-n``) a closed step sends exactly that many requests over its users,
+``step_duration`` then being only the step's time limit (``{"users": N, "request_count": n}``).
+A worker is one node, the load generator; the worker of index 0 also runs the target (the local
+nginx LB + backends when there is no ``host``) and the fault. Every window opens the probe's ``procstat``
 on the LB's pids (or the ``proxy_processes`` names of another target), so the proxy's CPU and
 RSS per step come from the probe. The controller merges the workers' HdrHistograms exactly and
 checks client successes == the access-log lines of the window.
@@ -22,7 +24,7 @@ from swarmscope.config import Field
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
-from swarmscope.kinds.ingress_flood.config import IngressConfig
+from swarmscope.kinds.ingress_flood.config import IngressConfig, backends_of
 
 START_DELAY_S = 0.3  # a window starts this long after its payload is made: every worker at once
 
@@ -51,7 +53,7 @@ class IngressFlood(Kind[IngressConfig]):
     # -- controller side ------------------------------------------------------------------
     def points(self, cfg: IngressConfig) -> list[PointInfo]:
         key = "rate" if cfg.model == "open" else "users"
-        return [PointInfo(i, {key: _num(s)}, 1) for i, s in enumerate(cfg.steps)]
+        return [PointInfo(i, {key: _num(s), **_count_of(cfg, i)}, 1) for i, s in enumerate(cfg.steps)]
 
     def sim_nodes(self, cfg: IngressConfig) -> int:
         return int(cfg.workers) if cfg.mode == "distributed" else 1
@@ -80,6 +82,8 @@ class IngressFlood(Kind[IngressConfig]):
             "last": point.index == len(cfg.steps) - 1,
             "users": point.params.get("users"),
             "rate": point.params.get("rate"),
+            "request_count": point.params.get("request_count"),
+            "backends": None if cfg.host else backends_of(cfg, point.index),
             "model": cfg.model,
             "open_users": cfg.open_users,
             "step_duration": cfg.step_duration,
@@ -126,6 +130,14 @@ class IngressFlood(Kind[IngressConfig]):
         from swarmscope.kinds.ingress_flood.driver import IngressDriver
 
         return IngressDriver(cfg, prefix)
+
+
+def _count_of(cfg: IngressConfig, i: int) -> dict[str, int]:
+    """Step i's request count (boom's -n) and backend replicas, when the scenario sets them."""
+    out = {"backends": backends_of(cfg, i)} if cfg.backends and len(cfg.backends) > 1 else {}
+    if cfg.requests:
+        out["request_count"] = int(cfg.requests[i] if len(cfg.requests) > 1 else cfg.requests[0])
+    return out
 
 
 def _num(v: float) -> int | float:

@@ -74,7 +74,23 @@ INGRESS_FIELDS: list[Field] = [
         min=1,
         max=100000,
     ),
-    Field("step_duration", float, 30.0, "seconds each step is held", min=1, max=3600),
+    Field(
+        "step_duration",
+        float,
+        30.0,
+        "seconds each step is held (request-count steps: the most a step may take)",
+        min=1,
+        max=3600,
+    ),
+    Field(
+        "requests",
+        list_of(int),
+        None,
+        "boom's -n: requests per step (one value for all, or one per step); closed model, locust",
+        nullable=True,
+        min=1,
+        max=10_000_000,
+    ),
     Field("engine", str, "locust", "load engine", choices=("locust", "k6")),
     Field(
         "model", str, "closed", "closed (N users) or open (fixed arrival rate)", choices=("closed", "open")
@@ -107,6 +123,15 @@ INGRESS_FIELDS: list[Field] = [
         max=600,
     ),
     Field("stall_s", float, 1.0, "stall-backends-local: how long the backends freeze", min=0.01, max=600),
+    Field(
+        "backends",
+        list_of(int),
+        None,
+        "local target: backend replicas behind the LB (one value, or one per step); empty = 2",
+        nullable=True,
+        min=1,
+        max=64,
+    ),
     Field("lb_workers", int, 1, "local target: nginx worker processes of the LB", min=1, max=64),
     Field(
         "allow_hosts",
@@ -149,6 +174,7 @@ class IngressConfig(RunConfig):
     host: str
     steps: list[float]
     step_duration: float
+    requests: list[int] | None
     engine: str
     model: str
     open_users: int
@@ -157,6 +183,7 @@ class IngressConfig(RunConfig):
     fault_at: float
     restart_delay_s: float
     stall_s: float
+    backends: list[int] | None
     lb_workers: int
     allow_hosts: list[str] | None
     proxy_processes: list[str] | None
@@ -172,9 +199,28 @@ def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
         r = host_allowed(target_url(values["host"], values["path"]), values.get("allow_hosts") or [])
         if r:
             out.append(("host", r))
+    counts = values.get("requests")
+    if counts:
+        if len(counts) not in (1, len(values["steps"])):
+            out.append(("requests", f"give one count or one per step ({len(values['steps'])})"))
+        if values["model"] != "closed":
+            out.append(("requests", "request-count steps use the closed model (boom's -c users)"))
+        if values["engine"] != "locust":
+            out.append(("requests", "request-count steps are run by engine=locust"))
+    reps = values.get("backends")
+    if reps and values["host"]:
+        out.append(("backends", "backend replicas are the local target's (leave host empty)"))
+    if reps and len(reps) not in (1, len(values["steps"])):
+        out.append(("backends", f"give one replica count or one per step ({len(values['steps'])})"))
     if values["fault"].endswith("-local") and values["host"]:
         out.append(("fault", f"{values['fault']} needs the local target (leave host empty)"))
     return out
+
+
+def backends_of(cfg: IngressConfig, step: int) -> int:
+    """Backend replicas the LB proxies to in ``step`` (the local target; 2 when not given)."""
+    reps = cfg.backends or [2]
+    return int(reps[step] if len(reps) > 1 else reps[0])
 
 
 def host_allowed(url: str, allow: list[str]) -> str | None:

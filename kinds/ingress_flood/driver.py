@@ -64,6 +64,7 @@ class IngressDriver:
         self._window = ""
         self._done: dict[str, dict[str, Any]] = {}
         self._log_before = 0
+        self._step_of: dict[str, int] = {}  # window id -> the step it runs (backends per step)
         self._fault: Any = None
         self._fault_sent = 0
         self._timeline: list[tuple[float, bool]] = []
@@ -80,10 +81,13 @@ class IngressDriver:
         cfg = self.cfg
         try:
             if not cfg.host:
+                from swarmscope.kinds.ingress_flood.config import backends_of
                 from swarmscope.targets.ingress.local import LocalIngress
 
-                self.target = LocalIngress(cfg.restart_delay_s, cfg.lb_workers)
+                started = max(cfg.backends or [2])
+                self.target = LocalIngress(cfg.restart_delay_s, cfg.lb_workers, backends=started)
                 self.target.__enter__()
+                self.target.use_backends(backends_of(cfg, 0))
                 self.base_url = self.target.url.rstrip("/")
             url = target_url(self.base_url, cfg.path)
             # Checked again here, on the worker, on the URL really requested: the namespaces
@@ -162,7 +166,13 @@ class IngressDriver:
             self.base_url = str(p["url"]).rstrip("/")
         start_at, dur = float(p["start_at"]), float(p["step_duration"])
         load = self._start(window_id, start_at, 1, openm)
+        self._step_of[window_id] = int(p["step"])
         load.rate_at, load.users = (lambda t: rate), users
+        if self.target is not None and p.get("backends") is not None:
+            self.target.use_backends(int(p["backends"]))  # normally already, see _finish
+        n_requests = p.get("request_count")
+        if n_requests is not None:  # boom's -n: this worker's share of the step's exact count
+            load.budget = share(int(n_requests), pos, count)
         extra: dict[str, Any] = {}
         gevent.sleep(max(0.0, start_at - time.time()))
         if self.cfg.engine == "k6":
@@ -235,7 +245,14 @@ class IngressDriver:
         running = [FloodUser(environment) for _ in range(users)]
         for u in running:
             u.start(group)
-        gevent.sleep(max(0.0, load.recorder.t0 + dur - time.time()))
+        end = load.recorder.t0 + dur
+        if load.budget is None:
+            gevent.sleep(max(0.0, end - time.time()))
+        else:  # count mode: until every budgeted request is recorded, step_duration at most
+            budget = load.budget
+            while self._recorded(load) < budget and time.time() < end:
+                gevent.sleep(0.02)
+            load.elapsed_s = time.time() - load.recorder.t0
         load.stop()
         # Graceful: a user between requests is killed, one in a request finishes it (and
         # records it) first, as Locust's own stop with a stop timeout does.
@@ -244,6 +261,22 @@ class IngressDriver:
         if not group.join(timeout=float(self.cfg.stop_timeout_s)):
             log.warning("ingress: users still in a request after the stop timeout; killed")
             group.kill(block=True)
+
+    def _next_backends(self, window_id: str) -> None:
+        """Reload onto the next step's replicas now, so the LB pids sent with these results
+        (which the probe samples in the next window) are the workers that will serve it."""
+        from swarmscope.kinds.ingress_flood.config import backends_of
+
+        step = self._step_of.pop(window_id, None)
+        if step is not None and step + 1 < len(self.cfg.steps):
+            try:
+                self.target.use_backends(backends_of(self.cfg, step + 1))
+            except SwarmscopeError as e:
+                log.warning("ingress: backends for step %d: %s (retried at its start)", step + 1, e)
+
+    @staticmethod
+    def _recorded(load: Any) -> int:
+        return sum(s.requests for s in load.recorder.steps.values())
 
     def _run_k6(self, load: Any, users: int, rate: float, dur: float, openm: bool) -> dict[str, Any]:
         from swarmscope.workers.k6 import run_k6
@@ -268,11 +301,16 @@ class IngressDriver:
         load.stop()
         rec: StepRecorder = load.recorder
         out: dict[str, Any] = {**extra, "engine": self.cfg.engine}
+        if load.elapsed_s is not None:  # count mode: the time this worker's share took
+            out["elapsed_s"] = load.elapsed_s
         if self.index == 0:
             out["url"] = self.base_url
             out["preflight_requests"], self.preflight_requests = self.preflight_requests, 0
         if self.target is not None:
             out["server_requests"] = self._settled_log_count() - self._log_before
+            out["backends"] = self.target.backends_used
+            if not last and self.cfg.backends and len(self.cfg.backends) > 1:
+                self._next_backends(window_id)
             out["lb_pids"] = self._lb_pids_settled(timeout_s=1.0)
             out["restarts"] = [list(r) for r in self.target.restarts]
         if self._fault is not None:

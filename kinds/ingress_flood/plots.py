@@ -4,7 +4,8 @@
 
 latency percentiles vs concurrency (or rate), the published benchmark's plot; latency
 histogram per step; req/s per step (generator-bound steps in red); the proxy's CPU % and RSS
-per step (the probe's procstat gauges); the outage around each fault.
+per step (the probe's procstat gauges); the mean latency vs load, one line per backend replica
+count (the write-up's "average response time … with replicas"); the outage around each fault.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def write_plots(section: dict[str, Any], run_dir: Path) -> dict[str, str]:
         ax2.set_ylabel("proxy RSS max (MiB)")
         files["proxy"] = _save(fig, run_dir / "proxy_cpu_rss.png")
 
+    if any("backends" in s for s in steps):
+        files["mean_by_backends"] = _mean_by_backends(plt, steps, key, run_dir)
+
     for i, f in enumerate(section.get("faults") or []):
         if f.get("last_success_before") is None:
             continue
@@ -72,6 +76,20 @@ def write_plots(section: dict[str, Any], run_dir: Path) -> dict[str, str]:
         ax.legend(fontsize=8)
         files[f"fault{i}"] = _save(fig, run_dir / f"fault_{i}.png")
     return files
+
+
+def _mean_by_backends(plt: Any, steps: list[dict[str, Any]], key: str, run_dir: Path) -> str:
+    """The write-up's plot: average response time against concurrency, one line per replica
+    count (the mean of the step's exact histogram)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for reps in sorted({s["backends"] for s in steps if "backends" in s}):
+        pts = sorted(
+            (s.get(key) or s["step"], s["latency_ms"]["mean"]) for s in steps if s.get("backends") == reps
+        )
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=f"{reps} replica(s)")
+    ax.set(xlabel=key, ylabel="mean latency (ms)", title="average response time vs concurrency and replicas")
+    ax.legend(fontsize=8)
+    return _save(fig, run_dir / "mean_latency_backends.png")
 
 
 def _save(fig: Any, path: Path) -> str:

@@ -31,6 +31,8 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         for h in (
             "step",
             "users/rate",
+            "backends",
+            "mean",
             "requests",
             "failures",
             "req/s",
@@ -46,17 +48,39 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         load = s.get("users", s.get("rate"))
         bound = "<b style='color:#b00'>yes</b>" if s.get("generator_bound") else "no"
         cells = [
-            _f(s.get("step")), _f(load), _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
+            _f(s.get("step")), _f(load), _f(s.get("backends")), _f(lat.get("mean"), 2),
+            _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
             *(_f(lat.get(p), 2) for p in PCTS), _f((s.get("proxy") or {}).get("cpu_pct")),
             _f((s.get("proxy") or {}).get("rss_kib_max"), 0), bound,
         ]  # fmt: skip
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     imgs = "".join(
         f'<p><img src="{f}" alt="{f}"></p>'
-        for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png")
-    )
+        for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png",
+                  "mean_latency_backends.png")
+        if f in set((report.get("ingress") or {}).get("plots", {}).values())
+    )  # fmt: skip
     title = "<h2>Steps (latency in ms, exact from merged HDR histograms)</h2>"
-    return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}")
+    return SectionHTML(html=f"{title}<table><tr>{head}</tr>{''.join(rows)}</table>{imgs}{_pidstat(steps)}")
+
+
+def _pidstat(steps: list[dict[str, Any]]) -> str:
+    """The proxy's process table per step in pidstat's columns (the probe's procstat)."""
+    cols = ("%usr", "%sys", "%guest", "%CPU", "minflt/s", "majflt/s", "VSZ", "RSS", "%MEM")
+    rows = [
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            _f(s.get("step")), _f(s.get("users", s.get("rate"))), _f(p.get("pid")), _f(p.get("role")),
+            *(_f(p.get(c), 0 if c in ("VSZ", "RSS") else 2) for c in cols),
+        )) + "</tr>"
+        for s in steps for p in s.get("proxy_processes") or []
+    ]  # fmt: skip
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("step", "users/rate", "PID", "role", *cols))
+    return (
+        "<h3>Proxy processes (pidstat columns: mean over the step's ticks; VSZ, RSS in KiB and "
+        f"%MEM at their largest)</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 @register_section("faults")

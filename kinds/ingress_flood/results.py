@@ -41,6 +41,29 @@ def proxy_from(readings: list[ProbeReading]) -> dict[str, float] | None:
     return {k: float(best.gauges.get(g, 0.0)) for k, g in PROXY_GAUGES.items()}
 
 
+# pidstat's columns (pidstat -u -r), from the probe's per-process gauges proc.pid.<pid>.<key>.
+PIDSTAT_COLUMNS = {
+    "%usr": "usr_pct", "%sys": "sys_pct", "%guest": "guest_pct", "%CPU": "cpu_pct",
+    "minflt/s": "minflt_s", "majflt/s": "majflt_s", "VSZ": "vsz_kib", "RSS": "rss_kib", "%MEM": "mem_pct",
+}  # fmt: skip
+
+
+def proxy_processes(readings: list[ProbeReading], master: int | None) -> list[dict[str, Any]]:
+    """The proxy's process table of a window, one pidstat row per process (master first)."""
+    rs = [r for r in readings if "proc.processes" in r.gauges]
+    if not rs:
+        return []
+    best = max(rs, key=lambda r: r.gauges["proc.processes"])
+    pids = sorted({int(k.split(".")[2]) for k in best.gauges if k.startswith("proc.pid.")})
+    rows = []
+    for pid in sorted(pids, key=lambda p: (p != master, p)):
+        row: dict[str, Any] = {"pid": pid, "role": "master" if pid == master else "worker"}
+        for col, key in PIDSTAT_COLUMNS.items():
+            row[col] = float(best.gauges.get(f"proc.pid.{pid}.{key}", 0.0))
+        rows.append(row)
+    return rows
+
+
 def reconcile_window(
     cfg: IngressConfig,
     window: WindowInfo,
@@ -73,6 +96,13 @@ def reconcile_window(
         rows[0]["step"] = point.index
         rows[0][key] = point.params[key]
         rows[0]["proxy"] = proxy
+        master = next((int(r["lb_pids"][0]) for r in got if r.get("lb_pids")), None)
+        rows[0]["proxy_processes"] = proxy_processes(readings, master)
+        reps = next((int(r["backends"]) for r in got if r.get("backends") is not None), None)
+        if reps is not None:  # the local target: the replicas that served this step
+            rows[0]["backends"] = reps
+        if "request_count" in point.params:  # boom's -n: the count asked, the time it took
+            _count_row(cfg, rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
         for row in rows:
             i = row["step"]
@@ -111,6 +141,24 @@ def reconcile_window(
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)
     return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
+
+
+def _count_row(
+    cfg: IngressConfig, row: dict[str, Any], asked: int, got: list[dict[str, Any]], flags: list[str]
+) -> None:
+    """A request-count step's row: the count asked, the slowest worker's time, the rate and the
+    generators' CPU % over that time (not over ``step_duration``, the step's mere limit)."""
+    row["request_count"] = asked
+    elapsed = max((float(r["elapsed_s"]) for r in got if r.get("elapsed_s") is not None), default=0.0)
+    row["elapsed_s"] = elapsed
+    if elapsed > 0:
+        row["rps"] = row["requests"] / elapsed
+        scale = float(cfg.step_duration) / elapsed
+        cpu = [c * scale for c in row.get("generator_cpu_pct") or []]
+        row["generator_cpu_pct"] = cpu
+        row["generator_bound"] = any(c >= cfg.generator_bound_pct for c in cpu)
+    if row["requests"] != asked:
+        flags.append(f"count-incomplete:step{row['step']}:sent {row['requests']} of {asked}")
 
 
 def fault_span(f: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -5,7 +5,8 @@
     prog.configure({"procstat.pids": [4242]})   # this window samples pid 4242 only ({} = start-up)
     prog.window_gauges(start_ns, end_ns, nodes)
     # {"n1": {"proc.cpu_pct": 49.8, "proc.usr_pct": ..., "proc.sys_pct": ..., "proc.rss_max_kib": ...,
-    #         "proc.minflt_s": ..., "proc.majflt_s": ..., "proc.processes": 1.0, "proc.ticks": 10.0}}
+    #         "proc.minflt_s": ..., "proc.majflt_s": ..., "proc.processes": 1.0, "proc.ticks": 10.0,
+    #         "proc.pid.4242.cpu_pct": 49.8, ... one pidstat row per process, see per_process}}
     prog.close()
 
 Gauges, not counters: ``snapshot()`` is always empty and the agent asks ``window_gauges`` at
@@ -201,9 +202,30 @@ class ProcStat:
             out["proc.majflt_s"] = sum(f[1] for f in faults.values()) / n
         out["proc.processes"] = float(len({r["pid"] for r in rows}))
         out["proc.ticks"] = float(n)
+        out.update(per_process(rows))
         return out
 
     def close(self) -> None:
         if self._sampler is not None:
             sampler, self._sampler = self._sampler, None
             sampler.stop()
+
+
+# pidstat's columns per process: rates and percentages are the mean over the process's ticks in
+# the window, sizes the largest (pidstat -u -r prints each tick; this is the window's row).
+PER_PROCESS_MEAN = ("usr_pct", "sys_pct", "guest_pct", "cpu_pct", "minflt_s", "majflt_s")
+PER_PROCESS_MAX = ("vsz_kib", "rss_kib", "mem_pct")
+
+
+def per_process(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """``proc.pid.<pid>.<column>`` gauges: one pidstat row per sampled process of the window."""
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_pid.setdefault(int(r["pid"]), []).append(r)
+    out: dict[str, float] = {}
+    for pid, rs in by_pid.items():
+        for k in PER_PROCESS_MEAN:
+            out[f"proc.pid.{pid}.{k}"] = sum(float(r.get(k, 0.0)) for r in rs) / len(rs)
+        for k in PER_PROCESS_MAX:
+            out[f"proc.pid.{pid}.{k}"] = max(float(r.get(k, 0.0)) for r in rs)
+    return out

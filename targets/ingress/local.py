@@ -1,6 +1,7 @@
-"""A real local ingress target: nginx load balancer + two nginx backends in our own netns.
+"""A real local ingress target: nginx load balancer + nginx backend replicas in our own netns.
 
-    with LocalIngress(restart_delay_s=2.0) as target:
+    with LocalIngress(restart_delay_s=2.0, backends=4) as target:   # 4 replicas started
+        target.use_backends(2)       # the LB proxies to the first 2 (nginx reload)
         print(target.url)            # http://10.201.X.2:80/  (inside ss-ingress-<id>)
         target.lb_pids()             # nginx LB master + workers, for the process sampler
         target.kill_lb()             # SIGKILL the LB; the supervisor restarts it later
@@ -9,7 +10,8 @@
 
 Layout: a network namespace ``ss-ingress-<id>`` made here, a veth pair with a /30 between the
 host and the namespace (host .1, namespace .2), the LB listening on the namespace address and
-proxying round-robin to two backend nginx instances on the namespace's loopback. Only the
+proxying round-robin to backend replicas on the namespace's loopback: one nginx (one worker)
+per replica, on ports 8081, 8082, … (two by default, as before). Only the
 namespace we create receives traffic (docs/platform.md#network-traffic: loopback or own namespaces only).
 
 Caveats: needs root (netns, veth). nginx runs with ``daemon off`` as our child so the
@@ -66,7 +68,7 @@ http {{
 _LB_BODY = """
   log_format ss '$msec $status $request_time $upstream_addr';
   access_log {dir}/access.log ss;
-  upstream backends {{ server 127.0.0.1:8081; server 127.0.0.1:8082; keepalive 64; }}
+  upstream backends {{ {servers} keepalive 64; }}
   server {{
     listen {addr}:{port} reuseport backlog=4096;
     location / {{
@@ -79,9 +81,9 @@ _LB_BODY = """
 
 _BACKEND_BODY = """
   access_log off;
-  server {{ listen 127.0.0.1:8081; location / {{ return 200 "backend-1\\n"; }} }}
-  server {{ listen 127.0.0.1:8082; location / {{ return 200 "backend-2\\n"; }} }}
+  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "backend-{i}\\n"; }} }}
 """
+BACKEND_PORT = 8081  # replica i (1-based) listens on BACKEND_PORT + i - 1
 
 
 # The host side of every namespace's veth this module makes: ssi<6 hex>h (see LocalIngress).
@@ -122,7 +124,7 @@ def _run(*cmd: str) -> None:
 class LocalIngress:
     """Context manager owning the namespace, the LB (supervised) and the backends."""
 
-    def __init__(self, restart_delay_s: float = 2.0, lb_workers: int = 1, port: int = 80):
+    def __init__(self, restart_delay_s: float = 2.0, lb_workers: int = 1, port: int = 80, backends: int = 2):
         if os.geteuid() != 0:
             raise SetupError("the local ingress target needs root (network namespace, veth)")
         if not os.path.exists(NGINX):
@@ -136,11 +138,13 @@ class LocalIngress:
         self.port = port
         self.restart_delay_s = restart_delay_s
         self.lb_workers = lb_workers
+        self.backends = backends  # replicas started
+        self.backends_used = backends  # replicas in the LB's upstream now
         self.dir = Path(tempfile.mkdtemp(prefix=f"ss-ingress-{self.id}-"))
         self.veth_host = f"ssi{self.id}h"
         self.veth_ns = f"ssi{self.id}n"
         self._lb: subprocess.Popen[bytes] | None = None
-        self._backend: subprocess.Popen[bytes] | None = None
+        self._backends: list[subprocess.Popen[bytes]] = []
         self._stop = threading.Event()
         self._sup: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -155,7 +159,7 @@ class LocalIngress:
         try:
             self._setup_net()
             self._write_confs()
-            self._backend = self._spawn("backend")
+            self._backends = [self._spawn(f"backend{i}") for i in range(1, self.backends + 1)]
             self._lb = self._spawn("lb")
             self._wait_ready()
             self._sup = threading.Thread(target=self._supervise, name="lb-supervisor", daemon=True)
@@ -184,7 +188,7 @@ class LocalIngress:
     def _kill_everything_in_netns(self) -> None:
         """Masters first (a live master respawns a killed worker), then whatever is left in the
         namespace (orphaned workers of a killed master), until it is empty."""
-        for p in (self._lb, self._backend):
+        for p in (self._lb, *self._backends):
             if p is not None and p.poll() is None:
                 p.kill()
         for _ in range(50):
@@ -198,7 +202,7 @@ class LocalIngress:
                 except ProcessLookupError:
                     pass
             time.sleep(0.05)
-        for p in (self._lb, self._backend):
+        for p in (self._lb, *self._backends):
             if p is not None:
                 try:
                     p.wait(timeout=5)
@@ -221,14 +225,44 @@ class LocalIngress:
 
     def _write_confs(self) -> None:
         d = str(self.dir)
-        for name, body, workers in (
-            ("lb", _LB_BODY.format(dir=d, addr=self.ns_addr, port=self.port), self.lb_workers),
-            ("backend", _BACKEND_BODY.format(), 1),
-        ):
+        self._write_lb_conf(self.backends_used)
+        for i in range(1, self.backends + 1):
+            name, body = f"backend{i}", _BACKEND_BODY.format(port=BACKEND_PORT + i - 1, i=i)
             (self.dir / f"tmp_{name}").mkdir(exist_ok=True)
-            conf = _COMMON.format(workers=workers, dir=d, name=name, body=body)
-            (self.dir / f"{name}.conf").write_text(conf)
+            (self.dir / f"{name}.conf").write_text(_COMMON.format(workers=1, dir=d, name=name, body=body))
         (self.dir / "access.log").touch()
+
+    def _write_lb_conf(self, used: int) -> None:
+        d = str(self.dir)
+        servers = " ".join(f"server 127.0.0.1:{BACKEND_PORT + i};" for i in range(used))
+        body = _LB_BODY.format(dir=d, addr=self.ns_addr, port=self.port, servers=servers)
+        (self.dir / "tmp_lb").mkdir(exist_ok=True)
+        (self.dir / "lb.conf").write_text(
+            _COMMON.format(workers=self.lb_workers, dir=d, name="lb", body=body)
+        )
+
+    def use_backends(self, n: int, timeout_s: float = 10.0) -> None:
+        """Proxy to the first ``n`` replicas from now on: a new upstream and an nginx reload
+        (SIGHUP). Returns once only the new workers run, so a step starts on the new upstream
+        and the LB pids read afterwards are the ones that serve it."""
+        if not 1 <= n <= self.backends:
+            raise SetupError(f"backends {n}: the target started {self.backends} replicas")
+        if n == self.backends_used:
+            return
+        old = set(self.lb_pids()[1:])
+        self._write_lb_conf(n)
+        pid = self.lb_master_pid()
+        if pid is None:
+            raise SetupError("the LB is not running")
+        os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = set(self.lb_pids()[1:])
+            if len(now) == self.lb_workers and not now & old:
+                self.backends_used = n
+                return
+            time.sleep(0.05)
+        raise SetupError(f"the LB did not reload onto {n} backends in {timeout_s:.0f} s")
 
     def _spawn(self, name: str) -> subprocess.Popen[bytes]:
         cmd = [
@@ -257,7 +291,7 @@ class LocalIngress:
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for p in (self._lb, self._backend):
+            for p in (self._lb, *self._backends):
                 if p is not None and p.poll() is not None:
                     err = p.stderr.read().decode() if p.stderr else ""
                     raise SetupError(f"nginx exited at start (code {p.returncode}): {err.strip()}")
@@ -301,8 +335,7 @@ class LocalIngress:
         return self._tree(self.lb_master_pid())
 
     def backend_pids(self) -> list[int]:
-        b = self._backend
-        return self._tree(b.pid if b is not None and b.poll() is None else None)
+        return [pid for b in self._backends if b.poll() is None for pid in self._tree(b.pid)]
 
     @staticmethod
     def _tree(pid: int | None) -> list[int]:
