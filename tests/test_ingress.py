@@ -443,3 +443,20 @@ def test_k6_open_model_keeps_the_arrival_rate(tmp_path: pathlib.Path, k6_bin: st
     for s in steps:  # constant-arrival-rate: rate × duration iterations, each one request
         assert abs(s["requests"] - s["rate"] * 2) <= 0.05 * s["rate"] * 2, s["requests"]
     assert_exact_per_step(r)
+
+
+def test_downtime_is_the_outage_not_a_stray_success() -> None:
+    """A success stamped a few ms after the first refused connection (a load generator's
+    timestamps out of order, as k6's under load) does not shorten a 1 s outage to 4 ms."""
+    tl = [(t / 100, True) for t in range(0, 300)]  # 100 ok/s until 2.99
+    tl += [(3.0 + t / 1000, False) for t in range(0, 4)]  # the kill: refused at once
+    tl += [(3.004, True)]  # a response completed before the kill, stamped late
+    tl += [(3.005 + t / 100, False) for t in range(0, 100)]  # refused until 3.995
+    tl += [(4.0 + t / 100, True) for t in range(0, 300)]
+    d = downtime(tl, fault_t=2.995)
+    assert d["last_success_before"] == 3.004 and d["first_success_after"] == 4.0
+    assert d["downtime_s"] == pytest.approx(0.996) and d["failed_requests"] == 100
+    assert d["recovery_s"] == pytest.approx(1.005, abs=0.3)
+    # no success after the fault: the outage runs to the end of the load
+    d = downtime([(1.0, True), (2.0, False), (2.5, False)], fault_t=1.5)
+    assert (d["downtime_s"], d["failed_requests"], d["first_success_after"]) == (1.5, 2, None)

@@ -18,6 +18,8 @@ This module does not import Locust (so the controller and tests can use it witho
 
 from __future__ import annotations
 
+import bisect
+
 import math
 import time
 from collections.abc import Iterable
@@ -203,19 +205,29 @@ def histogram_buckets(h: HdrHistogram, buckets: int = 40) -> list[tuple[float, i
 def downtime(timeline: list[tuple[float, bool]], fault_t: float, bin_s: float = 1.0) -> dict[str, Any]:
     """Client-observed outage around a fault at ``fault_t`` (wall clock).
 
-    downtime = first success after the first failure at/after the fault minus the last
-    success before that failure; failed = failures in between; recovery = time from the fault
-    until a 1-s bin's successes are back to ≥ 80 % of the median pre-fault bin
-    (None: not back before the load ended).
+    The outage is the longest stretch without a success that ends after the fault and holds
+    failures: from the last success before it to the first success after it (the end of the
+    load when none came back); failed = the failures inside. Not "from the first failure": a
+    load generator's timestamps can be a few ms out of order (k6 stamps a response when its VU
+    gets to it), and one success stamped just after the first refused connection would make a
+    1 s outage look like 4 ms. recovery = time from the fault until a 1-s bin's successes are
+    back to >= 80 % of the median pre-fault bin (None: not back before the load ended).
     """
     tl = sorted(timeline)
-    first_fail = next((t for t, ok in tl if t >= fault_t and not ok), None)
-    if first_fail is None:
+    fails = [t for t, ok in tl if not ok and t >= fault_t]
+    if not fails:
         return {"fault_t": fault_t, "downtime_s": 0.0, "failed_requests": 0, "recovery_s": 0.0}
-    last_ok_before = max((t for t, ok in tl if ok and t <= first_fail), default=fault_t)
-    first_ok_after = next((t for t, ok in tl if ok and t > first_fail), None)
-    end = first_ok_after if first_ok_after is not None else tl[-1][0]
-    failed = sum(1 for t, ok in tl if not ok and last_ok_before <= t <= end)
+    oks = [t for t, ok in tl if ok]
+    edges = [max((t for t in oks if t <= fails[0]), default=fault_t), *(t for t in oks if t > fails[0])]
+    best: tuple[float, float, int] | None = None  # (start, end, failures inside)
+    for i, start in enumerate(edges):
+        end = edges[i + 1] if i + 1 < len(edges) else tl[-1][0]
+        inside = bisect.bisect_right(fails, end) - bisect.bisect_left(fails, start)
+        if inside and (best is None or end - start > best[1] - best[0]):
+            best = (start, end, inside)
+    assert best is not None  # fails[0] lies in the first stretch
+    last_ok_before, end, failed = best
+    first_ok_after = end if any(t == end for t in oks) and end > last_ok_before else None
     # Recovery: compare success rate per bin with the pre-fault level.
     pre = [t for t, ok in tl if ok and t < fault_t]
     recovery = None
