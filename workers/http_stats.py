@@ -19,7 +19,6 @@ This module does not import Locust (so the controller and tests can use it witho
 from __future__ import annotations
 
 import bisect
-
 import math
 import time
 from collections.abc import Iterable
