@@ -168,7 +168,7 @@ fleet.stop()
 """
 
 
-def register(stub: Any, token: str, probe_id: str) -> str:
+def handshake(stub: Any, token: str, probe_id: str) -> str:
     """A legitimate probe's handshake (Hello, the controller's proof checked, then Register
     with the probe's proof); the session id."""
     pn = auth.new_nonce()
@@ -210,7 +210,7 @@ class FleetServer:
         if self.proc.poll() is not None:
             return False
         with grpc.insecure_channel(self.address) as ch:
-            return bool(register(ppbg.ProbeControlStub(ch), self.token, "fuzz-check"))
+            return bool(handshake(ppbg.ProbeControlStub(ch), self.token, "fuzz-check"))
 
     def __enter__(self) -> FleetServer:
         return self
@@ -373,7 +373,7 @@ def fuzz_fleet(server: FleetServer, cases: int) -> dict[str, int]:
             elif kind == "session":
                 if valid_session and tok == "good" and msgs:
                     # The real handshake: Hello, check nothing, answer the server nonce.
-                    msgs[0].session_id = register(stub, server.token, "fuzz-s")
+                    msgs[0].session_id = handshake(stub, server.token, "fuzz-s")
                 _call(counts, lambda: list(stub.Session(iter(msgs), metadata=md, timeout=1)))
             elif kind == "raw_register":
                 _call(

@@ -59,7 +59,9 @@ def test_waterfall_drawn_in_chromium(tmp_path: pathlib.Path) -> None:
     assert sorted(b[1] for b in bars) == sorted(s["id"] for s in spans)
     assert {b[0] for b in bars} == {"swarmscope", "swarmscope-worker", "swarmscope-probe"}
     events = sum(len(s["events"]) for s in spans)
-    assert events == 2 * 2  # one reading event per node per probe window
+    names = sorted(e["name"] for s in spans for e in s["events"])
+    # per probe window (2) and node (2): the reading, and the window's first..last exec
+    assert names == ["exec.window"] * 4 + ["reading"] * 4
     assert dom.stdout.count('class="wf-mark"') == events
 
     shot = tmp_path / "waterfall.png"
