@@ -1,191 +1,35 @@
-"""The probe agent end to end over real gRPC on 127.0.0.1, against a minimal test controller.
-
-The controller here is a small stand-in for controller/fleet.py that follows the proto's
-comments: Hello with the controller's proof, Register with the probe's, session_id in the first
-message. It records everything it was sent, so an impostor's haul can be checked.
-"""
+"""The probe agent end to end over real gRPC on 127.0.0.1, against a minimal test controller
+(tests/agent_helpers.py); the agent as a CLI process is in test_probe_agent_cli.py."""
 
 from __future__ import annotations
 
-import http.server
-import os
-import queue
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
-import uuid
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
+from agent_helpers import (
+    TOKEN,
+    AgentThread,
+    FakeProgram,
+    TestController,
+    _free_port,
+    _serve,
+    fake_factory,
+    serve_controller,
+)
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
-from swarmscope import auth
-from swarmscope.errors import FleetError, ProbeError
+from swarmscope.errors import FleetError
 from swarmscope.probes.agent import ProbeAgent
-from swarmscope.probes.programs.base import Snapshot
 from swarmscope.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 
-TOKEN = "test-token-0123456789"
-
-
-class TestController(pbg.ProbeControlServicer):
-    __test__ = False  # not a pytest class
-
-    def __init__(self, token: str = TOKEN, bad_proof: bool = False, heartbeat_s: float = 0.2):
-        self.token = token
-        self.bad_proof = bad_proof
-        self.heartbeat_s = heartbeat_s
-        self.registers: list[pb.RegisterRequest] = []
-        self.hellos: list[pb.HelloRequest] = []
-        self.metadata: list[tuple[str, str]] = []  # every call's metadata
-        self._server_nonces: dict[bytes, bytes] = {}
-        self.sessions: list[str] = []
-        self.commands: queue.Queue[pb.Command | None] = queue.Queue()
-        self.messages: queue.Queue[pb.ProbeMessage] = queue.Queue()
-        self.rejected = 0
-        self._seq = 0
-
-    def Hello(self, request, context):
-        self.metadata += list(context.invocation_metadata())
-        self.hellos.append(request)
-        sn = auth.new_nonce()
-        self._server_nonces[sn] = request.probe_nonce
-        proof = b"\0" * 32 if self.bad_proof else auth.controller_proof(self.token, request.probe_nonce, sn)
-        return pb.HelloReply(server_nonce=sn, proof=proof)
-
-    def Register(self, request, context):
-        self.metadata += list(context.invocation_metadata())
-        self.registers.append(request)
-        pn = self._server_nonces.pop(request.server_nonce, None)
-        want = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
-        if pn != request.nonce or not auth.check(want, request.proof):
-            self.rejected += 1
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad proof")
-        sid = uuid.uuid4().hex
-        self.sessions.append(sid)
-        return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
-
-    def Session(self, request_iterator, context):
-        self.metadata += list(context.invocation_metadata())
-        first = next(request_iterator)
-        if first.session_id not in self.sessions:
-            context.abort(grpc.StatusCode.NOT_FOUND, "unknown session")
-        self.messages.put(first)
-
-        def read() -> None:
-            try:
-                for m in request_iterator:
-                    self.messages.put(m)
-            except grpc.RpcError:
-                pass
-
-        threading.Thread(target=read, daemon=True).start()
-        while context.is_active():
-            try:
-                cmd = self.commands.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if cmd is None:
-                return
-            yield cmd
-            if cmd.WhichOneof("kind") == "shutdown":
-                return
-
-    def send(self, **kind) -> None:
-        self._seq += 1
-        self.commands.put(pb.Command(seq=self._seq, **kind))
-
-    def wait_for(self, kind: str, timeout: float = 10.0) -> pb.ProbeMessage:
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
-            if m.WhichOneof("kind") == kind:
-                return m
-
-    def window_result(self, timeout: float = 10.0) -> tuple[list[pb.Reading], pb.WindowDone]:
-        readings: list[pb.Reading] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
-            if m.WhichOneof("kind") == "reading":
-                readings.append(m.reading)
-            elif m.WhichOneof("kind") == "done":
-                return [*readings, *m.done.batch], m.done
-
-
-def _serve(ctl: TestController, port: int = 0) -> tuple[grpc.Server, int]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    pbg.add_ProbeControlServicer_to_server(ctl, server)
-    port = server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    return server, port
-
 
 @pytest.fixture
 def controller() -> Iterator[tuple[TestController, str]]:
-    ctl = TestController()
-    server, port = _serve(ctl)
-    yield ctl, f"127.0.0.1:{port}"
-    server.stop(0)
-
-
-class AgentThread:
-    """Runs an agent's run_forever in a thread and keeps what it raised."""
-
-    def __init__(self, agent: ProbeAgent):
-        self.agent = agent
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.agent.run_forever()
-        except BaseException as e:
-            self.error = e
-
-    def join(self, timeout: float = 10.0) -> None:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "agent did not finish"
-
-    def stop(self) -> None:
-        self.agent.stop()
-        self.join()
-
-
-class FakeProgram:
-    """A stand-in program whose counter grows by 5 per snapshot; ``fail`` makes reads raise."""
-
-    counters: tuple[str, ...] = ("ticks",)
-
-    def __init__(self, name: str, fail: bool = False):
-        self.name = name
-        self.fail = fail
-        self.n = 0
-        self.closed = False
-
-    def load(self) -> None:
-        pass
-
-    def snapshot(self) -> Snapshot:
-        if self.fail:
-            raise ProbeError(f"{self.name}: map read failed")
-        self.n += 5
-        return {42: {"ticks": self.n}}
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def fake_factory(progs: dict[str, FakeProgram]):
-    return lambda name: progs[name]
+    yield from serve_controller()
 
 
 @pytest.mark.root
@@ -355,12 +199,6 @@ def test_failed_program_read_sets_error_not_zero(controller) -> None:
     assert run.error is None and good.closed and bad.closed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_gives_up_after_bounded_retries() -> None:
     port = _free_port()  # nothing listens here
     agent = ProbeAgent(
@@ -417,199 +255,3 @@ def test_reconnects_when_controller_restarts() -> None:
     finally:
         run.agent.stop()
         server.stop(0)
-
-
-class OtlpSink:
-    """A minimal OTLP/HTTP trace receiver on 127.0.0.1 that keeps the request bodies."""
-
-    def __init__(self) -> None:
-        bodies: list[bytes] = []
-        self.bodies = bodies
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def spans(self) -> list:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        out = []
-        for body in self.bodies:
-            req = ExportTraceServiceRequest.FromString(body)
-            out += [sp for rs in req.resource_spans for ss in rs.scope_spans for sp in ss.spans]
-        return out
-
-
-@pytest.fixture
-def otlp_sink() -> Iterator[OtlpSink]:
-    sink = OtlpSink()
-    yield sink
-    sink.server.shutdown()
-    sink.server.server_close()
-
-
-def _probe_cmd(addr: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", addr, *extra]
-
-
-@pytest.mark.root
-@pytest.mark.bpf
-@pytest.mark.parametrize("end", ["shutdown", "sigterm"])
-def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_path, end) -> None:
-    ctl, addr = controller
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    env = {
-        **os.environ,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_sink.url,
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-    }
-    proc = subprocess.Popen(
-        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node"),
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        ctl.wait_for("heartbeat", timeout=30)
-        assert ctl.registers[0].node_name == "cli-node"
-        with temp_cgroup("cli") as cg:
-            node = pb.NodeInfo(name="cli-node", cgroup_id=cgroup_id(cg))
-            tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node], traceparent=tp))
-            assert ctl.wait_for("ack").ack.ok
-            exec_in_cgroup(cg, 6)
-            ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
-            (r,), _ = ctl.window_result()
-        assert dict(r.counters) == {"exec": 6} and r.error == ""
-        if end == "shutdown":
-            ctl.send(shutdown=pb.Shutdown(reason="test over"))
-        else:
-            proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
-        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
-        # The window span was flushed over OTLP at exit, in the controller's trace.
-        (span,) = otlp_sink.spans()
-        assert span.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
-        assert span.parent_span_id.hex() == "b7ad6b7169203331" and span.name == "probe window"
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
-
-
-@pytest.mark.root
-@pytest.mark.bpf
-def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
-    _ctl, addr = controller
-    env = {**os.environ, "SWARMSCOPE_TOKEN": "wrong"}
-    res = subprocess.run(_probe_cmd(addr), env=env, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 1
-    assert res.stderr.startswith("swarmscope: controller 127.0.0.1:") and "failed to prove" in res.stderr
-    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
-
-
-def test_window_span_is_child_of_controller_traceparent(controller) -> None:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    ctl, addr = controller
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    good, bad = FakeProgram("good"), FakeProgram("bad")
-    run = AgentThread(
-        ProbeAgent(
-            addr,
-            TOKEN,
-            "n",
-            ["good"],
-            probe_id="p-span",
-            tracer=provider.get_tracer("test"),
-            program_factory=fake_factory({"good": good, "bad": bad}),
-        )
-    )
-    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-    try:
-        ctl.wait_for("heartbeat")
-        node = pb.NodeInfo(name="x", cgroup_id=42)
-        tp = f"00-{trace_id}-{parent_id}-01"
-        ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node], traceparent=tp))
-        assert ctl.wait_for("ack").ack.ok
-        ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
-        ctl.window_result()
-    finally:
-        run.stop()
-    assert run.error is None  # AgentThread keeps what run_forever raised
-    (span,) = exporter.get_finished_spans()
-    assert span.name == "probe window" and span.parent is not None
-    assert (span.context.trace_id, span.parent.span_id) == (int(trace_id, 16), int(parent_id, 16))
-    assert span.attributes is not None and span.attributes["swarmscope.probe_id"] == "p-span"
-    (ev,) = span.events
-    assert ev.attributes is not None and dict(ev.attributes) == {"node": "x", "ticks": 5}
-    assert span.status.is_ok
-
-
-@pytest.mark.root
-@pytest.mark.bpf
-def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> None:
-    import urllib.request
-
-    ctl, addr = controller
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    port = _free_port()
-    env = {**os.environ, "SWARMSCOPE_SYSCALLS": "getppid"}
-    cmd = _probe_cmd(addr, "--token-file", str(token_file), "--node", "m-node")
-    cmd += ["--programs", "exec_count,syscall_count", "--metrics-port", str(port)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-
-    def get(path: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.read().decode()
-
-    try:
-        ctl.wait_for("heartbeat", timeout=60)
-        assert get("/healthz") == "ok\n"
-        with temp_cgroup("metrics") as cg:
-            node = pb.NodeInfo(name="m-node", cgroup_id=cgroup_id(cg))
-            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node]))
-            assert ctl.wait_for("ack").ack.ok
-            exec_in_cgroup(cg, 4)
-            ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
-            (r,), _ = ctl.window_result()
-        assert dict(r.counters) == {"exec": 4, "sys.getppid": 0}
-        text = get("/metrics")
-        samples = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
-        assert float(samples["swarmscope_probe_windows_opened_total"]) == 1
-        assert float(samples["swarmscope_probe_windows_closed_total"]) == 1
-        assert float(samples["swarmscope_probe_readings_sent_total"]) == 1
-        func = 'func="tracepoint__sched__sched_process_exec",program="exec_count"'
-        # Stats are on for the probe's lifetime: its exec program ran at least for our 4 execs.
-        assert float(samples[f"swarmscope_probe_program_run_count_total{{{func}}}"]) >= 4
-        assert float(samples[f"swarmscope_probe_program_run_time_seconds_total{{{func}}}"]) > 0
-        ex = 'map="exec_count",program="exec_count"'
-        assert float(samples[f"swarmscope_probe_map_max_entries{{{ex}}}"]) == 65536
-        assert 1 <= float(samples[f"swarmscope_probe_map_entries{{{ex}}}"]) <= 65536
-        filt = 'map="syscall_filter",program="syscall_count"'
-        assert float(samples[f"swarmscope_probe_map_fill_ratio{{{filt}}}"]) == 1.0  # arrays are full
-        ctl.send(shutdown=pb.Shutdown(reason="test over"))
-        assert proc.wait(timeout=15) == 0
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
