@@ -31,6 +31,7 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from swarmscope.errors import LoadGenError
 from swarmscope.sys import cgroups
@@ -50,6 +51,16 @@ class SimNode:
     pids_path: pathlib.Path | None
     pids_max: int | None = None
     group: str | None = None
+
+    def describe(self, host: str, comm: str = "") -> dict[str, Any]:
+        """The node as a worker announces it to the master (swarmscope:nodes)."""
+        return {
+            "name": self.name,
+            "host": host,
+            "cgroup_id": int(self.cgroup_id),
+            "cgroup_path": str(self.cgroup_path or ""),
+            "comm": comm,
+        }
 
 
 def _check_name(kind: str, name: str) -> None:

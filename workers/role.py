@@ -96,16 +96,7 @@ class WorkerRole:
 
     # -- node description sent to the controller -------------------------------------------
     def describe(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": n.name,
-                "host": self.host,
-                "cgroup_id": int(n.cgroup_id),
-                "cgroup_path": str(n.cgroup_path or ""),
-                "comm": self.comm(n.name),
-            }
-            for n in self.nodes
-        ]
+        return [n.describe(self.host, self.comm(n.name)) for n in self.nodes]
 
     def comm(self, node: str) -> str:
         """argv0 of the execs of ``node``, so tracers that print only comm can attribute them.

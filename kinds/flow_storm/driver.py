@@ -62,15 +62,7 @@ class FlowDriver:
                 raise
 
     def describe(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": self.name,
-                "host": self.host,
-                "cgroup_id": int(self.node.cgroup_id),
-                "cgroup_path": str(self.node.cgroup_path or ""),
-                "comm": "",
-            }
-        ]
+        return [self.node.describe(self.host)]
 
     def info(self) -> dict[str, Any]:
         target = self.net.target(int(self.node.cgroup_id))

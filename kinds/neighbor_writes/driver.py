@@ -88,15 +88,7 @@ class NeighborDriver:
 
     # -- set-up --------------------------------------------------------------------------------
     def describe(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": self.name,
-                "host": self.host,
-                "cgroup_id": int(self.node.cgroup_id),
-                "cgroup_path": str(self.node.cgroup_path or ""),
-                "comm": "",
-            }
-        ]
+        return [self.node.describe(self.host)]
 
     def info(self) -> dict[str, Any]:
         return {"node": self.name, "pid": self.pid}
