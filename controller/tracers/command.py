@@ -102,6 +102,7 @@ class CommandTracer:
         stall_s: float = 0.0,
         pipe_bytes: int | None = None,
         env: Mapping[str, str] | None = None,
+        argv_for: Callable[[list[NodeKey], str], list[str]] | None = None,
     ):
         if not argv:
             raise TracerError("the tracer command is empty")
@@ -119,6 +120,9 @@ class CommandTracer:
         self.stall_s = stall_s
         self.pipe_bytes = pipe_bytes
         self.env = dict(env) if env is not None else None
+        # argv_for(nodes, sentinel_prefix): the command for one window, built at start() (a
+        # preset filters its program to the window's cgroups); ``argv`` when it is None.
+        self.argv_for = argv_for
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = _original("_thread", "allocate_lock")()  # shared by the reader thread
         self._reset()
@@ -254,13 +258,14 @@ class CommandTracer:
                 "carry only what those nodes lack (a comm-only tracer needs NodeKey.comm, i.e. the "
                 "node's exec storm running its binary under the node's own name)"
             )
+        argv = self.argv_for(self._nodes, self._prefix) if self.argv_for else self.argv
         r, w = os.pipe2(os.O_CLOEXEC)
         if self.pipe_bytes:
             with contextlib.suppress(OSError):  # the size is a pressure knob, not a must
                 fcntl.fcntl(w, F_SETPIPE_SZ, self.pipe_bytes)
         try:
             self._proc = subprocess.Popen(
-                self.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=w,
                 stderr=w,
@@ -271,7 +276,7 @@ class CommandTracer:
         except OSError as e:
             os.close(r)
             self._sentinels.close()
-            raise TracerError(f"cannot start tracer {self.name} ({self.argv[0]}): {e}") from e
+            raise TracerError(f"cannot start tracer {self.name} ({argv[0]}): {e}") from e
         finally:
             os.close(w)  # only the tracer writes: EOF on r once it (and its children) exit
         self._rfd = r
