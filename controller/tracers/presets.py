@@ -116,7 +116,12 @@ def bpftrace_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
     if cfg.tracer_command:  # the scenario's own command wins, run as given
         return build_command(cfg, sentinel, name="bpftrace", match=BPFTRACE_MATCH)
     return build_command(
-        cfg, sentinel, name="bpftrace", argv=bpftrace_argv(), match=BPFTRACE_MATCH, argv_for=bpftrace_window_argv
+        cfg,
+        sentinel,
+        name="bpftrace",
+        argv=bpftrace_argv(),
+        match=BPFTRACE_MATCH,
+        argv_for=bpftrace_window_argv,
     )
 
 
