@@ -156,20 +156,26 @@ def pidstat_rows(pid: int, n: int) -> list[dict[str, str]]:
 def within_pidstat(cpu_pct: float, rss_max_kib: float, rows: list[dict[str, str]]) -> None:
     """A window's CPU % and peak RSS of one process against pidstat's rows for the same seconds.
 
-    Both read the process's utime+stime from /proc over ~the same N seconds: their 1 s ticks
-    are out of phase by less than one tick, so they differ only by the CPU time in the two
-    edge slices over N, plus one 10 ms clock tick per reading. The child's duty cycle keeps its
-    rate steady within a few points per second even on a loaded 2-core machine (pidstat's rows
-    spread by under ~15 points here), so 5 points is loose for a right figure and tight for a
-    wrong interval, a wrong process or a doubled count (~45 points off). RSS: the child's 40 MiB
-    is touched before the window, so the peak is flat; pidstat's page count lags by at most
-    the interpreter's small allocations (~100 KiB measured): 2 %.
+    Both read the process's utime+stime from /proc over the same N seconds, their 1 s ticks
+    out of phase by less than one tick. So they differ by the CPU time of two edge slices
+    (each under a second) over N: at most the spread of the per-second rates over N, which on
+    a loaded 2-core machine pidstat's own rows show (the child is starved unevenly), plus one
+    10 ms clock tick per reading (1 point). Measured here: within 0.2 points, with spreads of
+    5-10 points; a 15 % error in the figure (a wrong interval, 4-7 points at the 25-50 % this
+    child gets under load) or a doubled or wrong-process count is outside it. RSS: the
+    child's 40 MiB is touched before the window, so the peak is flat; pidstat's page count
+    differs by the interpreter's small allocations (~200 KiB measured): 2 %.
     """
-    pid_cpu = sum(float(r["%CPU"]) for r in rows) / len(rows)
+    pid_cpus = [float(r["%CPU"]) for r in rows]
+    pid_cpu = sum(pid_cpus) / len(rows)
+    tol = 1 + (max(pid_cpus) - min(pid_cpus)) / len(rows)
     pid_rss = max(float(r["RSS"]) for r in rows)
-    print(f"\nCPU %: window {cpu_pct:.1f} vs pidstat {pid_cpu:.1f}; RSS KiB {rss_max_kib:.0f} vs {pid_rss:.0f}")
+    print(
+        f"\nCPU %: window {cpu_pct:.1f} vs pidstat {pid_cpu:.1f} (tolerance {tol:.1f}); "
+        f"RSS KiB {rss_max_kib:.0f} vs {pid_rss:.0f}"
+    )
     assert pid_cpu > 20, rows  # the child really was busy: not 0 vs 0
-    assert abs(cpu_pct - pid_cpu) <= 5, (cpu_pct, rows)
+    assert abs(cpu_pct - pid_cpu) <= tol, (cpu_pct, rows)
     assert abs(rss_max_kib - pid_rss) <= 0.02 * pid_rss, (rss_max_kib, rows)
 
 
