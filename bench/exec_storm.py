@@ -9,7 +9,8 @@ in the same node;
 both exec the same cached ``tiny`` binary, in alternating rounds so drift hits both alike;
 medians and the a/b ratio are printed. (c) loads ``bpf/exec_count.bpf.c``, turns on BPF run
 statistics and reads the program's run_cnt / run_time_ns (``/proc/self/fdinfo`` of its fd)
-around one burst: ns per event, plus the kernel's count for the node next to the worker's.
+around one burst: ns per event, plus the kernel's count for the node next to the worker's,
+and bpftool's figures for the same program id before the unload (bench/bpftool_ref.py).
 
 Each figure is printed next to its reference from docs/platform.md#reference-figures. Caveats: needs root; the
 machine is shared and virtualised, so absolute figures are noisy — the ratio is the figure
@@ -27,6 +28,8 @@ import statistics
 import subprocess
 import sys
 from typing import Any
+
+from bpftool_ref import bracket
 
 from swarmscope.workers.exec_storm import run_burst
 from swarmscope.workers.native import NativeTools, Target, build_cached, ensure_built
@@ -94,6 +97,7 @@ def probe_cost(tools: NativeTools, node: SimNode, duration_s: float, concurrency
         r = run_burst(tools, node, duration_s, concurrency)
         cnt1, ns1 = prog_stats(fn.fd)
         after_counts = percpu_sum(b[b"exec_count"], "count")
+        ref = bracket({"exec_count": [fn.fd]})["exec_count"]  # bpftool's figures, before the unload
     finally:
         os.close(stats_fd)  # stats cost a little on every BPF program: only on while measuring
         b.cleanup()
@@ -106,6 +110,8 @@ def probe_cost(tools: NativeTools, node: SimNode, duration_s: float, concurrency
         "generated": r.execs,
         "kernel": kernel,
         "rate_with_probe": r.rate,
+        "end": [cnt1, ns1],  # the cumulative figures the deltas end at, for the bpftool check
+        **ref,
     }
 
 

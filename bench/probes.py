@@ -10,7 +10,8 @@ filtered to getppid, to show what the in-kernel filter saves), pkt_count (XDP on
 namespace pair this bench creates and deletes) and bpf_stats,
 turns BPF run statistics on, runs one exec storm burst in a simulated node while sending UDP
 packets through the veth, and reads each BPF function's run_cnt / run_time_ns
-(BPF_OBJ_GET_INFO_BY_FD): ns per run, per program. (b) Overhead: exec rate of ``run_burst``
+(BPF_OBJ_GET_INFO_BY_FD): ns per run, per program, with bpftool's figures for the same program
+ids read before the unload beside them (bench/bpftool_ref.py). (b) Overhead: exec rate of ``run_burst``
 without probes vs with the full set loaded (statistics on, as a probe with --metrics-port runs),
 in alternating rounds of the same run; medians and the with/without ratio.
 
@@ -33,6 +34,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+from bpftool_ref import bracket, own
 
 from swarmscope.probes import bcc_env
 from swarmscope.probes.programs.base import Program
@@ -103,12 +106,13 @@ def func_stats(progs: list[Program]) -> dict[str, tuple[int, int]]:
     """{program: (run_cnt, run_time_ns)} summed over its BPF functions."""
     out: dict[str, tuple[int, int]] = {}
     for p in progs:
-        cnt = ns = 0
-        for fn in dict(getattr(bcc_of(p), "funcs", {}) or {}).values():
-            info = bpf.prog_info(fn.fd)
-            cnt, ns = cnt + info.run_cnt, ns + info.run_time_ns
+        _, cnt, ns = own([fn.fd for fn in _funcs(p)])
         out[p.name] = (cnt, ns)
     return out
+
+
+def _funcs(p: Program) -> list[Any]:
+    return list(dict(getattr(bcc_of(p), "funcs", {}) or {}).values())
 
 
 class _Filtered(SyscallCount):
@@ -163,13 +167,20 @@ def cost_per_event(
             r = run_burst(tools, node, duration_s, conc)
             sent = int((sender.communicate(timeout=duration_s + 30)[0] or "0").strip())
             after = func_stats(progs)
+            ref = bracket({p.name: [fn.fd for fn in _funcs(p)] for p in progs})  # before the unload
     finally:
         close_set(progs)
     res: dict[str, Any] = {"execs": r.execs, "packets_sent": sent, "programs": {}}
     for name, (c1, n1) in after.items():
         c0, n0 = before[name]
         runs, ns = c1 - c0, n1 - n0
-        res["programs"][name] = {"runs": runs, "run_time_ns": ns, "ns_per_run": ns / runs if runs else None}
+        res["programs"][name] = {
+            "runs": runs,
+            "run_time_ns": ns,
+            "ns_per_run": ns / runs if runs else None,
+            "end": [c1, n1],  # the cumulative figures the deltas end at, for the bpftool check
+            **ref[name],
+        }
     return res
 
 

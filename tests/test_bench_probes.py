@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from bpftool_check import check_against_bpftool
 
 BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench" / "probes.py"
 
@@ -34,14 +35,18 @@ def test_bench_probes_short() -> None:
         "pkt_count",
     }
     for p in progs.values():
-        assert p["runs"] > 0 and 0 < p["ns_per_run"] < 100_000
+        check_against_bpftool(p)
     # exec_count runs on every exec of the host: at least the storm's.
     assert progs["exec_count"]["runs"] >= cost["execs"] > 0
     # XDP on the bench's own veth: the packets sent plus at most a little ARP/IPv6 noise.
     assert cost["packets_sent"] <= progs["pkt_count"]["runs"] <= cost["packets_sent"] + 20
     ovh = res["overhead"]
     assert len(ovh["without_exec_per_s"]) == len(ovh["with_exec_per_s"]) == 1
-    assert ovh["ratio_with_to_without"] > 0
+    # Exec rate with the full set loaded over without: the probes cost a few percent of an
+    # exec (~0.5 us of ~100 us); rounds alternate but one short round on a shared 2-core
+    # machine swings by tens of percent either way (measured 0.9-1.15), so only a rate that
+    # is not a rate (0, a swapped pair, a count) falls outside.
+    assert 0.5 < ovh["ratio_with_to_without"] < 2.0, ovh
     assert _bench_netns() - before == set()  # its own namespaces are gone (not another run's)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from bpftool_check import check_against_bpftool
 
 from swarmscope.errors import LoadGenError
 from swarmscope.probes.bcc_env import load_program, percpu_sum
@@ -378,4 +379,5 @@ def test_bench_runs_and_reconciles() -> None:
     assert d["worker_median"] > 100 and d["spawnloop_median"] > 100, d
     p = d["probe"]
     assert p["generated"] == p["kernel"] > 0, p
-    assert p["events"] >= p["kernel"] and 0 < p["ns_per_event"] < 100_000, p
+    assert p["events"] >= p["kernel"], p
+    check_against_bpftool({**p, "runs": p["events"]})
