@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import load_report, only_run_dir, run_cli
-from neighbors_util import check_neighbor_points, needs_root
+from helpers import load_report, only_run_dir
+from neighbors_util import check_neighbor_points, check_recount, needs_root, run_with_recount
 
 from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer
 from swarmscope.probes.neigh_events import NeighEventCounter
@@ -112,13 +112,15 @@ def test_kernel_neighbor_table_target_counted_by_tracepoints(tmp_path: Path) -> 
 
 def test_pipeline_small_points_verified(tmp_path: Path) -> None:
     """N=1 and 2000 through `swarmscope run`: a worker's agent, the probe's kernel clock."""
-    out = tmp_path / "out"
-    p = run_cli(
-        "run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1,2000", "--set", "batch_size=500",
+    out, recount = tmp_path / "out", str(tmp_path / "recount.json")
+    p = run_with_recount(
+        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1,2000", "--set", "batch_size=500",
         "--set", "page_size=1000", "--set", "verify_packets=8", "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
-    pts = check_neighbor_points(load_report(only_run_dir(out)), [1, 2000], workers=1, page=1000, batch=500)
+    rep = load_report(only_run_dir(out))
+    check_recount(recount, rep)  # bpftool's dump of the map, not the code's "verified"
+    pts = check_neighbor_points(rep, [1, 2000], workers=1, page=1000, batch=500)
     for p in pts:
         assert p["p99_us"] <= p["total_ms"] * 1000 + 1  # rounding
         if p["mode"] == "write_watch_program":  # write -> commit -> datapath, each stage > 0
@@ -131,14 +133,15 @@ def test_pipeline_small_points_verified(tmp_path: Path) -> None:
 def test_kernel_table_target_on_the_pipeline_distributed(tmp_path: Path) -> None:
     """target=kernel through `swarmscope run`, two worker processes: each programs its own
     device's table; the probe's neigh_events counts per device (both workers share a cgroup)."""
-    out = tmp_path / "out"
-    p = run_cli(
-        "run", "scenarios/neighbor_writes.yaml", "--set", "target=kernel", "--set", "neighbors=701",
+    out, recount = tmp_path / "out", str(tmp_path / "recount.json")
+    p = run_with_recount(
+        recount, "scenarios/neighbor_writes.yaml", "--set", "target=kernel", "--set", "neighbors=701",
         "--set", "batch_size=300", "--set", "plot=false", "--set", "mode=distributed",
         "--set", "workers=2", "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
+    check_recount(recount, rep)  # ip neigh in each worker's namespace, not the code's "verified"
     pts = rep["neighbors"]["points"]
     assert [p["mode"] for p in pts] == ["list_program", "write_watch_program"]
     for p in pts:

@@ -23,7 +23,7 @@ from helpers import (
     only_run_dir,
     run_cli,
 )
-from neighbors_util import check_neighbor_points
+from neighbors_util import check_neighbor_points, check_recount, run_with_recount
 from trace_helpers import read_spans
 
 pytestmark = [
@@ -158,11 +158,14 @@ def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
 
 
 def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
-    out = tmp_path / "results"
-    p = run_cli("run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000", "--out", str(out))
+    out, recount = tmp_path / "results", str(tmp_path / "recount.json")
+    p = run_with_recount(
+        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000", "--out", str(out)
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = only_run_dir(out)
     rep = load_report(run_dir)
+    check_recount(recount, rep)  # bpftool's dump of the map, not the code's "verified"
     assert rep["scenario"] == "neighbor_writes" and rep["status"] == "ok"
     pts = check_neighbor_points(rep, [1000, 20000], workers=1, page=65536, batch=5000)
     assert all(q["per_neighbor_us"] > 0 for q in pts)
@@ -173,14 +176,16 @@ def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
 
 def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     """Two worker processes, each its own agent, XDP map and namespace; timings pooled exactly."""
-    out = tmp_path / "results"
-    p = run_cli(
-        "run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1001,20000", "--set", "mode=distributed",
-        "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{free_port()}", "--set", "page_size=4000",
+    out, recount = tmp_path / "results", str(tmp_path / "recount.json")
+    p = run_with_recount(
+        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1001,20000",
+        "--set", "mode=distributed", "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{free_port()}",
+        "--set", "page_size=4000",
         "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
+    check_recount(recount, rep)  # each worker's map, dumped by bpftool from the controller
     assert rep["status"] == "ok"
     check_neighbor_points(rep, [1001, 20000], workers=2, page=4000, batch=5000)
     it = rep["points"][0]["iterations"][0]

@@ -168,7 +168,7 @@ class NeighborDriver:
             target = xdp
         else:
             target = self._kernel()
-            out["device"] = self._ns.dummy
+            out["device"], out["netns"] = self._ns.dummy, self._ns.name
         if count == 0:  # N smaller than the number of workers: nothing to write here
             out.update(reported=0, problems=[])
             return out

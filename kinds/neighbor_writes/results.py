@@ -186,6 +186,9 @@ def reconcile(
             ),
             "pid": res.get("pid"),
             "map_id": res.get("map_id"),
+            # where the entries are until the next window (target=kernel): for an outside recount
+            "device": res.get("device"),
+            "netns": res.get("netns"),
             "xdp": res.get("xdp", {}),
         }
     gen_total = sum(c.generated or 0 for c in per_node)
