@@ -185,8 +185,8 @@ def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
-    check_recount(recount, rep)  # each worker's map, dumped by bpftool from the controller
     assert rep["status"] == "ok"
+    check_recount(recount, rep)  # each worker's map, dumped by bpftool from the controller
     check_neighbor_points(rep, [1001, 20000], workers=2, page=4000, batch=5000)
     it = rep["points"][0]["iterations"][0]
     assert sorted((n["node"], n["generated"]) for n in it["per_node"]) == [("w1-n1", 501), ("w2-n1", 500)]
