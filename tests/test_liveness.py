@@ -1,21 +1,19 @@
 """A worker and a probe killed mid-run: their nodes are marked missing, the run goes on, and
 every other reading is kept.
 
-Two "hosts" on one machine (SWARMSCOPE_NODE_HOST / --node): worker A + probe A measure node
-hA's sim node, worker B + probe B node hB's. Everything talks over the network: the Locust
-master (ZMQ) and the probe fleet (gRPC) in `swarmscope run --set mode=distributed`.
+Two "hosts" on one machine (tests/twohost.py; SWARMSCOPE_NODE_HOST / --node): worker A + probe
+A measure node hA's sim node, worker B + probe B node hB's. Everything talks over the network:
+the Locust master (ZMQ) and the probe fleet (gRPC) in `swarmscope run --set mode=distributed`.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import signal
-import subprocess
-import time
 
 import pytest
-from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
+from helpers import is_root, load_report, only_run_dir
+from twohost import launch, stop_all, wait_iterations
 
 pytestmark = [
     pytest.mark.root,
@@ -24,90 +22,18 @@ pytestmark = [
 ]
 
 
-def start(cmd: list[str], env: dict[str, str], log: pathlib.Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as fh:
-        return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT)
-
-
 def test_killed_worker_and_probe_are_missing_and_the_rest_is_kept(tmp_path: pathlib.Path) -> None:
-    token = tmp_path / "token"
-    token.write_text("liveness-test-token\n")
-    grpc_port, locust_port = free_port(), free_port()
-    out = tmp_path / "results"
-    run = subprocess.Popen(
-        [
-            str(BIN / "swarmscope"), "run", "scenarios/exec_storm.yaml",
-            "--set", "mode=distributed", "--set", "spawn_workers=false", "--set", "workers=2",
-            "--set", "probe=external", "--set", "expect_probes=2", "--set", f"token_file={token}",
-            "--set", f"grpc_bind=127.0.0.1:{grpc_port}", "--set", f"master_bind=127.0.0.1:{locust_port}",
-            "--set", "nodes=2", "--set", "iterations=8", "--set", "burst_s=0.3", "--set", "pause_s=0.2",
-            "--set", "window_timeout_s=5", "--out", str(out),
-        ],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    swarmscope = str(BIN / "swarmscope")
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    run, procs, out = launch(tmp_path, iterations=8, window_timeout_s=5)
+    lines: list[str] = []
     try:
-        for h in ("hA", "hB"):
-            procs[f"probe-{h}"] = start(
-                [
-                    swarmscope,
-                    "probe",
-                    "--controller",
-                    f"127.0.0.1:{grpc_port}",
-                    "--token-file",
-                    str(token),
-                    "--node",
-                    h,
-                ],
-                {},
-                tmp_path / f"probe-{h}.log",
-            )
-        time.sleep(1.0)  # the fleet listens once the run has loaded its config
-        for h in ("hA", "hB"):
-            procs[f"worker-{h}"] = start(
-                [
-                    swarmscope,
-                    "worker",
-                    "--controller",
-                    "127.0.0.1",
-                    "--locust-port",
-                    str(locust_port),
-                    "--",
-                    "--ss-nodes",
-                    "1",
-                ],
-                {"SWARMSCOPE_NODE_HOST": h},
-                tmp_path / f"worker-{h}.log",
-            )
         # Kill worker B and probe A once three iterations are reconciled.
-        assert run.stderr is not None
-        seen = 0
-        lines = []
-        deadline = time.monotonic() + 180
-        while seen < 3 and time.monotonic() < deadline:
-            line = run.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "iter " in line and line.startswith("[nodes="):
-                seen += 1
-        assert seen == 3, "".join(lines)[-3000:]
+        wait_iterations(run, 3, lines)
         procs["worker-hB"].send_signal(signal.SIGKILL)
         procs["probe-hA"].send_signal(signal.SIGKILL)
         _, rest = run.communicate(timeout=240)
         assert run.returncode == 0, ("".join(lines) + rest)[-4000:]
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        if run.poll() is None:
-            run.kill()
+        stop_all(run, procs)
     rep = load_report(only_run_dir(out))
     its = rep["points"][0]["iterations"]
     assert len(its) == 8, "every iteration is kept, including the ones after the kills"
