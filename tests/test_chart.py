@@ -22,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from cluster import ROOT, Api, ApiError, Cluster, Tools, build_tools, helm_env
+from kill_pod_check import check_kill_pod
 
 CHART = ROOT / "charts" / "swarmscope"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -537,3 +538,9 @@ def test_cluster_refuses_privileged_pods(cluster: Cluster) -> None:
         cluster.api.post("/api/v1/namespaces/default/pods", pod)
     assert e.value.status == 422
     assert "privileged" in e.value.body
+
+
+def test_kill_pod_fault_deletes_a_real_pod(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ingress scenario's kill-pod through the kubernetes client against this API server
+    (tests/kill_pod_check.py): the pod is gone and its ReplicaSet's replacement Running."""
+    check_kill_pod(cluster, monkeypatch)
