@@ -98,24 +98,33 @@ MAX_WALK = 1_000_000
 
 
 def map_fill(map_id: int) -> MapFill | None:
-    """A map's name, entries (walked key by key, capped at MAX_WALK) and max_entries."""
+    """A map's name, entries (walked key by key, capped at MAX_WALK) and max_entries.
+
+    Opening a map by id (BPF_MAP_GET_FD_BY_ID) needs CAP_SYS_ADMIN; a process holding the
+    map's fd itself (a probe and its own maps) uses ``map_fill_fd``, which needs no more than
+    CAP_BPF."""
     fd = bpf.map_fd_by_id(map_id)
     if fd is None:
         return None
     try:
-        info = bpf.map_info(fd)
-        name = info.name.decode(errors="replace")
-        if info.type in _ARRAY_TYPES or info.key_size == 0:
-            return MapFill(map_id, name, info.type, info.max_entries, info.max_entries)
-        key = ctypes.create_string_buffer(info.key_size)
-        nxt = ctypes.create_string_buffer(info.key_size)
-        n = 0
-        while n < MAX_WALK and bpf.map_next_key(fd, key if n else None, nxt):
-            ctypes.memmove(key, nxt, info.key_size)
-            n += 1
-        return MapFill(map_id, name, info.type, n, info.max_entries)
+        return map_fill_fd(fd)
     finally:
         os.close(fd)
+
+
+def map_fill_fd(fd: int) -> MapFill:
+    """``map_fill`` of a map whose fd the caller holds (not closed here)."""
+    info = bpf.map_info(fd)
+    name = info.name.decode(errors="replace")
+    if info.type in _ARRAY_TYPES or info.key_size == 0:
+        return MapFill(info.id, name, info.type, info.max_entries, info.max_entries)
+    key = ctypes.create_string_buffer(info.key_size)
+    nxt = ctypes.create_string_buffer(info.key_size)
+    n = 0
+    while n < MAX_WALK and bpf.map_next_key(fd, key if n else None, nxt):
+        ctypes.memmove(key, nxt, info.key_size)
+        n += 1
+    return MapFill(info.id, name, info.type, n, info.max_entries)
 
 
 def _btf_names(btf_id: int) -> dict[int, str]:

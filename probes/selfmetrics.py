@@ -27,6 +27,8 @@ syscall each) on every scrape, capped at ``MAX_WALK``; array maps are always ful
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from swarmscope.errors import ProbeError
+from swarmscope.errors import BpfError, ProbeError
 from swarmscope.probes import bpfstats
 from swarmscope.sys import bpf
 
@@ -109,6 +111,38 @@ class ProbeSelfMetrics:
         return self._programs()
 
 
+def held_map_fds(b: Any) -> dict[int, int]:
+    """{map id: fd} of the maps a BCC module holds (libbcc's own table list)."""
+    if b is None or getattr(b, "module", None) is None:
+        return {}
+    from bcc.libbcc import lib
+
+    # libbcc exports these two without the Python binding declaring them: declare them here,
+    # or ctypes passes the module pointer as a C int.
+    lib.bpf_num_tables.argtypes, lib.bpf_num_tables.restype = [ctypes.c_void_p], ctypes.c_size_t
+    lib.bpf_table_name.argtypes, lib.bpf_table_name.restype = (
+        [ctypes.c_void_p, ctypes.c_size_t],
+        ctypes.c_char_p,
+    )
+    out: dict[int, int] = {}
+    for i in range(int(lib.bpf_num_tables(b.module))):
+        name = lib.bpf_table_name(b.module, i)
+        fd = int(lib.bpf_table_fd(b.module, name)) if name else -1
+        if fd >= 0:
+            out[int(bpf.map_info(fd).id)] = fd
+    return out
+
+
+def _fill_by_id(map_id: int) -> bpfstats.MapFill | None:
+    """A map the module does not hold: by id, which needs CAP_SYS_ADMIN (skipped without)."""
+    try:
+        return bpfstats.map_fill(map_id)
+    except BpfError as e:
+        if e.errno == errno.EPERM:
+            return None
+        raise
+
+
 class _ProgramCollector:
     def __init__(self, owner: ProbeSelfMetrics) -> None:
         self.owner = owner
@@ -138,6 +172,7 @@ class _ProgramCollector:
         for pname, prog in self.owner.programs().items():
             b = bcc_of(prog)
             map_ids: set[int] = set()
+            held = held_map_fds(b)  # its own maps' fds: no CAP_SYS_ADMIN needed to read them
             for fname, fn in dict(getattr(b, "funcs", {}) or {}).items():
                 try:
                     info = bpf.prog_info(fn.fd)
@@ -148,7 +183,7 @@ class _ProgramCollector:
                 secs.add_metric(label, info.run_time_ns / 1e9)
                 map_ids.update(bpfstats.prog_map_ids(fn.fd))
             for mid in sorted(map_ids):
-                m = bpfstats.map_fill(mid)
+                m = bpfstats.map_fill_fd(held[mid]) if mid in held else _fill_by_id(mid)
                 if m is None:
                     continue
                 label = [pname, m.name]
