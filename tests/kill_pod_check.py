@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+from test_realnode import _wait_for as wait  # the same bounded poll
 
 from swarmscope.controller.faults import make_fault
 from swarmscope.errors import SwarmscopeError
@@ -47,16 +48,6 @@ def pods(api: Any, ns: str) -> list[dict[str, Any]]:
     return list(api.get(f"/api/v1/namespaces/{ns}/pods?labelSelector={SELECTOR}")["items"])
 
 
-def wait(what: str, cond: Any, timeout_s: float = 60.0) -> Any:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s:g} s")
-
-
 def running(api: Any, ns: str) -> list[str]:
     return [
         p["metadata"]["name"]
@@ -71,7 +62,7 @@ def check_kill_pod(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     try:
         api.post(f"/apis/apps/v1/namespaces/{ns}/deployments", deployment("ingress-nginx-controller"))
-        (victim,) = wait("the controller pod Running", lambda: running(api, ns))
+        (victim,) = wait("the controller pod Running", lambda: running(api, ns), 60)
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in-cluster
         inj = make_fault("kill-pod", at_s=0.0, namespace=ns)
@@ -83,7 +74,7 @@ def check_kill_pod(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         # Gone from the API server (grace period 0: no terminating phase to wait through) ...
         wait(f"{victim} deleted", lambda: victim not in {p["metadata"]["name"] for p in pods(api, ns)}, 30)
         # ... and replaced by the ReplicaSet with a new pod, Running on a kwok node.
-        (new,) = wait("a replacement pod Running", lambda: running(api, ns))
+        (new,) = wait("a replacement pod Running", lambda: running(api, ns), 60)
         assert new != victim
         (pod,) = [p for p in pods(api, ns) if p["metadata"]["name"] == new]
         assert pod["spec"]["nodeName"] in cluster.nodes
