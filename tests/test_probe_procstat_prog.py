@@ -161,8 +161,9 @@ def within_pidstat(cpu_pct: float, rss_max_kib: float, rows: list[dict[str, str]
     (each under a second) over N: at most the spread of the per-second rates over N, which on
     a loaded 2-core machine pidstat's own rows show (the child is starved unevenly), plus one
     10 ms clock tick per reading (1 point). Measured here: within 0.2 points, with spreads of
-    5-10 points; a 15 % error in the figure (a wrong interval, 4-7 points at the 25-50 % this
-    child gets under load) or a doubled or wrong-process count is outside it. RSS: the
+    5-10 points; a 15 % error in the figure (a wrong interval: 4-7 points at the 25-50 % this
+    child gets) or a doubled or wrong-process count is outside it. At a load average of 30 the
+    child got only 12 %, where a 15 % error (1.8 points) is at the tolerance: weaker there. RSS: the
     child's 40 MiB is touched before the window, so the peak is flat; pidstat's page count
     differs by the interpreter's small allocations (~200 KiB measured): 2 %.
     """
@@ -174,7 +175,8 @@ def within_pidstat(cpu_pct: float, rss_max_kib: float, rows: list[dict[str, str]
         f"\nCPU %: window {cpu_pct:.1f} vs pidstat {pid_cpu:.1f} (tolerance {tol:.1f}); "
         f"RSS KiB {rss_max_kib:.0f} vs {pid_rss:.0f}"
     )
-    assert pid_cpu > 20, rows  # the child really was busy: not 0 vs 0
+    # the child really ran: not 0 vs 0 (its 50 % duty cycle got 12 % at a load average of 30 here)
+    assert pid_cpu > 5, rows
     assert abs(cpu_pct - pid_cpu) <= tol, (cpu_pct, rows)
     assert abs(rss_max_kib - pid_rss) <= 0.02 * pid_rss, (rss_max_kib, rows)
 
@@ -223,7 +225,7 @@ def test_sampler_agrees_with_pidstat() -> None:
         f"\nCPU %: sampler {our_cpu:.1f} ({len(ours)} ticks) vs pidstat {pid_cpu:.1f} ({len(rows)} rows)"
         f"\nRSS KiB: sampler {our_rss:.0f} vs pidstat {pid_rss:.0f}"
     )
-    assert our_cpu > 20  # the child really was busy: the comparison is not 0 vs 0
+    assert our_cpu > 5  # the child really ran (12 % at load 30 here): the comparison is not 0 vs 0
     assert abs(our_cpu - pid_cpu) <= 5
     assert abs(our_rss - pid_rss) <= 0.1 * pid_rss
     # pidstat -r's other columns: VSZ (a busy loop's mapping does not change: equal), %MEM.
