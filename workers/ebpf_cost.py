@@ -51,7 +51,6 @@ class CostDriver:
 
     def _describe_programs(self) -> list[dict[str, Any]]:
         from swarmscope.probes import bpfstats
-
         from swarmscope.targets.ebpf_tools import tool_pids
 
         progs = bpfstats.list_programs(owners_too=True)
