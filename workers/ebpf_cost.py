@@ -97,25 +97,15 @@ class CostDriver:
 
     def busy_loop(self, duration_s: float) -> dict[str, Any]:
         """The loop in the node for ``duration_s``; its exact turns and exec count."""
+        from swarmscope.workers.nodes import joiner
+
         work = pathlib.Path(tempfile.mkdtemp(prefix="swarmscope-loop-"))
-        procs = os.path.join(str(self.node.cgroup_path), "cgroup.procs")
-        pids = os.path.join(str(self.node.pids_path), "cgroup.procs") if self.node.pids_path else None
-
-        def enter() -> None:  # between fork and exec: only open/write syscalls
-            for path in (pids, procs):
-                if path:
-                    fd = os.open(path, os.O_WRONLY)
-                    try:
-                        os.write(fd, b"0")
-                    finally:
-                        os.close(fd)
-
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", LOOP], cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-                preexec_fn=enter, start_new_session=True,
+                preexec_fn=joiner(self.node), start_new_session=True,
             )  # fmt: skip
             time.sleep(duration_s)  # gevent-patched in a Locust worker: cooperative
             (work / "stop").touch()

@@ -51,7 +51,7 @@ import tempfile
 from dataclasses import dataclass
 
 from swarmscope.errors import LoadGenError, SetupError
-from swarmscope.workers.nodes import SimNode
+from swarmscope.workers.nodes import SimNode, joiner
 
 STARTUP_EXECS = 1  # stress-ng's own exec, made after joining the node
 USER = "nobody"
@@ -243,18 +243,13 @@ class StressNg:
         workdir = pathlib.Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
         os.chown(workdir, self.uid, self.gid)
         cmd = self.argv(exe, node, duration_s, instances, max_execs, ops, workdir)
-        joins = [p for p in (node.pids_path, node.cgroup_path) if p is not None]
+        join = joiner(node)
         uid, gid = self.uid, self.gid
 
         def enter_node() -> None:
             # Between fork and exec: join the node first (as root), then drop to nobody, so
             # stress-ng's own exec is the first thing counted in the node (STARTUP_EXECS).
-            for d in joins:
-                fd = os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY)
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
+            join()
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
