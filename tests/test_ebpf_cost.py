@@ -125,3 +125,12 @@ def test_swarmscope_run_ebpf_cost(tmp_path: pathlib.Path) -> None:
     assert opens["sys_exit_openat"] > 0
     page = (run_dir / "report.html").read_text()
     assert "CUMULRUNTIME" in page and "tail calls" in page
+
+
+def test_embedded_only() -> None:
+    from swarmscope.errors import ConfigError
+    from swarmscope.kinds import get_kind
+
+    with pytest.raises(ConfigError, match="runs embedded"):
+        get_kind("ebpf_cost").schema.load(data={"mode": "distributed"})
+    assert get_kind("ebpf_cost").schema.load(data={}).tools == ["seccomp", "ig-open"]

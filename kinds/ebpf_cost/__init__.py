@@ -24,7 +24,7 @@ from typing import Any
 from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
-from swarmscope.kinds.base import Kind
+from swarmscope.kinds.base import CrossCheck, Kind
 
 PHASES = ("busy", "idle")
 TOOL_CHOICES = ("seccomp", "open", "ig-open")  # targets/ebpf_tools.TOOLS
@@ -71,6 +71,15 @@ class EbpfCost(Kind[EbpfCostConfig]):
                 "phases in order: busy (the loop) and idle",
                 choices=PHASES,
             ),
+        ]
+
+    def cross_checks(self) -> list[CrossCheck]:
+        # One machine, one set of tools: a second worker would start its own copies, and its
+        # host reading would count every program on the machine a second time.
+        return [
+            lambda v: [("mode", "ebpf_cost runs embedded (one worker, one machine)")]
+            if v.get("mode", "embedded") != "embedded"
+            else []
         ]
 
     def programs(self, cfg: EbpfCostConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
