@@ -85,6 +85,16 @@ def test_schema_cross_checks() -> None:
     assert cfg.load == "stress-ng" and cfg.stress_ng_ops == 50
 
 
+def test_binary_per_comm_is_one_root_owned_copy(sng: StressNg) -> None:
+    a, b = sng.binary_for("sngtest-n1"), sng.binary_for("sngtest-n2")
+    assert (a.name, b.name) == ("sngtest-n1", "sngtest-n2")
+    sa, sb = a.stat(), b.stat()
+    assert sa.st_ino == sb.st_ino and sa.st_nlink == 3 and sa.st_uid == 0 and sa.st_mode & 0o022 == 0
+    assert sa.st_size == pathlib.Path(shutil.which("stress-ng") or "").stat().st_size
+    with pytest.raises(LoadGenError):
+        sng.binary_for("../x")
+
+
 @pytest.mark.bpf
 def test_kernel_equals_bogo_ops_plus_its_own_exec(exec_bpf: Any, group: str, sng: StressNg) -> None:
     n1, n2 = create_sim_nodes(group, ["n1", "n2"], pids_max=256)

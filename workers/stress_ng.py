@@ -27,8 +27,8 @@ So generated = bogo ops + 1 == kernel in every window; an exec that failed anywa
 a harness mismatch, never hidden.
 
 ``comm``: stress-ng execs ``/proc/self/exe``, so the children's comm is the executable's file
-name. To let comm-only tracers (ig) tell nodes apart, the binary is copied once per comm into
-a private root-owned directory under the node's name.
+name. To let comm-only tracers (ig) tell nodes apart, the binary is copied once into a private
+root-owned directory and hard-linked there under each node's comm.
 
 Bounds: ``--timeout`` takes whole seconds only (a fraction means "no timeout" to stress-ng
 0.15), so time-bounded bursts need an integer ``duration_s`` >= 1; ``--exec-ops`` caps the
@@ -204,14 +204,19 @@ class StressNg:
             return self.binary
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", comm) or comm.startswith("."):
             raise LoadGenError(f"invalid comm {comm!r} for stress-ng")
+        # One private copy, hard-linked under each comm: a hard link is a name of its own, so
+        # /proc/self/exe (and the children's comm) is that name, at no extra space per node.
+        master = self.root / ".stress-ng"
+        if not master.exists():
+            tmp = self.root / ".stress-ng.tmp"
+            shutil.copyfile(self.binary, tmp)
+            tmp.chmod(0o755)
+            tmp.rename(master)
         d = self.root / comm
         exe = d / comm
         if not exe.exists():
             d.mkdir(mode=0o755, exist_ok=True)
-            tmp = d / f".{comm}.tmp"
-            shutil.copyfile(self.binary, tmp)
-            tmp.chmod(0o755)
-            tmp.rename(exe)
+            os.link(master, exe)
         return exe
 
     def argv(
