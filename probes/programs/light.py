@@ -1,0 +1,104 @@
+"""The light probe's programs: loaded by the short-lived BCC loader, read from pins (no BCC here).
+
+    from swarmscope.probes.programs.light import get_light_program, LIGHT
+    prog = get_light_program("exec_count")     # ProbeError naming the full mode for the others
+    prog.load()                                # python -m swarmscope.probes.loader, then pins
+    ...                                        # the same Program interface as the full probe
+
+``swarmscope probe --mode light`` (or ``$SWARMSCOPE_PROBE_MODE=light``) builds its programs
+here. What it carries (``LIGHT``): ``exec_count`` (counts, first/last exec times, the per-window
+restart of the times) read through pinned maps; ``bpf_stats``, ``procstat`` and
+``neigh_netlink``, which never used BCC and are the full probe's own code. The fleet handshake,
+heartbeats, options, window spans and self-metrics are the agent's, the same in both modes.
+
+What it does not carry (``NOT_LIGHT``, each refused at start with the reason): programs attached
+per network interface with XDP (``pkt_count``, ``flow_count``), ``map_update`` (per-call
+samples), ``neigh_events`` and ``syscall_count`` (not ported yet: their readers still use BCC's
+tables). Run those with the full probe (``--mode full``, the default).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterable
+
+from swarmscope.errors import ProbeError
+from swarmscope.probes import pinned
+from swarmscope.probes.programs.base import PROGRAMS, NodeLike, Program, Snapshot
+from swarmscope.probes.programs.exec_count import ExecCount
+
+MODES = ("full", "light")
+ENV_MODE = "SWARMSCOPE_PROBE_MODE"
+
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_EXEC_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in exec_count.bpf.c
+
+
+class LightExecCount(ExecCount):
+    """``exec_count`` read from its pins; window_samples and close are ExecCount's own."""
+
+    def load(self) -> None:
+        if self._bpf is None:
+            obj = pinned.load(self.name)
+            try:
+                obj.maps["exec_count"].check(_U64.size, _EXEC_STAT.size)
+                obj.maps["exec_open"].check(_U64.size, _U64.size)
+                obj.maps["exec_open_any"].check(_U32.size, _U64.size)
+            except BaseException:
+                obj.cleanup()
+                raise
+            self._bpf = obj
+
+    def open_window(self, nodes: Iterable[NodeLike]) -> None:
+        if self._bpf is None:
+            raise ProbeError("exec_count: open_window before load()")
+        now = time.monotonic_ns()  # the BPF clock: bpf_ktime_get_ns is CLOCK_MONOTONIC
+        for n in nodes:
+            key = int(n.cgroup_id)
+            if key == 0:  # the host: every cgroup that has no open time of its own
+                self._bpf.maps["exec_open_any"].update(_U32.pack(0), _U64.pack(now))
+            else:
+                self._bpf.maps["exec_open"].update(_U64.pack(key), _U64.pack(now))
+            self._opens[key] = now
+
+    def snapshot(self) -> Snapshot:
+        if self._bpf is None:
+            raise ProbeError("exec_count: snapshot before load()")
+        rows = [
+            (_U64.unpack(k)[0], [_EXEC_STAT.unpack(v) for v in cpus])
+            for k, cpus in self._bpf.maps["exec_count"].percpu_items()
+        ]
+        self._times = {cg: [(first, last) for _c, first, last in cpus] for cg, cpus in rows}
+        return {cg: {"exec": sum(c for c, _f, _l in cpus)} for cg, cpus in rows}
+
+
+# Programs that never used BCC: the full probe's own code runs in the light one unchanged.
+_NO_BCC = ("bpf_stats", "procstat", "neigh_netlink")
+
+LIGHT: dict[str, Callable[[], Program]] = {
+    "exec_count": LightExecCount,
+    **{name: PROGRAMS[name] for name in _NO_BCC},
+}
+
+NOT_LIGHT: dict[str, str] = {
+    "pkt_count": "XDP attached per interface and window (not pinned by the loader)",
+    "flow_count": "XDP attached per interface and window (not pinned by the loader)",
+    "map_update": "per-call samples read through BCC",
+    "neigh_events": "not ported to pinned maps yet",
+    "syscall_count": "not ported to pinned maps yet (its filter reloads per window)",
+}
+
+
+def get_light_program(name: str) -> Program:
+    """A new, not yet loaded light-mode instance of ``name``; ProbeError if light mode lacks it."""
+    if name in LIGHT:
+        return LIGHT[name]()
+    if name in NOT_LIGHT:
+        raise ProbeError(
+            f"program {name!r} is not carried by the light probe ({NOT_LIGHT[name]}): "
+            "run the probe with --mode full"
+        )
+    known = ", ".join(sorted(PROGRAMS))
+    raise ProbeError(f"unknown program {name!r} (known: {known})")
