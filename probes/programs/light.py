@@ -28,9 +28,6 @@ from swarmscope.probes import pinned
 from swarmscope.probes.programs.base import PROGRAMS, NodeLike, Program, Snapshot
 from swarmscope.probes.programs.exec_count import ExecCount
 
-MODES = ("full", "light")
-ENV_MODE = "SWARMSCOPE_PROBE_MODE"
-
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _EXEC_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in exec_count.bpf.c
@@ -89,6 +86,25 @@ NOT_LIGHT: dict[str, str] = {
     "neigh_events": "not ported to pinned maps yet",
     "syscall_count": "not ported to pinned maps yet (its filter reloads per window)",
 }
+
+
+def light_factory(programs: Iterable[str]) -> Callable[[str], Program]:
+    """The light probe's program factory, once the machine and ``programs`` are checked.
+
+    ConfigError naming every program the light probe does not carry; SetupError for what the
+    loader would miss (root, BCC, kernel headers, tracefs), checked without importing BCC."""
+    from swarmscope.errors import ConfigError, Problem
+    from swarmscope.probes import bcc_env
+
+    problems = [
+        Problem("--programs", n, f"not carried by the light probe ({NOT_LIGHT[n]}): use --mode full")
+        for n in programs
+        if n in NOT_LIGHT
+    ]
+    if problems:
+        raise ConfigError(problems)
+    bcc_env.check(import_bcc=False)
+    return get_light_program
 
 
 def get_light_program(name: str) -> Program:
