@@ -57,17 +57,29 @@ def tls_files(args: argparse.Namespace) -> Any:
     return files
 
 
-def register(subparsers: Any) -> None:
-    from swarmscope.probes.programs.params import describe_program_params
+# The epilog lists every program's params, which means importing every program module: done
+# only when help is printed, not in every long-lived probe (a few MiB of RSS on each node).
+_PARAMS_EPILOG = "<programs and their params>"
 
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    def add_text(self, text: str | None) -> None:
+        if text == _PARAMS_EPILOG:
+            from swarmscope.probes.programs.params import describe_program_params
+
+            text = "programs and their params (KEY (type, default, $ENV at start-up, scope): help):\n"
+            text += describe_program_params()
+        super().add_text(text)
+
+
+def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "probe",
         help="run the node probe agent (or --once: count for S seconds and print)",
         description="The swarmscope node agent: loads programs from bpf/ and serves an "
         "authenticated controller. With --once it runs standalone and prints per-cgroup deltas.",
-        epilog="programs and their params (KEY (type, default, $ENV at start-up, scope): help):\n"
-        + describe_program_params(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_PARAMS_EPILOG,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("--controller", metavar="HOST:PORT", help=f"controller address (else ${ENV_CONTROLLER})")
     p.add_argument(

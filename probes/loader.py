@@ -1,6 +1,6 @@
 """The short-lived loader of the light probe: compile and load one program with BCC, pin it, exit.
 
-    python -m swarmscope.probes.loader exec_count /sys/fs/bpf/ss-probe-123-exec_count-ab12 [-DFLAG=1 ...]
+    python -m swarmscope.probes.loader neigh_events /sys/fs/bpf/ss-probe-123-neigh_events-ab12 -- -DSS_FAMILY=2
     # prints the manifest (JSON) and exits 0; the program stays loaded, attached and readable
 
 Run by :func:`swarmscope.probes.pinned.load` in a child process, so BCC and LLVM (over 100 MiB)

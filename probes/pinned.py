@@ -121,7 +121,7 @@ def load(program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0) -> 
     claim = f"probe-{os.getpid()}-{program}-{secrets.token_hex(3)}"
     obj = PinnedObject(claim, f"{PIN_ROOT}/ss-{claim}")
     owners.claim("pindir", claim, path=obj.path)  # before the loader makes it
-    cmd = [sys.executable, "-m", "swarmscope.probes.loader", program, obj.path, *cflags]
+    cmd = [sys.executable, "-m", "swarmscope.probes.loader", program, obj.path, "--", *cflags]
     try:
         try:
             p = subprocess.run(

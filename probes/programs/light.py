@@ -7,14 +7,15 @@
 
 ``swarmscope probe --mode light`` (or ``$SWARMSCOPE_PROBE_MODE=light``) builds its programs
 here. What it carries (``LIGHT``): ``exec_count`` (counts, first/last exec times, the per-window
-restart of the times) read through pinned maps; ``bpf_stats``, ``procstat`` and
-``neigh_netlink``, which never used BCC and are the full probe's own code. The fleet handshake,
-heartbeats, options, window spans and self-metrics are the agent's, the same in both modes.
+restart of the times) and ``neigh_events`` (per cgroup and device), read through pinned maps;
+``bpf_stats``, ``procstat`` and ``neigh_netlink``, which never used BCC and are the full probe's
+own code. The fleet handshake, heartbeats, options, window spans and self-metrics (run counts
+and map fill of the pinned programs) are the agent's, the same in both modes.
 
 What it does not carry (``NOT_LIGHT``, each refused at start with the reason): programs attached
 per network interface with XDP (``pkt_count``, ``flow_count``), ``map_update`` (per-call
-samples), ``neigh_events`` and ``syscall_count`` (not ported yet: their readers still use BCC's
-tables). Run those with the full probe (``--mode full``, the default).
+samples), ``syscall_count`` (not ported yet: its per-window filter switch reloads the program).
+Run those with the full probe (``--mode full``, the default).
 """
 
 from __future__ import annotations
@@ -25,12 +26,30 @@ from collections.abc import Callable, Iterable
 
 from swarmscope.errors import ProbeError
 from swarmscope.probes import pinned
+from swarmscope.probes.neigh_events import KINDS, NeighEventCounter, NeighKey, NeighTotal
 from swarmscope.probes.programs.base import PROGRAMS, NodeLike, Program, Snapshot
 from swarmscope.probes.programs.exec_count import ExecCount
+from swarmscope.probes.programs.neigh_events import NeighEvents
 
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _EXEC_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in exec_count.bpf.c
+_NE_KEY = struct.Struct("<IIQ16s")  # struct ne_key {tgid, kind, cgroup, dev} in neigh_events.bpf.c
+_NE_TOTAL = struct.Struct("<QQQ")  # struct ne_total {count, first_ns, last_ns}
+
+
+def _load_checked(
+    program: str, cflags: list[str], layouts: dict[str, tuple[int, int]]
+) -> pinned.PinnedObject:
+    """``program`` loaded and pinned by the loader, its maps checked against the readers' layouts."""
+    obj = pinned.load(program, cflags)
+    try:
+        for name, (key_size, value_size) in layouts.items():
+            obj.maps[name].check(key_size, value_size)
+    except BaseException:
+        obj.cleanup()
+        raise
+    return obj
 
 
 class LightExecCount(ExecCount):
@@ -38,15 +57,15 @@ class LightExecCount(ExecCount):
 
     def load(self) -> None:
         if self._bpf is None:
-            obj = pinned.load(self.name)
-            try:
-                obj.maps["exec_count"].check(_U64.size, _EXEC_STAT.size)
-                obj.maps["exec_open"].check(_U64.size, _U64.size)
-                obj.maps["exec_open_any"].check(_U32.size, _U64.size)
-            except BaseException:
-                obj.cleanup()
-                raise
-            self._bpf = obj
+            self._bpf = _load_checked(
+                self.name,
+                [],
+                {
+                    "exec_count": (_U64.size, _EXEC_STAT.size),
+                    "exec_open": (_U64.size, _U64.size),
+                    "exec_open_any": (_U32.size, _U64.size),
+                },
+            )
 
     def open_window(self, nodes: Iterable[NodeLike]) -> None:
         if self._bpf is None:
@@ -71,11 +90,48 @@ class LightExecCount(ExecCount):
         return {cg: {"exec": sum(c for c, _f, _l in cpus)} for cg, cpus in rows}
 
 
+class _LightNeighCounter(NeighEventCounter):
+    """NeighEventCounter over pinned maps: the same keys and totals, close() is its own."""
+
+    def load(self) -> None:
+        cflags = ["-DSS_FAMILY=2"] if self.ipv4_only else []
+        self.bpf = _load_checked("neigh_events", cflags, {"ne_totals": (_NE_KEY.size, _NE_TOTAL.size)})
+
+    def snapshot_full(self) -> dict[NeighKey, NeighTotal]:
+        if self.bpf is None:
+            raise ProbeError("NeighEventCounter used before load()")
+        out: dict[NeighKey, NeighTotal] = {}
+        for k, cpus in self.bpf.maps["ne_totals"].percpu_items():
+            vals = [t for t in (_NE_TOTAL.unpack(v) for v in cpus) if t[0]]
+            if vals:
+                tgid, kind, cgroup, dev = _NE_KEY.unpack(k)
+                key = NeighKey(
+                    tgid,
+                    KINDS.get(kind, str(kind)),
+                    cgroup,
+                    dev.split(b"\0", 1)[0].decode("ascii", "replace"),
+                )
+                out[key] = NeighTotal(
+                    count=sum(t[0] for t in vals),
+                    first_ns=min(t[1] for t in vals),
+                    last_ns=max(t[2] for t in vals),
+                )
+        return out
+
+
+class LightNeighEvents(NeighEvents):
+    """``neigh_events`` read from its pins (per cgroup and device, as the full probe's)."""
+
+    def __init__(self, ipv4_only: bool = True) -> None:
+        self.counter = _LightNeighCounter(ipv4_only=ipv4_only)
+
+
 # Programs that never used BCC: the full probe's own code runs in the light one unchanged.
 _NO_BCC = ("bpf_stats", "procstat", "neigh_netlink")
 
 LIGHT: dict[str, Callable[[], Program]] = {
     "exec_count": LightExecCount,
+    "neigh_events": LightNeighEvents.from_env,
     **{name: PROGRAMS[name] for name in _NO_BCC},
 }
 
@@ -83,7 +139,6 @@ NOT_LIGHT: dict[str, str] = {
     "pkt_count": "XDP attached per interface and window (not pinned by the loader)",
     "flow_count": "XDP attached per interface and window (not pinned by the loader)",
     "map_update": "per-call samples read through BCC",
-    "neigh_events": "not ported to pinned maps yet",
     "syscall_count": "not ported to pinned maps yet (its filter reloads per window)",
 }
 
