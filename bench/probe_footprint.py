@@ -173,42 +173,35 @@ def main() -> int:
         return 0
     full, light = r["probes"]["full"], r["probes"]["light"]
     no = NETOBSERV
+    per_node_mb = no["mem_mb"] / no["nodes"]
+    per_node_cpu = 100 * no["cpu_cores"] / no["nodes"]
+
+    def both(fmt: str, *keys: str) -> tuple[str, str]:
+        return fmt.format(*(full[k] for k in keys)), fmt.format(*(light[k] for k in keys))
+
+    execs = f"{{}} / {r['execs']}"
     rows = [
         ("", "full (BCC)", "light (pins)", "goal", "NetObserv agent (write-up)"),
-        (
-            "RSS, steady (MiB)",
-            f"{full['rss_mib']:.1f}",
-            f"{light['rss_mib']:.1f}",
-            f"<= {GOAL_RSS_MIB:.0f}",
-            f"{no['mem_mb'] / no['nodes']:.0f} MB/node ({no['mem_mb']:.0f} MB / {no['nodes']} pods)",
-        ),
-        ("  anon / file (MiB)", f"{full['anon_mib']:.1f} / {full['file_mib']:.1f}",
-         f"{light['anon_mib']:.1f} / {light['file_mib']:.1f}", "", ""),  # fmt: skip
-        ("  peak (MiB)", f"{full['peak_mib']:.1f}", f"{light['peak_mib']:.1f}", "", ""),
-        (
-            f"idle CPU, {r['idle_s']:.0f} s (% core)",
-            f"{full['idle_cpu_pct']:.2f}",
-            f"{light['idle_cpu_pct']:.2f}",
-            f"<= {GOAL_IDLE_CPU_PCT}",
-            f"{100 * no['cpu_cores'] / no['nodes']:.1f} %/node at 3-3.5k flows/s (not idle)",
-        ),
-        (
-            "maps memlock, bpftool (KiB)",
-            f"{full['maps_memlock_kib']:.0f}",
-            f"{light['maps_memlock_kib']:.0f}",
-            "",
-            f"agent pods {no['mem_mb_100k']:.0f} MB at 100K flows, {no['mem_mb_50k']:.0f} at 50K",
-        ),
-        ("execs counted / generated", f"{full['execs_counted']} / {r['execs']}",
-         f"{light['execs_counted']} / {r['execs']}", "exact", ""),  # fmt: skip
-    ]
+        ("RSS, steady (MiB)", *both("{:.1f}", "rss_mib"), f"<= {GOAL_RSS_MIB:.0f}",
+         f"{per_node_mb:.0f} MB/node ({no['mem_mb']:.0f} MB / {no['nodes']} pods)"),
+        ("  anon / file (MiB)", *both("{:.1f} / {:.1f}", "anon_mib", "file_mib"), "", ""),
+        ("  peak (MiB)", *both("{:.1f}", "peak_mib"), "", ""),
+        (f"idle CPU, {r['idle_s']:.0f} s (% core)", *both("{:.2f}", "idle_cpu_pct"),
+         f"<= {GOAL_IDLE_CPU_PCT}", f"{per_node_cpu:.1f} %/node at 3-3.5k flows/s (not idle)"),
+        ("maps memlock, bpftool (KiB)", *both("{:.0f}", "maps_memlock_kib"), "",
+         f"agent pods {no['mem_mb_100k']:.0f} MB at 100K flows, {no['mem_mb_50k']:.0f} at 50K"),
+        ("execs counted / generated", *both(execs, "execs_counted"), "exact", ""),
+    ]  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
-        print("  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        cells = [
+            c.ljust(w) if i in (0, 4) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
     ld = r["loader"]
-    print(
-        f"light loader (once per load, then exits): {ld['wall_s']:.1f} s, peak RSS {ld['peak_rss_mib']:.0f} MiB"
-    )
+    print(f"light loader (once per load, then exits): {ld['wall_s']:.1f} s, ", end="")
+    print(f"peak RSS {ld['peak_rss_mib']:.0f} MiB")
     return 0
 
 

@@ -3,7 +3,7 @@
     swarmscope probe --controller 10.0.0.5:7070 --token-file /etc/swarmscope/token --node n1
     swarmscope probe --once --seconds 5            # table of per-cgroup deltas
     swarmscope probe --once --seconds 1 --json     # the same as JSON
-    swarmscope probe --mode light --controller ...  # BCC only in a short-lived loader: ~1/4 the RSS
+    swarmscope probe --mode light --controller ...  # BCC only in a short-lived loader
 
 Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. ``--help``
 lists every program with its params (declared next to its code; start-up values from their env
@@ -11,9 +11,10 @@ vars, per-window ones from the controller's OpenWindow.options).
 Settings: ``--controller`` else $SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN
 (never the token itself on the command line: /proc shows arguments to every user); ``--node``
 else $NODE_NAME else the hostname; ``--mode`` else $SWARMSCOPE_PROBE_MODE else ``full`` (light:
-swarmscope.probes.programs.light, which lists the programs it does not carry). Caveats: needs root and BCC; a missing piece comes out as one
-SetupError line. ``--once`` resolves cgroup ids to paths by walking the cgroup v2 mount, so a
-cgroup removed during the interval shows its id only.
+swarmscope.probes.programs.light, which lists the programs it does not carry). Caveats: needs
+root and BCC; a missing piece comes out as one SetupError line. ``--once`` resolves cgroup ids
+to paths by walking the cgroup v2 mount, so a cgroup removed during the interval shows its id
+only.
 """
 
 from __future__ import annotations

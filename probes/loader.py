@@ -1,6 +1,6 @@
 """The short-lived loader of the light probe: compile and load one program with BCC, pin it, exit.
 
-    python -m swarmscope.probes.loader neigh_events /sys/fs/bpf/ss-probe-123-neigh_events-ab12 -- -DSS_FAMILY=2
+    python -m swarmscope.probes.loader neigh_events /sys/fs/bpf/ss-probe-1-neigh_events-ab -- -DSS_FAMILY=2
     # prints the manifest (JSON) and exits 0; the program stays loaded, attached and readable
 
 Run by :func:`swarmscope.probes.pinned.load` in a child process, so BCC and LLVM (over 100 MiB)
@@ -8,8 +8,9 @@ live only for the seconds a compile takes, never in the long-lived probe. Into t
 directory it puts, for every tracepoint program BCC attached: ``prog_<func>`` (the program),
 ``link_<func>`` (a BPF link on the tracepoint: pinned, it keeps the program attached after this
 process exits), every map the programs use as ``map_<name>`` (the kernel's name, at most 15
-characters; bpffs refuses "." in names). It prints the manifest (functions, tracepoints, map layouts) as one JSON line;
-bpffs holds pins only, so the reader takes every layout from the kernel (``map_info``) again.
+characters; bpffs refuses "." in names). It prints the manifest (functions, tracepoints, map
+layouts) as one JSON line; bpffs holds pins only, so the reader takes every layout from the
+kernel (``map_info``) again.
 
 Caveats: tracepoint programs only (``TRACEPOINT_PROBE``); XDP programs are attached per
 interface by their program modules and are not carried by the light probe. BCC's own
@@ -25,9 +26,11 @@ import os
 import sys
 from typing import Any
 
+from swarmscope.errors import ProbeError, SwarmscopeError
 from swarmscope.probes import bcc_env
 from swarmscope.probes.bpfstats import prog_map_ids
 from swarmscope.sys import bpf
+
 
 def pin(b: Any, pin_dir: str) -> dict[str, Any]:
     """Pin BCC object ``b``'s tracepoint programs (as links) and their maps under ``pin_dir``."""
@@ -63,7 +66,7 @@ def pin(b: Any, pin_dir: str) -> dict[str, Any]:
             finally:
                 os.close(mfd)
     if not manifest["funcs"]:
-        raise SystemExit("loader: the program has no tracepoint function to pin")
+        raise ProbeError("the program has no tracepoint function to pin")
     return manifest
 
 
@@ -73,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("pin_dir")
     ap.add_argument("cflags", nargs="*")
     args = ap.parse_args(argv)
-    b = bcc_env.load_program(args.program, list(args.cflags))
     try:
-        manifest = pin(b, args.pin_dir)
-    finally:
-        b.cleanup()  # closes BCC's fds; the pins keep programs, links and maps
+        b = bcc_env.load_program(args.program, list(args.cflags))
+        try:
+            manifest = pin(b, args.pin_dir)
+        finally:
+            b.cleanup()  # closes BCC's fds; the pins keep programs, links and maps
+    except SwarmscopeError as e:  # one line: the probe puts it in its own error
+        print(f"loader: {e}", file=sys.stderr)
+        return 1
     manifest["program"] = args.program
     json.dump(manifest, sys.stdout)
     sys.stdout.write("\n")

@@ -129,3 +129,26 @@ def test_killed_light_probe_leaves_pins_that_the_next_run_sweeps(controller) -> 
         proc.wait()
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+@pytest.mark.root
+def test_failed_load_leaves_no_pin_dir_and_no_claim() -> None:
+    from swarmscope.errors import ProbeError
+    from swarmscope.probes import pinned
+
+    before = {n for n, d in owners.claims("pindir") if d.get("pid") == os.getpid()}
+    with pytest.raises(ProbeError, match=r"loading no_such: the loader exited 1: .*no BPF program 'no_such'"):
+        pinned.load("no_such")
+    assert {n for n, d in owners.claims("pindir") if d.get("pid") == os.getpid()} == before
+    assert not [e for e in os.listdir(pinned.PIN_ROOT) if e.startswith(f"ss-probe-{os.getpid()}-no_such")]
+
+
+def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
+    from swarmscope.errors import ConfigError
+    from swarmscope.probes.programs.light import NOT_LIGHT, light_factory
+
+    with pytest.raises(ConfigError) as e:
+        light_factory(["exec_count", "flow_count", "syscall_count"])
+    assert [p.key for p in e.value.problems] == ["flow_count", "syscall_count"]
+    assert all("use --mode full" in p.reason for p in e.value.problems)
+    assert set(NOT_LIGHT) == {"pkt_count", "flow_count", "map_update", "syscall_count"}
