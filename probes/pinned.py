@@ -6,6 +6,7 @@
     obj.maps["exec_open"].update(key_bytes, value_bytes)
     obj.funcs                                     # {b"tracepoint__sched__...": fn with .fd}
     obj.cleanup()                                 # unpin: links detach, maps and programs go
+    pinned.sweep_stale()                          # pins of light probes that died unclean
 
 The pin directory is ``/sys/fs/bpf/ss-probe-<pid>-<program>-<hex>``, claimed (kind ``pindir``,
 swarmscope.sys.owners) by this process *before* the loader makes it, so the sweep at a later
@@ -113,6 +114,20 @@ class PinnedObject:
         owners.release("pindir", self.claim)
 
 
+def sweep_stale() -> list[str]:
+    """Remove the pin directories of light probes that died without ``cleanup`` (SIGKILL, OOM):
+    their programs are still attached and counting. The same as a run's start-up sweep does,
+    for probes that start where no run has since."""
+    swept = []
+    for name, data in owners.stale("pindir"):
+        path = str(data.get("path", ""))
+        if name.startswith("probe-") and path.startswith(f"{PIN_ROOT}/ss-probe-"):
+            shutil.rmtree(path, ignore_errors=True)
+            owners.release("pindir", name)
+            swept.append(name)
+    return swept
+
+
 def load(program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0) -> PinnedObject:
     """Compile, load and pin ``bpf/<program>.bpf.c`` in a loader process; open its pins here."""
     from swarmscope.probes.bcc_env import ensure_mounts
@@ -120,7 +135,12 @@ def load(program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0) -> 
     ensure_mounts()
     claim = f"probe-{os.getpid()}-{program}-{secrets.token_hex(3)}"
     obj = PinnedObject(claim, f"{PIN_ROOT}/ss-{claim}")
-    owners.claim("pindir", claim, path=obj.path)  # before the loader makes it
+    try:
+        owners.claim("pindir", claim, path=obj.path)  # before the loader makes it
+    except OSError as e:
+        raise ProbeError(
+            f"loading {program}: cannot claim its pin directory ({owners.OWNERS_DIR}): {e}"
+        ) from e
     cmd = [sys.executable, "-m", "swarmscope.probes.loader", program, obj.path, "--", *cflags]
     try:
         try:

@@ -159,6 +159,11 @@ def light_factory(programs: Iterable[str]) -> Callable[[str], Program]:
     if problems:
         raise ConfigError(problems)
     bcc_env.check(import_bcc=False)
+    swept = pinned.sweep_stale()
+    if swept:
+        import sys
+
+        print(f"probe: removed the pins of light probes that died: {', '.join(swept)}", file=sys.stderr)
     return get_light_program
 
 
