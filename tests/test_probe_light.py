@@ -4,6 +4,7 @@ agent_helpers), real execs in a throw-away cgroup; what a killed light probe lea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,11 +28,23 @@ def controller() -> Iterator[tuple[TestController, str]]:
     yield from serve_controller()
 
 
-def _light_probe(addr: str, node: str) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def _light_probe(controller: tuple[TestController, str], node: str) -> Iterator[subprocess.Popen[str]]:
+    """``swarmscope probe --mode light`` as a process, registered (its first heartbeat in), and
+    killed (if still running) at the end."""
+    ctl, addr = controller
     cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", addr, "--node", node]
     cmd += ["--mode", "light", "--programs", "exec_count,bpf_stats"]
     env = {**os.environ, "SWARMSCOPE_TOKEN": TOKEN}
-    return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        ctl.wait_for("heartbeat", timeout=60)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
 
 
 def _claims(pid: int) -> dict[str, dict]:
@@ -54,10 +67,8 @@ def _mapped(pid: int) -> str:
 @pytest.mark.root
 @pytest.mark.bpf
 def test_light_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(controller) -> None:
-    ctl, addr = controller
-    proc = _light_probe(addr, "light-node")
-    try:
-        ctl.wait_for("heartbeat", timeout=60)
+    ctl = controller[0]
+    with _light_probe(controller, "light-node") as proc:
         assert list(ctl.registers[0].programs) == ["exec_count", "bpf_stats"]
         # The loader pinned under a claimed directory of the probe's own (not the loader's).
         (claim,) = _claims(proc.pid).values()
@@ -94,20 +105,12 @@ def test_light_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(control
         assert proc.wait(timeout=15) == 0
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
         assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 @pytest.mark.root
 @pytest.mark.bpf
 def test_killed_light_probe_leaves_pins_that_the_next_run_sweeps(controller) -> None:
-    ctl, addr = controller
-    proc = _light_probe(addr, "light-killed")
-    try:
-        ctl.wait_for("heartbeat", timeout=60)
+    with _light_probe(controller, "light-killed") as proc:
         (name, claim), *_ = _claims(proc.pid).items()
         fd = bpf.obj_get(f"{claim['path']}/prog_tracepoint__sched__sched_process_exec")
         prog_id = bpf.prog_info(fd).id
@@ -124,11 +127,6 @@ def test_killed_light_probe_leaves_pins_that_the_next_run_sweeps(controller) -> 
         while _prog_loaded(prog_id) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _prog_loaded(prog_id)
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 @pytest.mark.root
