@@ -146,7 +146,7 @@ def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
     from swarmscope.probes.programs.light import NOT_LIGHT, light_factory
 
     with pytest.raises(ConfigError) as e:
-        light_factory(["exec_count", "flow_count", "syscall_count"])
-    assert [p.key for p in e.value.problems] == ["flow_count", "syscall_count"]
+        light_factory(["exec_count", "flow_count", "map_update"])
+    assert [p.key for p in e.value.problems] == ["flow_count", "map_update"]
     assert all("use --mode full" in p.reason for p in e.value.problems)
-    assert set(NOT_LIGHT) == {"pkt_count", "flow_count", "map_update", "syscall_count"}
+    assert set(NOT_LIGHT) == {"pkt_count", "flow_count", "map_update"}

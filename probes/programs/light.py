@@ -7,15 +7,16 @@
 
 ``swarmscope probe --mode light`` (or ``$SWARMSCOPE_PROBE_MODE=light``) builds its programs
 here. What it carries (``LIGHT``): ``exec_count`` (counts, first/last exec times, the per-window
-restart of the times) and ``neigh_events`` (per cgroup and device), read through pinned maps;
+restart of the times), ``neigh_events`` (per cgroup and device) and ``syscall_count`` (its
+per-window filter written into the pinned filter map; a switch between filtered and unfiltered
+reloads it through the loader), read through pinned maps;
 ``bpf_stats``, ``procstat`` and ``neigh_netlink``, which never used BCC and are the full probe's
 own code. The fleet handshake, heartbeats, options, window spans and self-metrics (run counts
 and map fill of the pinned programs) are the agent's, the same in both modes.
 
 What it does not carry (``NOT_LIGHT``, each refused at start with the reason): programs attached
-per network interface with XDP (``pkt_count``, ``flow_count``), ``map_update`` (per-call
-samples), ``syscall_count`` (not ported yet: its per-window filter switch reloads the program).
-Run those with the full probe (``--mode full``, the default).
+per network interface with XDP (``pkt_count``, ``flow_count``) and ``map_update`` (per-call
+samples through BCC). Run those with the full probe (``--mode full``, the default).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from swarmscope.probes.neigh_events import KINDS, NeighEventCounter, NeighKey, N
 from swarmscope.probes.programs.base import PROGRAMS, NodeLike, Program, Snapshot
 from swarmscope.probes.programs.exec_count import ExecCount
 from swarmscope.probes.programs.neigh_events import NeighEvents
+from swarmscope.probes.programs.syscall_count import SyscallCount, counter_name
 
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _EXEC_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in exec_count.bpf.c
 _NE_KEY = struct.Struct("<IIQ16s")  # struct ne_key {tgid, kind, cgroup, dev} in neigh_events.bpf.c
 _NE_TOTAL = struct.Struct("<QQQ")  # struct ne_total {count, first_ns, last_ns}
+_SC_KEY = struct.Struct("<QQ")  # struct sc_key {cgroup, nr} in syscall_count.bpf.c
 
 
 def _load_checked(
@@ -126,12 +129,43 @@ class LightNeighEvents(NeighEvents):
         self.counter = _LightNeighCounter(ipv4_only=ipv4_only)
 
 
+class LightSyscallCount(SyscallCount):
+    """``syscall_count`` read from its pins; a per-window switch between the filtered and the
+    unfiltered build reloads it through the loader, as the full probe recompiles it."""
+
+    def load(self) -> None:
+        if self._bpf is not None:
+            return
+        cflags = ["-DSS_FILTER_SYSCALLS=1"] if self.filter is not None else []
+        layouts = {"syscall_count": (_SC_KEY.size, _U64.size), "syscall_filter": (_U32.size, 1)}
+        if self.filter is None:  # the unfiltered build never reads the filter: not in its maps
+            del layouts["syscall_filter"]
+        self._bpf = _load_checked(self.name, cflags, layouts)
+        for nr in self.filter or ():
+            self._filter_slot(nr, True)
+
+    def _filter_slot(self, nr: int, on: bool) -> None:
+        self._bpf.maps["syscall_filter"].update(_U32.pack(nr), bytes([int(on)]))
+
+    def snapshot(self) -> Snapshot:
+        if self._bpf is None:
+            raise ProbeError("syscall_count: snapshot before load()")
+        out: Snapshot = {}
+        for k, cpus in self._bpf.maps["syscall_count"].percpu_items():
+            cg, nr = _SC_KEY.unpack(k)
+            counters = out.setdefault(cg, {})
+            name = counter_name(nr)
+            counters[name] = counters.get(name, 0) + sum(_U64.unpack(v)[0] for v in cpus)
+        return out
+
+
 # Programs that never used BCC: the full probe's own code runs in the light one unchanged.
 _NO_BCC = ("bpf_stats", "procstat", "neigh_netlink")
 
 LIGHT: dict[str, Callable[[], Program]] = {
     "exec_count": LightExecCount,
     "neigh_events": LightNeighEvents.from_env,
+    "syscall_count": LightSyscallCount.from_env,
     **{name: PROGRAMS[name] for name in _NO_BCC},
 }
 
@@ -139,7 +173,6 @@ NOT_LIGHT: dict[str, str] = {
     "pkt_count": "XDP attached per interface and window (not pinned by the loader)",
     "flow_count": "XDP attached per interface and window (not pinned by the loader)",
     "map_update": "per-call samples read through BCC",
-    "syscall_count": "not ported to pinned maps yet (its filter reloads per window)",
 }
 
 
