@@ -59,6 +59,16 @@ def _prog_loaded(prog_id: int) -> bool:
     return fd is not None
 
 
+def _pinned_link(pid: int) -> bool:
+    paths = [d["path"] for d in _claims(pid).values()]
+    return any(os.path.exists(f"{p}/link_tracepoint__sched__sched_process_exec") for p in paths)
+
+
+def _children(pid: int) -> str:
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+        return fh.read().strip()
+
+
 def _mapped(pid: int) -> str:
     with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as fh:
         return fh.read()
@@ -150,3 +160,27 @@ def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
     assert [p.key for p in e.value.problems] == ["flow_count", "map_update"]
     assert all("use --mode full" in p.reason for p in e.value.problems)
     assert set(NOT_LIGHT) == {"pkt_count", "flow_count", "map_update"}
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_probe_once_in_light_mode_counts_a_cgroup_and_leaves_no_pins() -> None:
+    with temp_cgroup("once") as cg:
+        cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--once", "--seconds", "6", "--json"]
+        proc = subprocess.Popen([*cmd, "--mode", "light"], stdout=subprocess.PIPE, text=True)
+        try:
+            # The window starts once the loader is done (the claim comes before it): wait for
+            # the pinned link and the loader's exit, then exec.
+            deadline = time.monotonic() + 60
+            while not (_pinned_link(proc.pid) and not _children(proc.pid)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _pinned_link(proc.pid), "the light probe never pinned its program"
+            time.sleep(1.0)  # the first snapshot follows the loader's exit by milliseconds
+            exec_in_cgroup(cg, 9)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+        rows = {r["cgroup_id"]: r["counters"] for r in json.loads(out)["cgroups"]}
+        assert rows[cgroup_id(cg)] == {"exec": 9} and proc.returncode == 0
+    assert _claims(proc.pid) == {}
