@@ -6,11 +6,14 @@
         fd = bpf.prog_fd_by_id(pid)                # None when it was unloaded meanwhile
         info = bpf.prog_info(fd)                   # struct bpf_prog_info: run_cnt, run_time_ns ...
     bpf.map_update_batch(map_fd, keys, values, key_size=4, value_size=12)
+    link = bpf.tracepoint_link(prog_fd, "sched", "sched_process_exec"); bpf.obj_pin(link, path)
 
 Everything resolves from Debian's ``libbpf1`` (``libbpf.so.1``, installed by tools/setup.sh), so
-no syscall number or ``union bpf_attr`` layout is hard-coded here: libbpf knows both for the
-architecture it was built for. BCC loads the programs; this module only walks, reads and writes
-objects that already exist.
+no ``bpf()`` syscall number or ``union bpf_attr`` layout is hard-coded here: libbpf knows both
+for the architecture it was built for. The exception is ``perf_event_open`` (no libbpf
+wrapper), whose number and attr prefix ``tracepoint_link`` writes out. BCC loads the programs;
+this module walks, reads and writes objects that already exist, and pins them and links
+tracepoint programs for the light probe (docs/platform.md#pinning-the-light-probe).
 
 Errors: a failed call raises :class:`swarmscope.errors.BpfError` (a ProbeError) carrying the
 kernel's errno, chained from the OSError. "Object gone" (ENOENT) is not an error where it is
