@@ -11,38 +11,22 @@ import os
 import pathlib
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import test_exec_storm as exec_storm_tests
 from helpers import is_root, load_report, only_run_dir, run_cli
 
 from swarmscope.errors import ConfigError, LoadGenError
 from swarmscope.kinds import get_kind
-from swarmscope.probes.bcc_env import load_program, percpu_sum
-from swarmscope.workers.nodes import create_sim_nodes, destroy_sim_nodes
+from swarmscope.workers.nodes import create_sim_nodes
 from swarmscope.workers.stress_ng import STARTUP_EXECS, StressNg, check_bounds, parse_yaml_metrics
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
-    pytest.mark.skipif(shutil.which("stress-ng") is None, reason="stress-ng missing: run tools/setup.sh"),
 ]
-
-
-@pytest.fixture(scope="module")
-def exec_bpf() -> Iterator[Any]:
-    b = load_program("exec_count")
-    yield b
-    b.cleanup()
-
-
-@pytest.fixture
-def group() -> Iterator[str]:
-    g = f"test-sng-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    yield g
-    destroy_sim_nodes(g)
 
 
 @pytest.fixture
@@ -52,8 +36,10 @@ def sng() -> Iterator[StressNg]:
     s.close()
 
 
-def counts(b: Any) -> dict[int, int]:
-    return percpu_sum(b[b"exec_count"], "count")
+# The exec storm tests' fixtures (the exec counter, a node group) and reader, shared.
+exec_bpf = exec_storm_tests.exec_bpf
+group = exec_storm_tests.group
+counts = exec_storm_tests.kernel_counts
 
 
 def test_parse_yaml_metrics() -> None:
