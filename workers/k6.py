@@ -1,6 +1,7 @@
 """Run the real k6 binary on scenarios/ingress_flood.js and fold its samples into a StepRecorder.
 
     res = run_k6(url, steps=[50, 100], step_duration_s=10, model="closed", out_dir=run_dir)
+    res = run_k6(url, [50], 30, iterations=[1000])   # boom's -n: exactly 1000 requests, 30 s at most
     res.recorder.summary()      # same per-step rows as the Locust path
     res.summary_export          # k6's own --summary-export JSON (cross-check)
 
@@ -114,7 +115,10 @@ def run_k6(
     keep_points: bool = False,
     keep_timeline: bool = False,
     script: Path = SCRIPT,
+    iterations: list[int] | None = None,
 ) -> K6Result:
+    """Run k6 over ``steps``; with ``iterations`` (boom's -n, closed model) each step sends exactly
+    that many requests (k6's shared-iterations executor), ``step_duration_s`` being its limit."""
     k6 = k6_binary()
     out_dir = Path(out_dir or ".")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +133,7 @@ def run_k6(
         "-e", "STEPS=" + ",".join(str(int(s)) for s in steps),
         "-e", f"STEP_DURATION={step_duration_s:g}", "-e", f"MAX_VUS={max_vus}",
         # Only the tags the fold needs: smaller JSON lines, less of k6's time spent writing them.
+        *(("-e", "ITERATIONS=" + ",".join(str(int(n)) for n in iterations)) if iterations else ()),
         "--system-tags", "scenario,status,error_code",
         "--summary-export", str(summary), "--out", f"json={points}", str(script),
     ]  # fmt: skip

@@ -86,7 +86,7 @@ INGRESS_FIELDS: list[Field] = [
         "requests",
         list_of(int),
         None,
-        "boom's -n: requests per step (one value for all, or one per step); closed model, locust",
+        "boom's -n: requests per step (one value for all, or one per step); closed model",
         nullable=True,
         min=1,
         max=10_000_000,
@@ -205,8 +205,6 @@ def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("requests", f"give one count or one per step ({len(values['steps'])})"))
         if values["model"] != "closed":
             out.append(("requests", "request-count steps use the closed model (boom's -c users)"))
-        if values["engine"] != "locust":
-            out.append(("requests", "request-count steps are run by engine=locust"))
     reps = values.get("backends")
     if reps and values["host"]:
         out.append(("backends", "backend replicas are the local target's (leave host empty)"))

@@ -283,17 +283,24 @@ class IngressDriver:
 
         load.stop()  # k6 generates, not this process's users
         step = round(rate) if openm else users
-        if step < 1:
+        budget = load.budget  # count mode: this worker's share, k6's shared iterations
+        if step < 1 or budget == 0:
+            if budget is not None:
+                load.elapsed_s = 0.0
             return {"k6_dropped_iterations": 0}
         out = Path(tempfile.mkdtemp(prefix="ss-k6-"))
         try:
             res = run_k6(
                 self.base_url + self.cfg.path, [step], dur, "open" if openm else "closed", out,
                 max_vus=users, keep_timeline=load.recorder.keep_timeline,
+                iterations=None if budget is None else [budget],
             )  # fmt: skip
         finally:
             shutil.rmtree(out, ignore_errors=True)
         load.recorder = res.recorder
+        if budget is not None:  # from k6's first send to its last answer (its start-up excluded)
+            st = list(res.recorder.steps.values())
+            load.elapsed_s = max((s.last_t for s in st), default=0.0) - min((s.first_t for s in st), default=0.0)
         return {"k6_dropped_iterations": res.dropped_iterations}
 
     def _finish(self, window_id: str, last: bool, extra: dict[str, Any]) -> dict[str, Any]:
