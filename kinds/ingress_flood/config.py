@@ -134,6 +134,15 @@ INGRESS_FIELDS: list[Field] = [
     ),
     Field("lb_workers", int, 1, "local target: nginx worker processes of the LB", min=1, max=64),
     Field(
+        "network_baseline_s",
+        float,
+        1.0,
+        "local target: seconds of iperf3 each way between host and target namespace before the "
+        "first step (the network baseline beside the HTTP figures); 0 = none",
+        min=0,
+        max=60,
+    ),
+    Field(
         "allow_hosts",
         list_of(str),
         None,
@@ -185,6 +194,7 @@ class IngressConfig(RunConfig):
     stall_s: float
     backends: list[int] | None
     lb_workers: int
+    network_baseline_s: float
     allow_hosts: list[str] | None
     proxy_processes: list[str] | None
     generator_bound_pct: float

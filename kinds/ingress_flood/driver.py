@@ -71,6 +71,9 @@ class IngressDriver:
         # Requests sent to the target outside any window (the preflight): in the report, so
         # that its total equals the server's access log (issue 18, finding 12).
         self.preflight_requests = 0
+        # iperf3 between host and the local target's namespace, once per run before any load;
+        # sent with the first window's results (None: not measured).
+        self.network_baseline: dict[str, Any] | None = None
         if self.index == 0:
             self._set_up_target()
 
@@ -97,9 +100,22 @@ class IngressDriver:
                 raise ConfigError([Problem("worker", "host", why)])
             preflight(url, cfg.preflight_timeout_s, cfg.tls_verify)
             self.preflight_requests = 1
+            if self.target is not None and cfg.network_baseline_s > 0:
+                self.network_baseline = self._baseline(float(cfg.network_baseline_s))
         except SwarmscopeError as e:
             # Reported to the controller in info(), which fails the run with it.
             self.error = str(e)
+
+    def _baseline(self, seconds: float) -> dict[str, Any]:
+        """The network baseline (iperf3 over the load's own veth); a failure is reported in it,
+        not fatal: the HTTP figures stand without it."""
+        from swarmscope.targets.ingress.netbase import network_baseline
+
+        try:
+            return network_baseline(self.target.netns, self.target.ns_addr, seconds)
+        except SwarmscopeError as e:
+            log.warning("ingress: network baseline: %s", e)
+            return {"tool": "iperf3", "error": str(e)}
 
     # -- the Driver protocol ----------------------------------------------------------------
     def describe(self) -> list[dict[str, Any]]:
@@ -300,7 +316,8 @@ class IngressDriver:
         load.recorder = res.recorder
         if budget is not None:  # from k6's first send to its last answer (its start-up excluded)
             st = list(res.recorder.steps.values())
-            load.elapsed_s = max((s.last_t for s in st), default=0.0) - min((s.first_t for s in st), default=0.0)
+            first = min((s.first_t for s in st), default=0.0)
+            load.elapsed_s = max((s.last_t for s in st), default=0.0) - first
         return {"k6_dropped_iterations": res.dropped_iterations}
 
     def _finish(self, window_id: str, last: bool, extra: dict[str, Any]) -> dict[str, Any]:
@@ -313,6 +330,8 @@ class IngressDriver:
         if self.index == 0:
             out["url"] = self.base_url
             out["preflight_requests"], self.preflight_requests = self.preflight_requests, 0
+            if self.network_baseline is not None:
+                out["network_baseline"], self.network_baseline = self.network_baseline, None
         if self.target is not None:
             out["server_requests"] = self._settled_log_count() - self._log_before
             out["backends"] = self.target.backends_used

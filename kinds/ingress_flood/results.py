@@ -138,6 +138,9 @@ def reconcile_window(
         "k6_dropped_iterations": sum(int(r.get("k6_dropped_iterations", 0)) for r in got),
         "recorders": blobs,  # the workers' exact HdrHistograms: re-mergeable, per node
     }
+    baseline = next((r["network_baseline"] for r in got if r.get("network_baseline")), None)
+    if baseline is not None:  # iperf3 before the first step: in the first window only
+        extra["network_baseline"] = baseline
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)
     return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
@@ -196,6 +199,7 @@ def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_d
         "server_requests": None if not ordered or None in servers else sum(int(s or 0) for s in servers),
         "k6_dropped_iterations": sum(int(r.extra.get("k6_dropped_iterations", 0)) for r in ordered),
     }
+    summary["network_baseline"] = network_summary(ordered, steps)
     summary["exact"] = (
         None if summary["server_requests"] is None else (summary["server_requests"] == summary["successes"])
     )
@@ -205,6 +209,21 @@ def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_d
     plots = write_plots({"steps": steps, "faults": faults, "model": cfg.model, "t0": t0}, Path(run_dir))
     summary["plots"] = plots
     return {"steps": steps, "faults": faults, "ingress": summary}
+
+
+def network_summary(ordered: Sequence[IterationResult], steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """iperf3's baseline (None: not measured) with the HTTP throughput beside it: the step with
+    the most requests/s, its rate and mean latency."""
+    base = next((r.extra["network_baseline"] for r in ordered if r.extra.get("network_baseline")), None)
+    if base is None:
+        return None
+    top = max(steps, key=lambda s: float(s.get("rps") or 0.0), default=None)
+    if top is not None:
+        base = {**base, "http_peak": {
+            "step": top.get("step"), "users": top.get("users"), "rate": top.get("rate"),
+            "rps": top.get("rps"), "mean_ms": (top.get("latency_ms") or {}).get("mean"),
+        }}  # fmt: skip
+    return dict(base)
 
 
 def _num(v: float) -> int | float:
