@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
-from test_ingress import assert_exact_per_step, flood, windows
+from helpers import free_port, load_report, only_run_dir
+from test_ingress import ROOT, assert_exact_per_step, flood, windows
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth)")
 
@@ -61,3 +64,75 @@ def test_network_baseline_iperf3_beside_the_http_figures(tmp_path: pathlib.Path)
     assert "Network baseline" in html and "Gbit/s" in html and "iperf3" in html
     # Only in the first window: measured once per run.
     assert ["network_baseline" in w for w in windows(r)] == [True, False]
+
+
+def locust_f(tmp: pathlib.Path, *opts: str, workers: int = 0) -> dict:
+    """``locust -f scenarios/ingress_flood.py --headless``, alone or as a master with
+    ``workers`` worker processes; its report (with run_dir)."""
+    locust = str(pathlib.Path(sys.executable).parent / "locust")
+    common = [locust, "-f", str(ROOT / "scenarios" / "ingress_flood.py")]
+    out = tmp / "results"
+    port = str(free_port())
+    dist = ["--master", "--expect-workers", str(workers), "--master-bind-host", "127.0.0.1",
+            "--master-bind-port", port] if workers else []  # fmt: skip
+    main = subprocess.Popen(
+        [*common, "--headless", *dist, "--ss-out", str(out), "--only-summary", "--stop-timeout", "5", *opts],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*common, "--worker", "--master-host", "127.0.0.1", "--master-port", port],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]
+    try:
+        _, err = main.communicate(timeout=120)
+        for w in procs:
+            w.wait(timeout=30)
+    finally:
+        for p in (main, *procs):
+            if p.poll() is None:
+                p.kill()
+    assert main.returncode == 0, err[-3000:]
+    run_dir = only_run_dir(out)
+    return {**load_report(run_dir), "run_dir": run_dir}
+
+
+@needs_root
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_locustfile_request_counts_and_backends_per_step(tmp_path: pathlib.Path, workers: int) -> None:
+    """locust -f with --ss-requests and --ss-backends (alone, and a master with 2 workers): each
+    step sends exactly its count, nginx logs exactly that many lines for it (counted at the
+    step's end, before the next starts), on the step's replicas; an odd count splits 501/500."""
+    r = locust_f(tmp_path, "--ss-steps", "5,20", "--ss-requests", "300,1001", "--ss-backends", "1,2",
+                 "--ss-step-duration", "30", "--ss-network-baseline-s", "0", workers=workers)  # fmt: skip
+    (w,) = windows(r)  # one test start/stop: one window holding both steps
+    steps = r["steps"]
+    assert [s["users"] for s in steps] == [5, 20]
+    assert [s["request_count"] for s in steps] == [300, 1001]
+    assert [s["requests"] for s in steps] == [300, 1001]
+    assert [s["server_requests"] for s in steps] == [300, 1001]
+    assert [s["backends"] for s in steps] == [1, 2]
+    for s in steps:
+        assert s["failures"] == 0 and 0 < s["elapsed_s"] < 30 and s["rps"] == s["requests"] / s["elapsed_s"]
+        assert len(s["generator_cpu_pct"]) == max(1, workers)
+    assert w["server_requests"] == w["successes"] == 1301 and r["ingress"]["exact"] is True
+    assert not [f for f in r["points"][0]["iterations"][0]["flags"] if f.startswith("count-incomplete")]
+    if workers:
+        blobs = w["recorders"]
+        assert sorted(blobs) == ["w1-n1", "w2-n1"]
+        assert sorted(b["steps"]["1"]["requests"] for b in blobs.values()) == [500, 501]
+
+
+@needs_root
+def test_locustfile_timed_steps_reload_onto_each_steps_backends(tmp_path: pathlib.Path) -> None:
+    """locust -f with timed steps and --ss-backends 2,1: the target's worker reloads the LB at
+    the step boundary; the replicas in each row are the ones the LB was reloaded onto."""
+    r = locust_f(tmp_path, "--ss-steps", "5,5", "--ss-backends", "2,1", "--ss-step-duration", "2",
+                 "--ss-network-baseline-s", "0")  # fmt: skip
+    assert [s["backends"] for s in r["steps"]] == [2, 1]
+    assert all(s["requests"] > 50 and s["failures"] == 0 for s in r["steps"])
+    (w,) = windows(r)
+    assert w["server_requests"] == w["successes"]

@@ -36,13 +36,9 @@ from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.node import node_host
 from swarmscope.workers import spans
 from swarmscope.workers.http_stats import StepRecorder, downtime
+from swarmscope.workers.step_sync import share
 
 log = logging.getLogger(__name__)
-
-
-def share(total: int, position: int, count: int) -> int:
-    """This node's part of ``total`` split over ``count`` nodes (the first ones take the rest)."""
-    return total // count + (1 if position < total % count else 0)
 
 
 def worker_index(prefix: str) -> int:
@@ -65,6 +61,10 @@ class IngressDriver:
         self._done: dict[str, dict[str, Any]] = {}
         self._log_before = 0
         self._step_of: dict[str, int] = {}  # window id -> the step it runs (backends per step)
+        # locust -f (workers.step_sync): the log lines counted at the start of the step in
+        # progress, and per step its lines and the replicas that served it (target worker).
+        self._step_mark = 0
+        self._by_step: dict[str, dict[str, int]] = {}
         self._fault: Any = None
         self._fault_sent = 0
         self._timeline: list[tuple[float, bool]] = []
@@ -157,12 +157,51 @@ class IngressDriver:
             cfg = self.cfg
             t0 = time.time()
             self._start(window_id, t0, len(cfg.steps), cfg.model == "open")
+            self._step_mark, self._by_step = self._log_before, {}
+            self.use_step_backends(0)  # a second test (web UI) starts at step 0 again
             steps = [float(s) for s in cfg.steps]
             rec = self.active.recorder
             self.active.rate_at = lambda t: steps[rec.step_of(t)]
             self.active.users = int(cfg.open_users)
+            if cfg.requests and cfg.model == "closed":  # boom's -n: steps end on their count
+                self.active.budget = 0  # users idle until the master deals the first step's count
+                self.active.recorder.current_step = 0
             self.active.start_cpu_meter()
         self._window = window_id
+
+    # -- locust -f steps (workers.step_sync) -------------------------------------------------
+    def begin_count_step(self, step: int, n: int, done: Any) -> None:
+        """This node's share ``n`` of count step ``step``; ``done(step)`` once all are answered."""
+        load = self.active
+        if load is None:
+            return
+        load.begin_step(step, n, done)
+
+    def end_step(self, step: int) -> int | None:
+        """The target's worker: the log lines of the step just ended (once the log stops
+        growing), then the LB onto the next step's replicas. None on other workers."""
+        if self.target is None:
+            return None
+        now = self._settled_log_count()
+        lines, self._step_mark = now - self._step_mark, now
+        self._by_step[str(step)] = {"server_requests": lines, "backends": self.target.backends_used}
+        self.use_step_backends(step + 1)
+        return lines
+
+    def use_step_backends(self, step: int) -> None:
+        """The target's worker: the LB onto ``step``'s replicas (when they vary per step)."""
+        from swarmscope.kinds.ingress_flood.config import backends_of
+
+        cfg = self.cfg
+        if self.target is None or not cfg.backends or not 0 <= step < len(cfg.steps):
+            return
+        try:
+            self.target.use_backends(backends_of(cfg, step))
+        except SwarmscopeError as e:
+            log.warning("ingress: backends for step %d: %s", step, e)
+            return
+        # What the LB really proxies to from now on: the report's replicas for the step.
+        self._by_step.setdefault(str(step), {})["backends"] = self.target.backends_used
 
     def run_window(
         self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any
@@ -339,6 +378,8 @@ class IngressDriver:
                 self._next_backends(window_id)
             out["lb_pids"] = self._lb_pids_settled(timeout_s=1.0)
             out["restarts"] = [list(r) for r in self.target.restarts]
+            if self._by_step:  # locust -f count steps: each step's own log lines
+                out["server_requests_by_step"], self._by_step = self._by_step, {}
         if self._fault is not None:
             self._timeline.extend(rec.timeline)
             out["faults"] = self._fault_records(last)
