@@ -76,7 +76,12 @@ class WindowLoad:
         status = getattr(r, "status_code", None) or None
         rec = self.recorder
         rec.record(intended, time.time(), status, None if err is None else type(err).__name__, step=step)
-        if self._on_done is not None and step == self.step and rec.steps[step].requests >= self.share:
+        if (
+            self._on_done is not None
+            and step is not None
+            and step == self.step
+            and rec.steps[step].requests >= self.share
+        ):
             self._step_done()
 
     def begin_step(self, step: int, share: int, on_done: Callable[[int], None]) -> None:
