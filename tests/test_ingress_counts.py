@@ -49,7 +49,7 @@ def test_network_baseline_iperf3_beside_the_http_figures(tmp_path: pathlib.Path)
     load's counts are not touched by it (nginx's log still equals the successes)."""
     r = flood(tmp_path, "steps=5,10", "step_duration=2", "network_baseline_s=1")
     b = r["ingress"]["network_baseline"]
-    assert b["tool"] == "iperf3" and b["seconds"] == 1.0 and "error" not in b
+    assert b["tool"] == "iperf3" and b["seconds"] == 1 and "error" not in b
     for way in ("to_target", "from_target"):
         d = b[way]
         # At least 10 Mbit/s over a veth (it is many Gbit/s), over about the second asked.
@@ -136,3 +136,16 @@ def test_locustfile_timed_steps_reload_onto_each_steps_backends(tmp_path: pathli
     assert all(s["requests"] > 50 and s["failures"] == 0 for s in r["steps"])
     (w,) = windows(r)
     assert w["server_requests"] == w["successes"]
+
+
+def test_network_baseline_takes_whole_seconds_only() -> None:
+    """iperf3 reads -t 0.5 as 0, "until killed": refused before anything starts."""
+    from swarmscope.errors import ConfigError, SetupError
+    from swarmscope.kinds.ingress_flood import KIND
+    from swarmscope.targets.ingress.netbase import network_baseline
+
+    with pytest.raises(ConfigError, match="network_baseline_s"):
+        KIND.schema.load(env={}, sets=["network_baseline_s=0.5"])
+    assert KIND.schema.load(env={}, sets=["network_baseline_s=0"]).network_baseline_s == 0
+    with pytest.raises(SetupError, match="whole number"):
+        network_baseline("ss-none", "127.0.0.1", seconds=0.5)  # type: ignore[arg-type]

@@ -135,8 +135,8 @@ INGRESS_FIELDS: list[Field] = [
     Field("lb_workers", int, 1, "local target: nginx worker processes of the LB", min=1, max=64),
     Field(
         "network_baseline_s",
-        float,
-        1.0,
+        int,  # iperf3's -t takes whole seconds (0.5 reads as 0: no end)
+        1,
         "local target: seconds of iperf3 each way between host and target namespace before the "
         "first step (the network baseline beside the HTTP figures); 0 = none",
         min=0,
@@ -194,7 +194,7 @@ class IngressConfig(RunConfig):
     stall_s: float
     backends: list[int] | None
     lb_workers: int
-    network_baseline_s: float
+    network_baseline_s: int
     allow_hosts: list[str] | None
     proxy_processes: list[str] | None
     generator_bound_pct: float

@@ -101,12 +101,12 @@ class IngressDriver:
             preflight(url, cfg.preflight_timeout_s, cfg.tls_verify)
             self.preflight_requests = 1
             if self.target is not None and cfg.network_baseline_s > 0:
-                self.network_baseline = self._baseline(float(cfg.network_baseline_s))
+                self.network_baseline = self._baseline(int(cfg.network_baseline_s))
         except SwarmscopeError as e:
             # Reported to the controller in info(), which fails the run with it.
             self.error = str(e)
 
-    def _baseline(self, seconds: float) -> dict[str, Any]:
+    def _baseline(self, seconds: int) -> dict[str, Any]:
         """The network baseline (iperf3 over the load's own veth); a failure is reported in it,
         not fatal: the HTTP figures stand without it."""
         from swarmscope.targets.ingress.netbase import network_baseline

@@ -1,7 +1,7 @@
 """The network baseline beside the HTTP figures: iperf3 between the host and the target's namespace.
 
     with LocalIngress() as t:
-        b = network_baseline(t.netns, t.ns_addr, seconds=1.0)
+        b = network_baseline(t.netns, t.ns_addr, seconds=1)
         b["to_target"]["gbit_s"], b["from_target"]["gbit_s"], b["to_target"]["mean_rtt_us"]
 
 The published ingress benchmark measured the path with netperf beside its boom runs; here it is
@@ -11,7 +11,8 @@ stream ``seconds`` long in each direction (host → namespace, the requests' way
 the responses' way). Each direction gives iperf3's own figures: bits/s, bytes, retransmits and,
 on the sending side, the kernel's smoothed RTT (TCP_INFO, µs) and the CPU both ends used.
 
-Caveats: bounded by ``seconds`` per direction plus a timeout; traffic stays inside the machine
+Caveats: whole seconds only (iperf3's ``-t`` reads 0.5 as 0, which means no end); bounded by
+``seconds`` per direction plus a timeout; traffic stays inside the machine
 (host ↔ our namespace only). On a shared 2-core machine the figure moves with the others' load:
 compare it within one run. The server is ours (a child process) and is killed on the way out.
 """
@@ -32,8 +33,11 @@ PORT = 5201  # inside our own namespace: nothing else listens there but nginx (8
 CONNECT_TRIES = 20  # the server needs a moment to listen; bounded
 
 
-def network_baseline(netns: str, addr: str, seconds: float = 1.0, port: int = PORT) -> dict[str, Any]:
+def network_baseline(netns: str, addr: str, seconds: int = 1, port: int = PORT) -> dict[str, Any]:
     """iperf3 both ways between the host and ``addr`` in ``netns``; raises SetupError on failure."""
+    if int(seconds) != seconds or not 1 <= seconds <= 60:
+        # iperf3 reads -t as whole seconds, and 0 (or 0.5, read as 0) as "until killed"
+        raise SetupError(f"iperf3 seconds must be a whole number from 1 to 60, not {seconds!r}")
     server = subprocess.Popen(
         ["ip", "netns", "exec", netns, IPERF3, "-s", "-B", addr, "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -58,9 +62,9 @@ def network_baseline(netns: str, addr: str, seconds: float = 1.0, port: int = PO
 
 
 def _client(
-    addr: str, port: int, seconds: float, reverse: bool, server: subprocess.Popen[bytes]
+    addr: str, port: int, seconds: int, reverse: bool, server: subprocess.Popen[bytes]
 ) -> dict[str, Any]:
-    cmd = [IPERF3, "-c", addr, "-p", str(port), "-t", f"{seconds:g}", "-J", "--connect-timeout", "1000"]
+    cmd = [IPERF3, "-c", addr, "-p", str(port), "-t", str(int(seconds)), "-J", "--connect-timeout", "1000"]
     if reverse:
         cmd.append("-R")
     last = ""
