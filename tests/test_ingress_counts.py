@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
-from helpers import free_port, load_report, only_run_dir
-from test_ingress import ROOT, assert_exact_per_step, flood, windows
+from test_ingress import assert_exact_per_step, flood, locust_f, windows
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth)")
 
@@ -64,40 +61,6 @@ def test_network_baseline_iperf3_beside_the_http_figures(tmp_path: pathlib.Path)
     assert "Network baseline" in html and "Gbit/s" in html and "iperf3" in html
     # Only in the first window: measured once per run.
     assert ["network_baseline" in w for w in windows(r)] == [True, False]
-
-
-def locust_f(tmp: pathlib.Path, *opts: str, workers: int = 0) -> dict:
-    """``locust -f scenarios/ingress_flood.py --headless``, alone or as a master with
-    ``workers`` worker processes; its report (with run_dir)."""
-    locust = str(pathlib.Path(sys.executable).parent / "locust")
-    common = [locust, "-f", str(ROOT / "scenarios" / "ingress_flood.py")]
-    out = tmp / "results"
-    port = str(free_port())
-    dist = ["--master", "--expect-workers", str(workers), "--master-bind-host", "127.0.0.1",
-            "--master-bind-port", port] if workers else []  # fmt: skip
-    main = subprocess.Popen(
-        [*common, "--headless", *dist, "--ss-out", str(out), "--only-summary", "--stop-timeout", "5", *opts],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            [*common, "--worker", "--master-host", "127.0.0.1", "--master-port", port],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(workers)
-    ]
-    try:
-        _, err = main.communicate(timeout=120)
-        for w in procs:
-            w.wait(timeout=30)
-    finally:
-        for p in (main, *procs):
-            if p.poll() is None:
-                p.kill()
-    assert main.returncode == 0, err[-3000:]
-    run_dir = only_run_dir(out)
-    return {**load_report(run_dir), "run_dir": run_dir}
 
 
 @needs_root
