@@ -202,7 +202,10 @@ class StepShape(LoadTestShape):
         if cfg.requests and cfg.model == "closed":  # boom's -n: a step ends on its count
             return StepSync.of(env).tick(env, cfg)
         steps = cfg.steps
-        i = int(self.get_run_time() // cfg.step_duration)
+        # Steps count from the window's opening, as the workers' recorders do, not from the
+        # shape's start: setting the target up (and its network baseline) comes in between.
+        start = StepSync.window_opened(env)
+        i = 0 if start is None else int((time.time() - start) // cfg.step_duration)
         if i >= len(steps):
             return None
         StepSync.of(env).timed(env, cfg, i)  # backends per step: the target reloads

@@ -101,7 +101,14 @@ class StepSync:
             return None
         return int(cfg.steps[self.step]), 10000.0
 
-    # -- timed steps with backends per step -----------------------------------------------------
+    # -- timed steps ------------------------------------------------------------------------------
+    @staticmethod
+    def window_opened(environment: Any) -> float | None:
+        """Wall time the test's window opened (None: not yet, the workers are being set up)."""
+        free = getattr(environment, "swarmscope_free", None)
+        window = getattr(free, "window", None)
+        return window.opened_ns / 1e9 if window is not None and window.opened_ns else None
+
     def timed(self, environment: Any, cfg: Any, step: int) -> None:
         """Tell the target worker each new step (it reloads onto that step's backends)."""
         if step != self.step:
@@ -116,8 +123,7 @@ def _count(cfg: Any, step: int) -> int:
 
 
 def _window_open(environment: Any) -> bool:
-    free = getattr(environment, "swarmscope_free", None)
-    return free is not None and free.window is not None
+    return StepSync.window_opened(environment) is not None
 
 
 def _has_target(environment: Any) -> bool:
