@@ -14,8 +14,8 @@ first ``--warmup`` seconds are dropped, and the rate is the lines in the next ``
 seconds divided by it. So ramp-up, start-up and stop are outside every figure alike. The same
 log checks each tool's own count (its total against the lines it caused). CPU is sampled from
 /proc (psutil) every 0.1 s and cut to the same window: the generator's own process(es) (the
-``swarmscope run`` process, where the users run, plus its k6; the probe and the controller's
-other children are shown apart) and nginx's, giving each generator's ceiling per core next to
+``swarmscope run`` process, where the Locust users run, or its k6 alone; the probe, and on
+the k6 path the swarmscope process, are shown apart as "others") and nginx's, giving each generator's ceiling per core next to
 wrk's, and how many one-core Locust workers one saturated nginx needs.
 
 Prints medians over the rounds. Caveats: 2 shared cores — the machine's other load moves every
@@ -72,8 +72,14 @@ export default function () { http.get(__ENV.TARGET); }
 class CpuSampler:
     """CPU seconds (user + system) of a generator's processes and of nginx, every 0.1 s."""
 
-    def __init__(self, root: int, nginx: Callable[[], list[int]], generator_names: tuple[str, ...]):
-        self.root, self.nginx, self.names = root, nginx, generator_names
+    def __init__(
+        self,
+        root: int,
+        nginx: Callable[[], list[int]],
+        generator_names: tuple[str, ...],
+        root_gen: bool = True,
+    ):
+        self.root, self.nginx, self.names, self.root_gen = root, nginx, generator_names, root_gen
         self.samples: list[tuple[float, float, float, float]] = []  # (t, generator, others, nginx)
         self._seen: dict[int, tuple[float, str]] = {}  # pid -> last cpu, kind (dead ones keep it)
         self._stop = threading.Event()
@@ -96,7 +102,8 @@ class CpuSampler:
                 return
             for p in [root, *kids]:
                 try:
-                    kind = "gen" if p.pid == self.root or p.name() in self.names else "other"
+                    mine = p.pid == self.root and self.root_gen
+                    kind = "gen" if mine or p.name() in self.names else "other"
                 except psutil.Error:
                     continue
                 cpu = self._cpu(p.pid)
@@ -147,11 +154,18 @@ class Target:
 
 
 def run_tool(
-    cmd: list[str], target: Target, gen_names: tuple[str, ...], cwd: Path, timeout: float
+    cmd: list[str],
+    target: Target,
+    gen_names: tuple[str, ...],
+    cwd: Path,
+    timeout: float,
+    root_gen: bool = True,
 ) -> tuple[list[float], CpuSampler, subprocess.CompletedProcess[str]]:
+    """Run one tool; ``gen_names`` are its child processes that generate load, ``root_gen``
+    whether the process started generates too (swarmscope's k6 path: only k6 does)."""
     target.mark()
     p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = CpuSampler(p.pid, target.nginx_pids, gen_names)
+    sampler = CpuSampler(p.pid, target.nginx_pids, gen_names, root_gen)
     try:
         out, err = p.communicate(timeout=timeout)
     finally:
@@ -197,7 +211,9 @@ def swarmscope_path(
     cmd = [sys.executable, "-m", "swarmscope.cli", "run", str(ROOT / "scenarios" / "ingress_flood.yaml"),
            "--out", str(out), "--set", f"host={target.t.url}", "--set", f"steps={args.users}",
            "--set", f"step_duration={dur}", "--set", f"engine={engine}"]  # fmt: skip
-    lines, sampler, p = run_tool(cmd, target, ("k6",), ROOT, dur + 120)
+    # The generator: the swarmscope process itself (Locust users run in it), or k6 alone; the
+    # rest (the k6 path's swarmscope process, the probe) is shown as "others".
+    lines, sampler, p = run_tool(cmd, target, ("k6",), ROOT, dur + 600, root_gen=engine == "locust")
     if p.returncode != 0:
         raise SystemExit(f"swarmscope run ({engine}) failed: {p.stderr[-2000:]}")
     run_dir = max((d for d in out.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
