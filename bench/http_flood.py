@@ -15,8 +15,9 @@ seconds divided by it. So ramp-up, start-up and stop are outside every figure al
 log checks each tool's own count (its total against the lines it caused). CPU is sampled from
 /proc (psutil) every 0.1 s and cut to the same window: the generator's own process(es) (the
 ``swarmscope run`` process, where the Locust users run, or its k6 alone; the probe, and on
-the k6 path the swarmscope process, are shown apart as "others") and nginx's, giving each generator's ceiling per core next to
-wrk's, and how many one-core Locust workers one saturated nginx needs.
+the k6 path the swarmscope process, are shown apart as "others") and nginx's, giving each
+generator's ceiling per core next to wrk's, and how many one-core Locust workers one saturated
+nginx needs.
 
 Prints medians over the rounds. Caveats: 2 shared cores — the machine's other load moves every
 figure; compare within one run only. Needs root (netns).
