@@ -33,20 +33,20 @@ does that once, and only when gevent has patched threading.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from concurrent import futures
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 from swarmscope import auth
+from swarmscope.controller.fleet_loop import AioServerThread
 from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, server_credentials
@@ -102,7 +102,8 @@ class ProbeState:
     reconnects: int = 0  # registrations after the first one
     cpu_percent: float = 0.0
     rss_bytes: int = 0
-    outbox: queue.Queue[pb.Command | None] = field(default_factory=queue.Queue)
+    # Commands down the stream; None ends it. Only the fleet's event loop touches it (Fleet._send).
+    outbox: asyncio.Queue[pb.Command | None] = field(default_factory=asyncio.Queue)
 
     @property
     def host(self) -> str:
@@ -126,7 +127,11 @@ class _Window:
 
 
 class Fleet(pb_grpc.ProbeControlServicer):
-    """gRPC server + registry of probes + window bookkeeping."""
+    """gRPC server (grpc.aio, on a loop thread of its own) + registry of probes + window bookkeeping.
+
+    The bookkeeping is shared by the loop (the handlers) and the callers' threads under one
+    ``threading.Condition``, held briefly and never across an ``await``.
+    """
 
     def __init__(
         self,
@@ -134,7 +139,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         bind: str = "127.0.0.1:0",
         heartbeat_s: float = 1.0,
         liveness_s: float = 5.0,
-        max_workers: int = 4096,
+        max_workers: int = 0,  # unused since the server is grpc.aio (kept for callers)
         *,
         tls: TLSFiles | None = None,
         reconnect_grace_s: float | None = None,
@@ -150,7 +155,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self.reconnect_grace_s = liveness_s if reconnect_grace_s is None else reconnect_grace_s
         self.prune_s = max(60.0, 10 * liveness_s) if prune_s is None else prune_s
         self.port = 0
-        self._server: grpc.Server | None = None
+        self._aio = AioServerThread("fleet")
         self._lock = threading.Condition()
         self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
         self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
@@ -166,27 +171,21 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> int:
-        grpc_for_gevent()
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="fleet"),
+        if _gevent_patched():
+            raise FleetError(
+                "the fleet's grpc.aio server cannot run in a gevent-patched process: "
+                "use controller.fleet_proc.FleetProcess there"
+            )
+        self.port = self._aio.start(
+            lambda server: pb_grpc.add_ProbeControlServicer_to_server(self, server),
+            self.bind,
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", 100000),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ],
-            maximum_concurrent_rpcs=None,
+            credentials=server_credentials(self.tls) if self.tls is not None else None,
         )
-        pb_grpc.add_ProbeControlServicer_to_server(self, self._server)
-        try:
-            if self.tls is not None:
-                self.port = self._server.add_secure_port(self.bind, server_credentials(self.tls))
-            else:
-                self.port = self._server.add_insecure_port(self.bind)
-        except RuntimeError as e:
-            raise FleetError(f"cannot listen on {self.bind} for probes: {e}") from e
-        if self.port == 0:
-            raise FleetError(f"cannot listen on {self.bind} for probes (address in use?)")
-        self._server.start()
         log.info("probe fleet listening on port %d (%s)", self.port, self._mode())
         return self.port
 
@@ -197,11 +196,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     def stop(self, grace_s: float = 1.0) -> None:
         with self._lock:
-            for p in self._probes.values():
-                p.outbox.put(None)
-        if self._server is not None:
-            self._server.stop(grace_s).wait(grace_s + 1)
-            self._server = None
+            self._send([(p, None) for p in self._probes.values()])
+        self._aio.stop(grace_s)
+
+    def _send(self, items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+        """Queue commands on probes' streams: one hop to the loop for the whole batch."""
+        if items:
+            self._aio.post(_put_all, items)
 
     @property
     def address(self) -> str:
@@ -286,8 +287,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 expected=set(hosts),
             )
             self._windows[window_id] = win
-            for pid, cmd in opens.items():
-                self._probes[pid].outbox.put(cmd)
+            self._send([(self._probes[pid], cmd) for pid, cmd in opens.items()])
             deadline = time.monotonic() + timeout_s
             while len(win.acks) < len(win.expected):
                 # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
@@ -317,10 +317,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win.close = pb.Command(
                 seq=self._next_seq(), close=pb.CloseWindow(run_id=run_id, window_id=window_id)
             )
-            for pid in win.expected:
-                p = self._probes.get(pid)
-                if p is not None:
-                    p.outbox.put(win.close)
+            close = win.close
+            self._send([(p, close) for p in map(self._probes.get, win.expected) if p is not None])
             deadline = time.monotonic() + timeout_s
             while not win.expected <= win.done:
                 pending = win.expected - win.done
@@ -347,8 +345,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     def shutdown_probes(self, reason: str = "run finished") -> None:
         with self._lock:
-            for p in self._probes.values():
-                p.outbox.put(pb.Command(seq=self._next_seq(), shutdown=pb.Shutdown(reason=reason)))
+            self._send(
+                [
+                    (p, pb.Command(seq=self._next_seq(), shutdown=pb.Shutdown(reason=reason)))
+                    for p in self._probes.values()
+                ]
+            )
 
     def _alive(self, probe_id: str) -> bool:
         p = self._probes.get(probe_id)
@@ -387,9 +389,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return f"{p.probe_id}@{p.host}" if p else probe_id
 
     # -- gRPC service --------------------------------------------------------------------
-    def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
+    async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         if len(request.probe_nonce) < 16:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
         server_nonce = auth.new_nonce()
         now = time.monotonic()
         with self._lock:
@@ -402,13 +404,15 @@ class Fleet(pb_grpc.ProbeControlServicer):
         proof = auth.controller_proof(self.token, request.probe_nonce, server_nonce)
         return pb.HelloReply(server_nonce=server_nonce, proof=proof)
 
-    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
+    async def Register(
+        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterReply:
         with self._lock:
             hello = self._hellos.pop(bytes(request.server_nonce), None)  # one use only
         fresh = hello is not None and time.monotonic() - hello[1] <= HELLO_TTL_S
         expected = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
         if not fresh or hello is None or hello[0] != request.nonce or not auth.check(expected, request.proof):
-            context.abort(
+            await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
             )
         sid = uuid.uuid4().hex
@@ -427,7 +431,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
             old = self._probes.get(request.probe_id)
             if old is not None:
-                old.outbox.put(None)
+                old.outbox.put_nowait(None)  # on the loop: Register is a handler
                 state.reconnects = old.reconnects + 1
                 for win in self._windows.values():
                     if request.probe_id in win.expected:
@@ -445,18 +449,22 @@ class Fleet(pb_grpc.ProbeControlServicer):
         )
         return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
-    def Session(
-        self, request_iterator: Iterator[pb.ProbeMessage], context: grpc.ServicerContext
-    ) -> Iterator[pb.Command]:
-        first = next(request_iterator, None)
-        if first is None:
+    async def Session(
+        self, request_iterator: AsyncIterator[pb.ProbeMessage], context: grpc.aio.ServicerContext
+    ) -> None:
+        # A coroutine handler (context.write), not an async generator: the reads run in a task of
+        # their own, so a probe's messages are taken while its commands wait in the outbox.
+        it = request_iterator.__aiter__()
+        try:
+            first = await it.__anext__()
+        except (StopAsyncIteration, grpc.RpcError, asyncio.CancelledError):
             return
         with self._lock:
             state = self._sessions.get(first.session_id)
             if state is not None and self._probes.get(state.probe_id) is not state:
                 state = None  # a replaced session cannot be resumed
         if state is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first")
             return
         with self._lock:
             state.connected = True
@@ -464,20 +472,17 @@ class Fleet(pb_grpc.ProbeControlServicer):
             self._resend(state)
             self._lock.notify_all()
         self._handle(state, first)
-        reader = threading.Thread(target=self._read_loop, args=(state, request_iterator), daemon=True)
-        reader.start()
+        reader = asyncio.create_task(self._read_loop(state, it))
         try:
-            while context.is_active():
-                try:
-                    cmd = state.outbox.get(timeout=0.5)
-                except queue.Empty:
-                    continue
+            while True:
+                cmd = await state.outbox.get()
                 if cmd is None:
                     return
-                yield cmd
+                await context.write(cmd)
                 if cmd.WhichOneof("kind") == "shutdown":
                     return
         finally:
+            reader.cancel()
             self._ended(state)
 
     def _resend(self, state: ProbeState) -> None:
@@ -487,9 +492,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if pid not in win.expected:
                 continue
             if win.closing and win.close is not None and pid not in win.done:
-                state.outbox.put(win.close)
+                state.outbox.put_nowait(win.close)  # on the loop: called from Session
             elif not win.closing and pid not in win.acks:
-                state.outbox.put(win.opens[pid])
+                state.outbox.put_nowait(win.opens[pid])
 
     def _ended(self, state: ProbeState) -> None:
         with self._lock:
@@ -498,14 +503,15 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 state.disconnected_at = time.monotonic()
             self._lock.notify_all()
 
-    def _read_loop(self, state: ProbeState, it: Iterator[pb.ProbeMessage]) -> None:
+    async def _read_loop(self, state: ProbeState, it: AsyncIterator[pb.ProbeMessage]) -> None:
         try:
-            for msg in it:
+            async for msg in it:
                 self._handle(state, msg)
-        except grpc.RpcError:
+        except (grpc.RpcError, asyncio.InvalidStateError):
             pass  # stream ended; liveness marks the probe dead
         finally:
             self._ended(state)
+            state.outbox.put_nowait(None)  # the probe hung up: end the writer too
 
     def _handle(self, state: ProbeState, msg: pb.ProbeMessage) -> None:
         kind = msg.WhichOneof("kind")
@@ -555,6 +561,19 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win.readings[(state.probe_id, r.node)] = _reading(r, state.probe_id)
             self.readings_received += 1
         return win
+
+
+def _put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+    for state, cmd in items:
+        state.outbox.put_nowait(cmd)
+
+
+def _gevent_patched() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:
+        return False
+    return bool(monkey.is_module_patched("threading"))
 
 
 def _reading(r: Any, probe_id: str) -> ProbeReading:
