@@ -113,18 +113,35 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
 def baseline(ref: str, n: int, windows: int) -> dict[str, Any]:
     """The old design's own bench at ``ref``, in a throw-away worktree, in this run."""
     tree = tempfile.mkdtemp(prefix="fanin-baseline-")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", tree, ref], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", ROOT, "worktree", "add", "--detach", "-f", tree, ref], check=True, capture_output=True
+    )
     try:
         env = dict(os.environ, PYTHONPATH=tree)
         out = subprocess.run(
-            [sys.executable, os.path.join(tree, "bench", "fanin.py"), "--probes", str(n), "--windows", str(windows), "--json"],
-            env=env, cwd=tree, check=True, capture_output=True, text=True, timeout=1800,
+            [
+                sys.executable,
+                os.path.join(tree, "bench", "fanin.py"),
+                "--probes",
+                str(n),
+                "--windows",
+                str(windows),
+                "--json",
+            ],
+            env=env,
+            cwd=tree,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=1800,
         ).stdout
         row = json.loads(out)[0]
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
     cpu_s = row["controller_cpu_pct"] / 100 * (row["open_p50_ms"] + row["close_p50_ms"]) / 1000
-    return dict(row, design=f"sync+threads @{ref}", pinned=False, ctl_cpu_s_per_window_per_1k=cpu_s / (n / 1000))
+    return dict(
+        row, design=f"sync+threads @{ref}", pinned=False, ctl_cpu_s_per_window_per_1k=cpu_s / (n / 1000)
+    )
 
 
 def main() -> None:
@@ -133,7 +150,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=20)
     ap.add_argument("--per-process", type=int, default=2500, help="simulated probes per client process")
     ap.add_argument("--per-channel", type=int, default=50, help="simulated probes per HTTP/2 connection")
-    ap.add_argument("--heartbeat-s", type=float, default=5.0, help="the heartbeat interval the fleet hands out")
+    ap.add_argument(
+        "--heartbeat-s", type=float, default=5.0, help="the heartbeat interval the fleet hands out"
+    )
     ap.add_argument("--baseline-ref", default=OLD_REF, help="git ref of the old design, or 'none'")
     ap.add_argument("--baseline-probes", type=int, default=1000)
     ap.add_argument("--json", action="store_true")
@@ -145,7 +164,17 @@ def main() -> None:
     if a.json:
         print(json.dumps(rows, indent=1))
         return
-    head = ("design", "probes", "lost", "open p50", "close p50", "close p99", "goal p99", "CPU-s/w/1k", "ctl RSS")
+    head = (
+        "design",
+        "probes",
+        "lost",
+        "open p50",
+        "close p50",
+        "close p99",
+        "goal p99",
+        "CPU-s/w/1k",
+        "ctl RSS",
+    )
     print(f"{head[0]:>24}" + "".join(f"{h:>11}" for h in head[1:]))
     for r in rows:
         cells = (
@@ -159,9 +188,11 @@ def main() -> None:
             f"{r['controller_rss_mib']:.0f}MiB",
         )
         print(f"{r['design']:>24}" + "".join(f"{c:>11}" for c in cells))
-    print("CPU-s/w/1k: the controller's CPU-seconds per window (open + close) per 1,000 probes; the old "
-          "design's is estimated from its CPU% over open+close p50, unpinned. Old figure quoted in issue 13: "
-          "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded.")
+    print(
+        "CPU-s/w/1k: the controller's CPU-seconds per window (open + close) per 1,000 probes; the old "
+        "design's is estimated from its CPU% over open+close p50, unpinned. Old figure quoted in issue 13: "
+        "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded."
+    )
 
 
 if __name__ == "__main__":

@@ -80,7 +80,9 @@ async def _probe(stub: Any, token: str, name: str, registered: list[int]) -> Non
             elif kind == "close":
                 c = cmd.close
                 batch = [
-                    pb.Reading(run_id=c.run_id, window_id=c.window_id, probe_id=pid, node=n.name, counters=COUNTERS)
+                    pb.Reading(
+                        run_id=c.run_id, window_id=c.window_id, probe_id=pid, node=n.name, counters=COUNTERS
+                    )
                     for n in windows.pop(c.window_id, [])
                 ]
                 done = pb.WindowDone(run_id=c.run_id, window_id=c.window_id, readings=len(batch), batch=batch)
@@ -93,7 +95,9 @@ async def _probe(stub: Any, token: str, name: str, registered: list[int]) -> Non
         beats.cancel()
 
 
-async def _host(address: str, token: str, names: list[str], per_channel: int, registered: Any, stop: Any) -> None:
+async def _host(
+    address: str, token: str, names: list[str], per_channel: int, registered: Any, stop: Any
+) -> None:
     count = [0]
     channels = [grpc.aio.insecure_channel(address) for _ in range(0, len(names), per_channel)]
     stubs = [pb_grpc.ProbeControlStub(ch) for ch in channels]
@@ -115,7 +119,15 @@ async def _host(address: str, token: str, names: list[str], per_channel: int, re
         await ch.close()
 
 
-def _main(address: str, token: str, names: list[str], per_channel: int, cpus: set[int] | None, registered: Any, stop: Any) -> None:
+def _main(
+    address: str,
+    token: str,
+    names: list[str],
+    per_channel: int,
+    cpus: set[int] | None,
+    registered: Any,
+    stop: Any,
+) -> None:
     if cpus:
         os.sched_setaffinity(0, cpus)
     asyncio.run(_host(address, token, names, per_channel, registered, stop))

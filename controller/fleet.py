@@ -464,7 +464,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if state is not None and self._probes.get(state.probe_id) is not state:
                 state = None  # a replaced session cannot be resumed
         if state is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first")
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first"
+            )
             return
         with self._lock:
             state.connected = True

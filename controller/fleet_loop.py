@@ -65,8 +65,9 @@ class AioServerThread:
 
         def run() -> None:
             asyncio.set_event_loop(loop)
-            loop.create_task(serve())
+            task = loop.create_task(serve())  # referenced: a task nobody holds may be collected
             loop.run_forever()
+            task.cancel()
             loop.close()
 
         self.loop = loop
@@ -104,7 +105,7 @@ class AioServerThread:
             fut = asyncio.run_coroutine_threadsafe(server.stop(grace_s), loop)
             try:
                 fut.result(grace_s + 5)
-            except Exception:  # noqa: BLE001 - stopping anyway
+            except Exception:
                 pass
         if loop.is_running():
             loop.call_soon_threadsafe(loop.stop)

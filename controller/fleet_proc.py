@@ -26,7 +26,7 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 from swarmscope.controller.fleet import Fleet, ProbeState, _gevent_patched
 from swarmscope.errors import FleetError
@@ -73,7 +73,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def _recv(sock: socket.socket) -> Any:
     (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
-    return pickle.loads(_recv_exact(sock, n))  # noqa: S301 - our own child over a socketpair
+    return pickle.loads(_recv_exact(sock, n))
 
 
 def _state_fields(p: ProbeState) -> dict[str, Any]:
@@ -172,7 +172,7 @@ class FleetProcess:
         if self._sock is None or self._dead:
             raise FleetError(f"the fleet process is not running{': ' + self._dead if self._dead else ''}")
         rid = next(self._ids)
-        done, box = threading.Event(), []
+        done, box = threading.Event(), cast(list[tuple[bool, Any]], [])
         self._waiting[rid] = (done, box)
         try:
             with self._wlock:
@@ -228,7 +228,7 @@ def _serve(sock: socket.socket) -> None:
             reply(rid, True, value)
         except FleetError as e:
             reply(rid, False, e)
-        except Exception as e:  # noqa: BLE001 - the caller gets it as a FleetError
+        except Exception as e:
             log.exception("fleet %s failed", method)
             reply(rid, False, f"{type(e).__name__}: {e}")
 
