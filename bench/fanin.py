@@ -72,6 +72,7 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
         sims = SimProbes.spawn(fleet.address, TOKEN, names, per_process, per_channel, probe_cpus)
         fleet.wait_for_probes(n, timeout_s=max(120, n / 20))
         join_s = time.monotonic() - t0
+        print(f"{n} probes joined in {join_s:.1f}s", file=sys.stderr, flush=True)
         nodes = {h: [pb.NodeInfo(name=h, cgroup_id=1)] for h in names}
         close_lat, open_lat, lost, wrong = [], [], 0, 0
         cpu0, w0 = me.cpu_times(), time.monotonic()
@@ -84,6 +85,11 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
             close_lat.append(time.monotonic() - t)
             lost += n - len({r.node for r in readings}) + len(problems)
             wrong += sum(r.counters != COUNTERS for r in readings)
+            print(
+                f"  window {w}: open {open_lat[-1]:.2f}s close {close_lat[-1]:.2f}s",
+                file=sys.stderr,
+                flush=True,
+            )
         wall = time.monotonic() - w0
         cpu1 = me.cpu_times()
         cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)

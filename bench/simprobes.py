@@ -29,7 +29,7 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 COUNTERS = {"exec": 1000}
 
 
-async def _probe(stub: Any, token: str, name: str, registered: list[int]) -> None:
+async def _probe(stub: Any, token: str, name: str, registered: list[int], failed: list[str]) -> None:
     pid = f"sim-{name}"
     for attempt in range(5):  # bounded: a join storm can time out a Hello
         try:
@@ -49,9 +49,10 @@ async def _probe(stub: Any, token: str, name: str, registered: list[int]) -> Non
                 timeout=60,
             )
             break
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as e:
             if attempt == 4:
-                raise
+                failed.append(f"{name}: {e.code().name} {e.details()}")
+                return
             await asyncio.sleep(1 + attempt)
     call = stub.Session()
     sid = reply.session_id
@@ -98,16 +99,21 @@ async def _probe(stub: Any, token: str, name: str, registered: list[int]) -> Non
 async def _host(
     address: str, token: str, names: list[str], per_channel: int, registered: Any, stop: Any
 ) -> None:
-    count = [0]
-    channels = [grpc.aio.insecure_channel(address) for _ in range(0, len(names), per_channel)]
+    count, failed = [0], []
+    # A local subchannel pool: each channel its own TCP connection (grpc shares them otherwise).
+    opts = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.insecure_channel(address, opts) for _ in range(0, len(names), per_channel)]
     stubs = [pb_grpc.ProbeControlStub(ch) for ch in channels]
     tasks = []
     for i, name in enumerate(names):
-        tasks.append(asyncio.create_task(_probe(stubs[i // per_channel], token, name, count)))
+        tasks.append(asyncio.create_task(_probe(stubs[i // per_channel], token, name, count, failed)))
         if i % 200 == 199:
             await asyncio.sleep(0.05)  # a paced join: no Hello storm of thousands at once
     last = -1
     while not stop.is_set():
+        if failed:
+            print(f"simprobes: {len(failed)} failed to join, e.g. {failed[0]}", flush=True)
+            failed.clear()
         if count[0] != last:
             with registered.get_lock():
                 registered.value += count[0] - max(last, 0)

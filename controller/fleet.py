@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from swarmscope import auth
 from swarmscope.controller.fleet_loop import AioServerThread
@@ -166,6 +167,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
         self._closed_reconnects: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._seq = 0
+        self._pruned_at = 0.0
         self.readings_received = 0
         self.readings_rejected = 0  # for a node, window or probe the window did not ask for
 
@@ -177,7 +179,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 "use controller.fleet_proc.FleetProcess there"
             )
         self.port = self._aio.start(
-            lambda server: pb_grpc.add_ProbeControlServicer_to_server(self, server),
+            lambda server: server.add_generic_rpc_handlers((self._handlers(),)),
             self.bind,
             options=[
                 ("grpc.so_reuseport", 0),
@@ -230,7 +232,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     f"{sorted(have) or 'none'}. Is `swarmscope probe --controller {self.address}` running "
                     "with the same token?"
                 )
-            time.sleep(0.05)
+            # Each look walks every probe: with thousands, look less often, not less surely.
+            time.sleep(0.05 if len(live) < 500 else 0.5)
 
     def take_reconnects(self, window_id: str) -> dict[str, int]:
         """``{probe: reconnects}`` of probes that re-registered while the window was open (once)."""
@@ -368,8 +371,14 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return now - since > self.reconnect_grace_s
 
     def _prune(self) -> None:
-        """Forget probes disconnected for longer than ``prune_s`` (caller holds the lock)."""
+        """Forget probes disconnected for longer than ``prune_s`` (caller holds the lock).
+
+        A walk over every probe, so at most once per ``prune_s / 10`` (≤ 1 s): run on every
+        Register it made joining N probes O(N²) (10,000 probes took minutes)."""
         now = time.monotonic()
+        if now - self._pruned_at < min(1.0, self.prune_s / 10):
+            return
+        self._pruned_at = now
         for pid, p in list(self._probes.items()):
             if not p.connected and now - (p.disconnected_at or p.last_seen) > self.prune_s:
                 del self._probes[pid]
@@ -389,6 +398,27 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return f"{p.probe_id}@{p.host}" if p else probe_id
 
     # -- gRPC service --------------------------------------------------------------------
+    def _handlers(self) -> grpc.GenericRpcHandler:
+        """ProbeControl with requests parsed here: a message that does not parse is the caller's
+        INVALID_ARGUMENT, not the UNKNOWN grpc.aio makes of a deserializer's exception."""
+
+        def unary(cls: Any, fn: Any, reply: Any) -> grpc.RpcMethodHandler:
+            async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+                return await fn(await _parse(cls, raw, context), context)
+
+            return grpc.unary_unary_rpc_method_handler(call, response_serializer=reply.SerializeToString)
+
+        return grpc.method_handlers_generic_handler(
+            "swarmscope.v1.ProbeControl",
+            {
+                "Hello": unary(pb.HelloRequest, self.Hello, pb.HelloReply),
+                "Register": unary(pb.RegisterRequest, self.Register, pb.RegisterReply),
+                "Session": grpc.stream_stream_rpc_method_handler(
+                    self.Session, response_serializer=pb.Command.SerializeToString
+                ),
+            },
+        )
+
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         if len(request.probe_nonce) < 16:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
@@ -450,13 +480,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
     async def Session(
-        self, request_iterator: AsyncIterator[pb.ProbeMessage], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
         # A coroutine handler (context.write), not an async generator: the reads run in a task of
         # their own, so a probe's messages are taken while its commands wait in the outbox.
         it = request_iterator.__aiter__()
         try:
-            first = await it.__anext__()
+            first = await _parse(pb.ProbeMessage, await it.__anext__(), context)
         except (StopAsyncIteration, grpc.RpcError, asyncio.CancelledError):
             return
         with self._lock:
@@ -474,11 +504,14 @@ class Fleet(pb_grpc.ProbeControlServicer):
             self._resend(state)
             self._lock.notify_all()
         self._handle(state, first)
-        reader = asyncio.create_task(self._read_loop(state, it))
+        bad: list[str] = []  # a message that did not parse ends the stream as INVALID_ARGUMENT
+        reader = asyncio.create_task(self._read_loop(state, it, bad))
         try:
             while True:
                 cmd = await state.outbox.get()
                 if cmd is None:
+                    if bad:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
                     return
                 await context.write(cmd)
                 if cmd.WhichOneof("kind") == "shutdown":
@@ -505,9 +538,14 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 state.disconnected_at = time.monotonic()
             self._lock.notify_all()
 
-    async def _read_loop(self, state: ProbeState, it: AsyncIterator[pb.ProbeMessage]) -> None:
+    async def _read_loop(self, state: ProbeState, it: AsyncIterator[bytes], bad: list[str]) -> None:
         try:
-            async for msg in it:
+            async for raw in it:
+                try:
+                    msg = pb.ProbeMessage.FromString(raw)
+                except DecodeError:
+                    bad.append("not a swarmscope.v1.ProbeMessage")
+                    return
                 self._handle(state, msg)
         except (grpc.RpcError, asyncio.InvalidStateError):
             pass  # stream ended; liveness marks the probe dead
@@ -563,6 +601,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win.readings[(state.probe_id, r.node)] = _reading(r, state.probe_id)
             self.readings_received += 1
         return win
+
+
+async def _parse(cls: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return cls.FromString(raw)
+    except DecodeError:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a {cls.DESCRIPTOR.full_name}")
 
 
 def _put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
