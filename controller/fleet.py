@@ -26,9 +26,11 @@ value comes back as that host's problem.
 Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
 node), so the server accepts messages up to ``MAX_MESSAGE_BYTES``.
 
-Caveat: inside a gevent-patched process (every Locust process) grpc needs
-``grpc.experimental.gevent.init_gevent()`` before any server exists; :func:`grpc_for_gevent`
-does that once, and only when gevent has patched threading.
+The server is grpc.aio on an event loop of its own thread (controller/fleet_loop.py): a task
+per stream, not a thread. Caveat: grpc.aio does not run in a gevent-patched process (every
+Locust one): there ``controller.fleet_proc.make_fleet`` runs this Fleet in a child process.
+``fleet_loop.grpc_for_gevent`` (for the sync grpc servers that do run there, e.g. the stream tracer's)
+needs calling before any such server exists, once, and only when gevent has patched threading.
 """
 
 from __future__ import annotations
@@ -47,7 +49,12 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from swarmscope import auth
-from swarmscope.controller.fleet_loop import AioServerThread
+from swarmscope.controller.fleet_loop import (
+    AioServerThread,
+    gevent_patched,
+    parse_request,
+    probe_control_handlers,
+)
 from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, server_credentials
@@ -56,8 +63,6 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-_gevent_ready = False
-
 # One WindowDone carries every reading of a probe, samples included (~100 bytes each): gRPC's
 # 4 MiB default would refuse a window of a few tens of thousands of map-update calls.
 MAX_MESSAGE_BYTES = 512 * 2**20
@@ -65,24 +70,6 @@ MAX_MESSAGE_BYTES = 512 * 2**20
 # Hello is unauthenticated: its one-time server nonces are bounded in number and lifetime.
 MAX_PENDING_HELLOS = 100_000
 HELLO_TTL_S = 30.0
-
-
-def grpc_for_gevent() -> None:
-    """Make grpc cooperate with gevent when this process is monkey-patched (Locust)."""
-    global _gevent_ready
-    if _gevent_ready:
-        return
-    try:
-        from gevent import monkey
-
-        patched = monkey.is_module_patched("threading")
-    except ImportError:
-        patched = False
-    if patched:
-        import grpc.experimental.gevent as grpc_gevent
-
-        grpc_gevent.init_gevent()
-    _gevent_ready = True
 
 
 @dataclass
@@ -173,13 +160,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> int:
-        if _gevent_patched():
+        if gevent_patched():
             raise FleetError(
                 "the fleet's grpc.aio server cannot run in a gevent-patched process: "
                 "use controller.fleet_proc.FleetProcess there"
             )
         self.port = self._aio.start(
-            lambda server: server.add_generic_rpc_handlers((self._handlers(),)),
+            lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
             self.bind,
             options=[
                 ("grpc.so_reuseport", 0),
@@ -398,27 +385,6 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return f"{p.probe_id}@{p.host}" if p else probe_id
 
     # -- gRPC service --------------------------------------------------------------------
-    def _handlers(self) -> grpc.GenericRpcHandler:
-        """ProbeControl with requests parsed here: a message that does not parse is the caller's
-        INVALID_ARGUMENT, not the UNKNOWN grpc.aio makes of a deserializer's exception."""
-
-        def unary(cls: Any, fn: Any, reply: Any) -> grpc.RpcMethodHandler:
-            async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-                return await fn(await _parse(cls, raw, context), context)
-
-            return grpc.unary_unary_rpc_method_handler(call, response_serializer=reply.SerializeToString)
-
-        return grpc.method_handlers_generic_handler(
-            "swarmscope.v1.ProbeControl",
-            {
-                "Hello": unary(pb.HelloRequest, self.Hello, pb.HelloReply),
-                "Register": unary(pb.RegisterRequest, self.Register, pb.RegisterReply),
-                "Session": grpc.stream_stream_rpc_method_handler(
-                    self.Session, response_serializer=pb.Command.SerializeToString
-                ),
-            },
-        )
-
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         if len(request.probe_nonce) < 16:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
@@ -486,7 +452,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         # their own, so a probe's messages are taken while its commands wait in the outbox.
         it = request_iterator.__aiter__()
         try:
-            first = await _parse(pb.ProbeMessage, await it.__anext__(), context)
+            first = await parse_request(pb.ProbeMessage, await it.__anext__(), context)
         except (StopAsyncIteration, grpc.RpcError, asyncio.CancelledError):
             return
         with self._lock:
@@ -603,24 +569,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return win
 
 
-async def _parse(cls: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-    try:
-        return cls.FromString(raw)
-    except DecodeError:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a {cls.DESCRIPTOR.full_name}")
-
-
 def _put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
     for state, cmd in items:
         state.outbox.put_nowait(cmd)
-
-
-def _gevent_patched() -> bool:
-    try:
-        from gevent import monkey
-    except ImportError:
-        return False
-    return bool(monkey.is_module_patched("threading"))
 
 
 def _reading(r: Any, probe_id: str) -> ProbeReading:

@@ -22,8 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from swarmscope.errors import FleetError
+from swarmscope.v1 import probe_pb2 as pb
+
+_gevent_ready = False
 
 
 class AioServerThread:
@@ -112,3 +116,58 @@ class AioServerThread:
         thread.join(grace_s + 5)
         self.loop = None
         self._thread = None
+
+
+def grpc_for_gevent() -> None:
+    """Make grpc cooperate with gevent when this process is monkey-patched (Locust)."""
+    global _gevent_ready
+    if _gevent_ready:
+        return
+    try:
+        from gevent import monkey
+
+        patched = monkey.is_module_patched("threading")
+    except ImportError:
+        patched = False
+    if patched:
+        import grpc.experimental.gevent as grpc_gevent
+
+        grpc_gevent.init_gevent()
+    _gevent_ready = True
+
+
+def gevent_patched() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:
+        return False
+    return bool(monkey.is_module_patched("threading"))
+
+
+async def parse_request(cls: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return cls.FromString(raw)
+    except DecodeError:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a {cls.DESCRIPTOR.full_name}")
+
+
+def probe_control_handlers(svc: Any) -> grpc.GenericRpcHandler:
+    """ProbeControl with requests parsed here: a message that does not parse is the caller's
+    INVALID_ARGUMENT, not the UNKNOWN grpc.aio makes of a deserializer's exception."""
+
+    def unary(cls: Any, fn: Any, reply: Any) -> grpc.RpcMethodHandler:
+        async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await fn(await parse_request(cls, raw, context), context)
+
+        return grpc.unary_unary_rpc_method_handler(call, response_serializer=reply.SerializeToString)
+
+    return grpc.method_handlers_generic_handler(
+        "swarmscope.v1.ProbeControl",
+        {
+            "Hello": unary(pb.HelloRequest, svc.Hello, pb.HelloReply),
+            "Register": unary(pb.RegisterRequest, svc.Register, pb.RegisterReply),
+            "Session": grpc.stream_stream_rpc_method_handler(
+                svc.Session, response_serializer=pb.Command.SerializeToString
+            ),
+        },
+    )

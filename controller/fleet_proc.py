@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import Any, cast
 
-from swarmscope.controller.fleet import Fleet, ProbeState, _gevent_patched
+from swarmscope.controller.fleet import Fleet, ProbeState, gevent_patched
 from swarmscope.errors import FleetError
 from swarmscope.sys import owners
 from swarmscope.tls import TLSFiles
@@ -53,7 +53,7 @@ _CALLS = frozenset(
 
 def make_fleet(token: str, bind: str = "127.0.0.1:0", **kw: Any) -> Fleet | FleetProcess:
     """The fleet for this process: in-process, or in a child when gevent has patched threading."""
-    return FleetProcess(token, bind, **kw) if _gevent_patched() else Fleet(token, bind, **kw)
+    return FleetProcess(token, bind, **kw) if gevent_patched() else Fleet(token, bind, **kw)
 
 
 def _send(sock: socket.socket, obj: Any) -> None:
