@@ -213,11 +213,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if (hosts is None and len(live) >= count) or (hosts is not None and hosts <= have):
                 return
             if time.monotonic() >= deadline:
-                want = f"probes for {sorted(hosts - have)}" if hosts else f"{count} probe(s)"
+                want = f"probes for {_few(hosts - have)}" if hosts else f"{count} probe(s)"
                 raise FleetError(
                     f"timed out after {timeout_s:.0f}s waiting for {want}; connected: "
-                    f"{sorted(have) or 'none'}. Is `swarmscope probe --controller {self.address}` running "
-                    "with the same token?"
+                    f"{_few(have) if have else 'none'}. Is `swarmscope probe --controller "
+                    f"{self.address}` running with the same token?"
                 )
             # Each look walks every probe: with thousands, look less often, not less surely.
             time.sleep(0.05 if len(live) < 500 else 0.5)
@@ -567,6 +567,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win.readings[(state.probe_id, r.node)] = _reading(r, state.probe_id)
             self.readings_received += 1
         return win
+
+
+def _few(names: set[str], n: int = 20) -> str:
+    """Up to ``n`` names and how many more: an error about 10,000 probes stays readable."""
+    s = sorted(names)
+    return str(s[:n]) + (f" and {len(s) - n} more" if len(s) > n else "")
 
 
 def _put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
