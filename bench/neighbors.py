@@ -29,7 +29,7 @@ def table(points: list[dict]) -> str:
     ]
     for p in points:
         a = p.get("arion_per_neighbor_us")
-        ratio = f"{a / p['per_neighbor_us']:.1f}x" if a else "-"
+        ratio = f"{a / p['per_neighbor_us']:.1f}x" if a and p["per_neighbor_us"] else "-"
         rows.append(
             f"{p['mode']:<20} {p['neighbors']:>8} {p['total_ms']:>10.2f} {p['per_neighbor_us']:>9.3f} "
             f"{p['p50_us']:>10.1f} {p['p99_us']:>10.1f} {a if a else '-':>9} {ratio:>9} "
