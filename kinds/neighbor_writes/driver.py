@@ -205,11 +205,11 @@ class NeighborDriver:
                 for suffix in ("", "-wal", "-shm"):
                     os.unlink(db + suffix)
         problems = list(out.pop("problems", []))
-        if p["mode"] == "watch_only":  # nothing programmed: the map must still be empty
-            got = xdp.contents() if xdp is not None else {}
-            out.update(reported=out.pop("received"), map_entries=len(got))
-            if got:
-                problems.append(f"watch only, yet the map holds {len(got)} entries")
+        if p["mode"] == "watch_only":  # nothing programmed: the map (or table) must be empty
+            held = len(xdp.contents()) if xdp is not None else self._ns.neigh_count(self._ns.dummy)
+            out.update(reported=out.pop("received"), map_entries=held)
+            if held:
+                problems.append(f"watch only, yet the datapath holds {held} entries")
         elif xdp is None:
             # The kernel's own clock for a netlink write: the ACK of each send, in this process.
             out["ends"] = [[int(n), int(t)] for n, t in target.table.send_ns]
@@ -229,18 +229,21 @@ class NeighborDriver:
         from swarmscope.targets.neighbors.agent_proc import LocalAgent
 
         mode = p["mode"]
-        map_id = None
+        maps: dict[str, Any] = {}
         if self._agent_proc is not None and target is self._xdp:
             agent: Any = self._agent_proc
-            map_id = fd_map_id(os.getpid(), self._xdp.fd)
+            maps = {
+                "map_id": fd_map_id(os.getpid(), self._xdp.fd),
+                "meta_id": fd_map_id(os.getpid(), self._xdp.meta.map_fd),
+            }
         else:
             agent = LocalAgent(target)
         if mode == "list_program":
-            out = F.list_program(cp, agent, map_id, keys, values, p)
+            out = F.list_program(cp, agent, maps, keys, values, p)
         elif mode == "watch_only":
-            out = F.watch_only(cp, agent, map_id, keys, values, p)
+            out = F.watch_only(cp, agent, maps, keys, values, p)
         else:
-            out = F.write_watch_program(cp, agent, map_id, start, count, p, self._work_dir())
+            out = F.write_watch_program(cp, agent, maps, start, count, p, self._work_dir())
         out["master"] = F.master_latencies(cp, keys, values, int(p.get("master_samples", 0)))
         return out
 

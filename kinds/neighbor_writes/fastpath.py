@@ -1,13 +1,14 @@
 """One neighbor window on the control plane's fast path (``transport: ipc``, the default).
 
-    out = list_program(cp, agent, map_id, keys, values, p)   # {"starts": [[N, t0]], "t_user_ns"}
-    out = watch_only(cp, agent, map_id, keys, values, p)     # the list received, not programmed
-    out = write_watch_program(cp, agent, map_id, start, count, p, work)
+    out = list_program(cp, agent, maps, keys, values, p)   # {"starts": [[N, t0]], "t_user_ns"}
+    out = watch_only(cp, agent, maps, keys, values, p)     # the list received, not programmed
+    out = write_watch_program(cp, agent, maps, start, count, p, work)
     out.update(master_latencies(cp, keys, values, samples=20))
 
 ``agent`` is the worker's agent process (targets/neighbors/agent_proc.py: its pid is the
-probe's filter, it opens the worker's XDP map by id) or, for the kernel table, the same
-agent in this process (``LocalAgent``); both answer ``call(op=...)`` (docs/neighbors.md).
+probe's filter, it opens the worker's XDP map and its revision map by id, ``maps``) or, for
+the kernel table, the same agent in this process (``LocalAgent``); both answer
+``call(op=...)`` (docs/neighbors.md).
 Times are CLOCK_MONOTONIC (bpf_ktime's clock). The master side's own latencies are measured
 after the agent is gone, so they never touch the map: ``get`` of written keys, ``write`` = a
 durable put of a written entry with its own value (the state does not change), each a round
@@ -46,22 +47,22 @@ def _preload(cp: ControlPlane, keys: bytes, values: bytes, batch: int) -> None:
 
 
 def list_program(
-    cp: ControlPlane, agent: Any, map_id: int | None, keys: bytes, values: bytes, p: Mapping[str, Any]
+    cp: ControlPlane, agent: Any, maps: Mapping[str, Any], keys: bytes, values: bytes, p: Mapping[str, Any]
 ) -> dict[str, Any]:
     _preload(cp, keys, values, int(p["batch_size"]))
-    r = agent.call(op="list", socket=cp.socket, token=cp.token, map_id=map_id, page=int(p["page_size"]))
+    r = agent.call(op="list", socket=cp.socket, token=cp.token, **maps, page=int(p["page_size"]))
     return {"starts": [[len(keys) // R.KEY_SIZE, int(r["t0"])]], "t_user_ns": int(r["t_user"])}
 
 
 def watch_only(
-    cp: ControlPlane, agent: Any, map_id: int | None, keys: bytes, values: bytes, p: Mapping[str, Any]
+    cp: ControlPlane, agent: Any, maps: Mapping[str, Any], keys: bytes, values: bytes, p: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The write-up's watch-only point: the same list, copied into the agent, not programmed.
     Its end is the agent's clock (no kernel event); ``received`` is what it holds."""
     from swarmscope.targets.neighbors.agent_proc import digest
 
     _preload(cp, keys, values, int(p["batch_size"]))
-    r = agent.call(op="watch_only", socket=cp.socket, token=cp.token, map_id=map_id)
+    r = agent.call(op="watch_only", socket=cp.socket, token=cp.token, **maps)
     n, t1 = int(r["received"]), int(r["t_user"])
     same = r["digest"] == digest(keys, values)
     return {
@@ -74,9 +75,15 @@ def watch_only(
 
 
 def write_watch_program(
-    cp: ControlPlane, agent: Any, map_id: int | None, start: int, count: int, p: Mapping[str, Any], work: Path
+    cp: ControlPlane,
+    agent: Any,
+    maps: Mapping[str, Any],
+    start: int,
+    count: int,
+    p: Mapping[str, Any],
+    work: Path,
 ) -> dict[str, Any]:
-    w = agent.call(op="watch", socket=cp.socket, token=cp.token, map_id=map_id, page=int(p["page_size"]))
+    w = agent.call(op="watch", socket=cp.socket, token=cp.token, **maps, page=int(p["page_size"]))
     if w.get("errors"):
         raise LoadGenError(f"the agent's watch did not start: {w['errors']}")
     timing_file = work / f"writer-{start}-{count}-{time.monotonic_ns()}.json"

@@ -157,8 +157,12 @@ def reconcile(
         watch_only = mode == "watch_only"
         if watch_only:  # received, not programmed: the agent's clock; the kernel must see 0
             ends = [list(e) for e in res.get("ends") or []]
-            wrote = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
-            kernel = wrote[-1][0] if wrote else 0
+            if cfg.target == "kernel":
+                dev = f"neigh.update.dev.{res.get('device', '?')}"
+                kernel = sum(int(r.counters.get(dev, 0)) for r in have)
+            else:
+                wrote = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
+                kernel = wrote[-1][0] if wrote else 0
         elif cfg.target == "kernel":  # the ACKs' times; the count from the neigh_events probe
             ends = [list(e) for e in res.get("ends") or []]
             dev = f"neigh.update.dev.{res.get('device', '?')}"
@@ -195,7 +199,7 @@ def reconcile(
             "generated": gen,
             "kernel": kernel,
             "reported": rep,
-            "update_calls": len(ends),
+            "update_calls": 0 if watch_only else len(ends),
             # every sample of the worker's pid (its map's calls + the agent's revision writes)
             "pid_samples": sum(
                 1

@@ -31,14 +31,20 @@ from swarmscope.errors import LoadGenError
 from swarmscope.sys import bpf, owners
 
 
-class _MapTarget:
-    """The XDP map by id; the revision is kept by the worker (neigh_meta), not needed here."""
+def _open(map_id: int) -> int:
+    fd = bpf.map_fd_by_id(map_id)
+    if fd is None:
+        raise LoadGenError(f"no BPF map with id {map_id}")
+    return fd
 
-    def __init__(self, map_id: int):
-        fd = bpf.map_fd_by_id(map_id)
-        if fd is None:
-            raise LoadGenError(f"no BPF map with id {map_id}")
-        self.fd = fd
+
+class _MapTarget:
+    """The XDP map by id, and its ``neigh_meta`` map (slot 0: the revision programmed, written
+    after each transaction as the in-worker agent does; a restarted agent resumes from it)."""
+
+    def __init__(self, map_id: int, meta_id: int | None = None):
+        self.fd = _open(map_id)
+        self.meta = _open(meta_id) if meta_id else None
         self.rev = 0
 
     def revision(self) -> int:
@@ -46,6 +52,8 @@ class _MapTarget:
 
     def set_revision(self, rev: int) -> None:
         self.rev = rev
+        if self.meta is not None:
+            bpf.map_update_elem(self.meta, bytes(4), rev.to_bytes(8, "little"))
 
     def apply(self, keys: bytes, values: bytes, deleted: bytes = b"") -> int:
         n = bpf.map_update_batch(self.fd, keys, values) if keys else 0
@@ -55,6 +63,8 @@ class _MapTarget:
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.meta is not None:
+            os.close(self.meta)
 
 
 def digest(keys: bytes, values: bytes) -> str:
@@ -70,23 +80,25 @@ class _Serve:
         self.thread: threading.Thread | None = None
         self.errors: list[str] = []
 
-    def _target(self, map_id: int) -> Any:
+    def _target(self, map_id: int, meta_id: int | None) -> Any:
         if self.fixed is not None:
             return self.fixed
         if map_id not in self.maps:
-            self.maps[map_id] = _MapTarget(map_id)
+            self.maps[map_id] = _MapTarget(map_id, meta_id)
         return self.maps[map_id]
 
     def _agent(self, c: dict[str, Any]) -> Any:
         from swarmscope.targets.neighbors.ipc_agent import IpcAgent
 
-        return IpcAgent(c["socket"], c["token"], self._target(int(c.get("map_id") or 0)))
+        target = self._target(int(c.get("map_id") or 0), c.get("meta_id"))
+        return IpcAgent(c["socket"], c["token"], target)
 
     def handle(self, c: dict[str, Any]) -> dict[str, Any]:
         op = c["op"]
         if op in ("list", "watch_only"):
             agent = self._agent(c)  # connected and mapped before the clock starts
             try:
+                agent.prime()
                 t0 = time.monotonic_ns()
                 if op == "list":
                     _, n = agent.list_and_program(page_size=int(c.get("page", 65536)))
