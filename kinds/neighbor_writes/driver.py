@@ -42,6 +42,7 @@ from swarmscope.node import node_host
 from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.workers import spans
+from swarmscope.workers.offloop import off_loop
 
 if TYPE_CHECKING:
     from swarmscope.kinds.neighbor_writes import NeighborConfig
@@ -122,9 +123,11 @@ class NeighborDriver:
         if self._xdp is None:
             from swarmscope.targets.neighbors.agent import XdpTarget
 
-            xdp = XdpTarget(None, max(1 << 10, max(self.cfg.neighbors)), miss_action="XDP_DROP")
+            # BCC's compile takes seconds (tens under load): in a real thread, so the Locust
+            # worker's loop keeps sending heartbeats meanwhile (workers/offloop.py).
+            xdp = off_loop(XdpTarget, None, max(1 << 10, max(self.cfg.neighbors)), miss_action="XDP_DROP")
             self._stack.callback(xdp.close)
-            xdp.attach(self._ns.host_dev)
+            off_loop(xdp.attach, self._ns.host_dev)
             self._xdp = xdp
         return self._xdp
 
@@ -173,7 +176,7 @@ class NeighborDriver:
         xdp = self._datapath()
         out: dict[str, Any] = {"generated": count, "start": start, "pid": self.pid, "starts": []}
         if xdp is not None:
-            xdp.clear()
+            off_loop(xdp.clear)
             out["map_id"] = fd_map_id(os.getpid(), xdp.fd)  # the id is global: the agent opens it
             target = xdp
         else:
@@ -206,7 +209,7 @@ class NeighborDriver:
                     os.unlink(db + suffix)
         problems = list(out.pop("problems", []))
         if p["mode"] == "watch_only":  # nothing programmed: the map (or table) must be empty
-            held = len(xdp.contents()) if xdp is not None else self._ns.neigh_count(self._ns.dummy)
+            held = len(off_loop(xdp.contents)) if xdp is not None else self._ns.neigh_count(self._ns.dummy)
             out.update(reported=out.pop("received"), map_entries=held)
             if held:
                 problems.append(f"watch only, yet the datapath holds {held} entries")
@@ -334,11 +337,9 @@ class NeighborDriver:
     ) -> dict[str, Any]:
         """The map read back (reported) against what was written, and packets through XDP."""
         problems: list[str] = []
-        got = xdp.contents()
-        want = dict(zip(_chunks(keys, R.KEY_SIZE), _chunks(values, R.VALUE_SIZE), strict=True))
-        if got != want:
-            differ = sum(1 for k in want if got.get(k) != want[k])
-            problems.append(f"map holds {len(got)} entries, {differ} of the {count} written differ")
+        held, differ = off_loop(_compare, xdp, keys, values)  # 1M entries: seconds, off the loop
+        if differ:
+            problems.append(f"map holds {held} entries, {differ} of the {count} written differ")
         xdp_check: dict[str, int] = {}
         if packets:
             picks = sorted({0, count - 1, *random.sample(range(count), min(packets, count))})[:packets]
@@ -353,7 +354,7 @@ class NeighborDriver:
             if hits != len(addrs) or misses != len(absent):
                 sent = f"{len(addrs)} / {len(absent)}"
                 problems.append(f"XDP counted {hits} hits / {misses} misses, sent {sent}")
-        return {"reported": len(got), "problems": problems, "xdp": xdp_check}
+        return {"reported": held, "problems": problems, "xdp": xdp_check}
 
     # -- free-running tests (locust -f) ------------------------------------------------------
     def control_plane(self, host: str | None) -> tuple[str, str | None]:
@@ -441,6 +442,15 @@ def _batch_spans(window_id: str, node: str, mode: str, res: Mapping[str, Any]) -
             },
         )
         prev = total
+
+
+def _compare(xdp: Any, keys: bytes, values: bytes) -> tuple[int, int]:
+    """(entries in the map, written entries it does not hold as written)."""
+    got = xdp.contents()
+    want = dict(zip(_chunks(keys, R.KEY_SIZE), _chunks(values, R.VALUE_SIZE), strict=True))
+    return len(got), 0 if got == want else sum(1 for k in want if got.get(k) != want[k]) or len(got) - len(
+        want
+    )
 
 
 def _chunks(b: bytes, size: int) -> list[bytes]:

@@ -191,9 +191,10 @@ def reconcile(
         if res.get("watch"):
             watches.append(res["watch"])
         problems.extend(f"{node}: {p}" for p in res.get("problems", []))
-        per_node.append(
-            NodeCount(node, gen, kernel if have else None, rep, missing=[] if have else ["probe"])
-        )
+        # watch only: the kernel's count (of programmed entries) is checked to be 0 above; it is
+        # not the count of what was generated (written), so the node's kernel column stays empty.
+        counted = kernel if have and not watch_only else None
+        per_node.append(NodeCount(node, gen, counted, rep, missing=[] if have else ["probe"]))
         workers[node] = {
             "start": res.get("start"),
             "generated": gen,

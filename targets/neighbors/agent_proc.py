@@ -48,6 +48,9 @@ class _MapTarget:
         self.rev = 0
 
     def revision(self) -> int:
+        if self.meta is not None:  # the map's own record (the worker resets it with the map)
+            got = bpf.map_lookup_elem(self.meta, bytes(4), 8)
+            return int.from_bytes(got, "little") if got else 0
         return self.rev
 
     def set_revision(self, rev: int) -> None:

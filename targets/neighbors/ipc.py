@@ -89,6 +89,7 @@ class IpcServer:
         self.store, self.path, self.token, self.writes = store, path, token, writes
         self.log = LogWriter()
         self.watchers: list[socket.socket] = []
+        self._commit_ns: dict[int, int] = {}
         self.conns = 0
         self._lock = threading.Lock()
         with store.lock:  # what the store holds already (a reopened db) is the log's first record
@@ -109,6 +110,10 @@ class IpcServer:
 
     # -- under the store's lock, after every durable commit ------------------------------------
     def _publish(self, rev: int, keys: bytes, values: bytes, deleted: bytes) -> None:
+        # The commit's time, taken before any watcher can act on it (the put's ack carries it).
+        if len(self._commit_ns) > 4096:  # commits made over gRPC are never taken: bounded
+            self._commit_ns.clear()
+        self._commit_ns[rev] = time.monotonic_ns()
         try:
             tail = self.log.append(rev, keys, values, deleted)
         except LogFull:
@@ -194,7 +199,7 @@ class IpcServer:
         k = PUT.size + n * R.KEY_SIZE
         v = k + n * R.VALUE_SIZE
         rev = self.store.commit(body[PUT.size : k], body[k:v], body[v:])
-        return ord("p"), ACK.pack(rev, time.monotonic_ns())
+        return ord("p"), ACK.pack(rev, self._commit_ns.pop(rev, None) or time.monotonic_ns())
 
     def _get(self, body: bytes) -> tuple[int, bytes]:
         if len(body) != R.KEY_SIZE:

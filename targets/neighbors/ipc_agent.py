@@ -109,7 +109,7 @@ class IpcAgent:
         return self.revision, self.programmed - before
 
     def _flush(self, keys: bytearray, vals: bytearray, n: int) -> int:
-        if not n:
+        if not n or self._fd is None:
             return 0
         k = (ctypes.c_char * len(keys)).from_buffer(keys)
         v = (ctypes.c_char * len(vals)).from_buffer(vals)
@@ -124,8 +124,13 @@ class IpcAgent:
         return self.log.revision(), b"".join(ks), b"".join(vs)
 
     def watch(self, ready: Callable[[int], None] | None = None, page_size: int = 65536) -> None:
-        """Apply every commit after the programmed records until :meth:`cancel`."""
+        """Apply every commit after the target's programmed revision until :meth:`cancel`."""
+        programmed = self.target.revision()  # resume after it (a restarted agent does)
         _, tail = self.client.watch()
+        for rec in self.log.records(self.offset, tail):
+            if rec.revision > programmed:
+                break
+            self.offset, self.revision = rec.end, rec.revision
         if ready:
             ready(self.revision)
         page = max(1, page_size)
