@@ -139,7 +139,7 @@ def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
             assert done.wait(10)
             k2, v2 = R.make_entries(10, start=5000, gen=1)
             r1, _ = c.put_batch(k2, v2)
-            r2, _ = c.put_batch(b"", b"", k[:4 * 5])  # delete the first 5
+            r2, _ = c.put_batch(b"", b"", k[: 4 * 5])  # delete the first 5
             assert a.wait_revision(r2, 10) and r2 == r1 + 1
             want = state(k, v) | state(k2, v2)
             for i in range(5):
@@ -192,7 +192,8 @@ def test_agent_process_programs_the_map_by_id(tmp_path: Path) -> None:
             r = agent.call(op="list", socket=cp.socket, token=TOKEN, page=65536, **maps)
             assert r["programmed"] == 1200 and bpf.map_read_all(t.fd) == state(k, v)
             evs = tracer.events()
-            assert [e.processed for e in evs] == [1200, 1]  # one page, then the revision (meta)
+            # the prime's scratch-map write, one page, then the revision (meta)
+            assert [e.processed for e in evs] == [1, 1200, 1]
             assert bpf.map_lookup_elem(meta, bytes(4), 8) == (3).to_bytes(8, "little")
             agent.call(op="watch", socket=cp.socket, token=TOKEN, page=65536, **maps)
             k2, v2 = R.make_entries(50, start=9000)

@@ -79,9 +79,18 @@ class _Serve:
     def __init__(self, target: Any = None):
         self.fixed = target  # LocalAgent: this target whatever the map id
         self.maps: dict[int, _MapTarget] = {}
+        self.scratch: int | None = None
         self.agent: Any = None
         self.thread: threading.Thread | None = None
         self.errors: list[str] = []
+
+    def _scratch(self) -> int | None:
+        """The agent's own 4-entry map, written only to warm the update path (prime)."""
+        if self.fixed is not None:
+            return None
+        if self.scratch is None:
+            self.scratch = bpf.map_create(1, "ss_agent_prime", 4, 12, 4)
+        return self.scratch
 
     def _target(self, map_id: int, meta_id: int | None) -> Any:
         if self.fixed is not None:
@@ -101,7 +110,7 @@ class _Serve:
         if op in ("list", "watch_only"):
             agent = self._agent(c)  # connected and mapped before the clock starts
             try:
-                agent.prime()
+                agent.prime(self._scratch())
                 t0 = time.monotonic_ns()
                 if op == "list":
                     _, n = agent.list_and_program(page_size=int(c.get("page", 65536)))
