@@ -83,7 +83,9 @@ def write_watch_program(
     p: Mapping[str, Any],
     work: Path,
 ) -> dict[str, Any]:
-    w = agent.call(op="watch", socket=cp.socket, token=cp.token, **maps, page=int(p["page_size"]))
+    # A transaction is programmed in calls of at most 65536 entries (the gRPC watch's page):
+    # page_size is the list's page.
+    w = agent.call(op="watch", socket=cp.socket, token=cp.token, **maps)
     if w.get("errors"):
         raise LoadGenError(f"the agent's watch did not start: {w['errors']}")
     timing_file = work / f"writer-{start}-{count}-{time.monotonic_ns()}.json"

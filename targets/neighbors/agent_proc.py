@@ -110,7 +110,8 @@ class _Serve:
         if op in ("list", "watch_only"):
             agent = self._agent(c)  # connected and mapped before the clock starts
             try:
-                agent.prime(self._scratch())
+                # watch only programs nothing: it primes the reads, never an update
+                agent.prime(self._scratch() if op == "list" else None)
                 t0 = time.monotonic_ns()
                 if op == "list":
                     _, n = agent.list_and_program(page_size=int(c.get("page", 65536)))
