@@ -19,7 +19,7 @@ from swarmscope.errors import LoadGenError
 from swarmscope.probes.map_update import MapUpdateTracer
 from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
-from swarmscope.targets.neighbors.agent_proc import AgentProcess, digest
+from swarmscope.targets.neighbors.agent_proc import AgentProcess, _MapTarget, digest
 from swarmscope.targets.neighbors.ipc import IpcClient
 from swarmscope.targets.neighbors.ipc_agent import IpcAgent
 from swarmscope.targets.neighbors.server import ControlPlane, start_server, stop
@@ -36,25 +36,16 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
         stop(cp.proc)
 
 
-class MapTarget:
-    def __init__(self, max_entries: int = 1 << 14):
-        self.fd = bpf.map_create(1, "ss_test_ipc", R.KEY_SIZE, R.VALUE_SIZE, max_entries)
-        self.rev = 0
-
-    def revision(self) -> int:
-        return self.rev
-
-    def set_revision(self, rev: int) -> None:
-        self.rev = rev
-
-    def apply(self, keys: bytes, values: bytes, deleted: bytes = b"") -> int:
-        n = bpf.map_update_batch(self.fd, keys, values) if keys else 0
-        if deleted:
-            bpf.map_delete_batch(self.fd, deleted)
-        return n
-
-    def close(self) -> None:
-        os.close(self.fd)
+@contextmanager
+def hash_map(max_entries: int = 1 << 14) -> Iterator[_MapTarget]:
+    """A fresh BPF hash map of neighbor records, as the agent process opens it (by id)."""
+    fd = bpf.map_create(1, "ss_test_ipc", R.KEY_SIZE, R.VALUE_SIZE, max_entries)
+    t = _MapTarget(bpf.map_info(fd).id)
+    try:
+        yield t
+    finally:
+        t.close()
+        os.close(fd)
 
 
 def state(keys: bytes, values: bytes) -> dict[bytes, bytes]:
@@ -119,11 +110,10 @@ def test_put_get_watch_and_token(tmp_path: Path) -> None:
 def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
     """2500 entries in 3 transactions listed with page 1000: exactly 3 update calls (full pages
     across records), every entry in the map; then a watch applies puts and a delete in order."""
-    t = MapTarget()
     tracer = MapUpdateTracer([os.getpid()])
     tracer.load()
     try:
-        with plane(tmp_path) as cp:
+        with hash_map() as t, plane(tmp_path) as cp:
             c = IpcClient(cp.socket, TOKEN)
             k, v = R.make_entries(2500)
             write_ipc(c, k, v, batch=1000)
@@ -152,7 +142,6 @@ def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
             c.close()
     finally:
         tracer.close()
-        t.close()
 
 
 def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
@@ -175,13 +164,13 @@ def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
 def test_agent_process_programs_the_map_by_id(tmp_path: Path) -> None:
     """The agent as its own process: lists into the map it opened by id, a watch-only list
     receives everything without one update call, and a watch reaches the writer's revision."""
-    t, meta = MapTarget(), bpf.map_create(2, "ss_test_meta", 4, 8, 4)
+    meta = bpf.map_create(2, "ss_test_meta", 4, 8, 4)
     agent = AgentProcess()
     tracer = MapUpdateTracer([agent.pid])
     tracer.load()
-    maps = {"map_id": bpf.map_info(t.fd).id, "meta_id": bpf.map_info(meta).id}
     try:
-        with plane(tmp_path) as cp:
+        with hash_map() as t, plane(tmp_path) as cp:
+            maps = {"map_id": bpf.map_info(t.fd).id, "meta_id": bpf.map_info(meta).id}
             c = IpcClient(cp.socket, TOKEN)
             k, v = R.make_entries(1200)
             write_ipc(c, k, v, batch=500)
@@ -195,7 +184,7 @@ def test_agent_process_programs_the_map_by_id(tmp_path: Path) -> None:
             # the prime's scratch-map write, one page, then the revision (meta)
             assert [e.processed for e in evs] == [1, 1200, 1]
             assert bpf.map_lookup_elem(meta, bytes(4), 8) == (3).to_bytes(8, "little")
-            agent.call(op="watch", socket=cp.socket, token=TOKEN, page=65536, **maps)
+            agent.call(op="watch", socket=cp.socket, token=TOKEN, **maps)
             k2, v2 = R.make_entries(50, start=9000)
             rev, _ = c.put_batch(k2, v2)
             w = agent.call(op="wait", revision=rev, timeout=10)
@@ -205,7 +194,6 @@ def test_agent_process_programs_the_map_by_id(tmp_path: Path) -> None:
     finally:
         tracer.close()
         agent.close()
-        t.close()
         os.close(meta)
 
 

@@ -59,10 +59,9 @@ class _MapTarget:
             bpf.map_update_elem(self.meta, bytes(4), rev.to_bytes(8, "little"))
 
     def apply(self, keys: bytes, values: bytes, deleted: bytes = b"") -> int:
-        n = bpf.map_update_batch(self.fd, keys, values) if keys else 0
-        if deleted:
-            bpf.map_delete_batch(self.fd, deleted)
-        return n
+        from swarmscope.targets.neighbors.agent import apply_to_map
+
+        return apply_to_map(self.fd, keys, values, deleted)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -225,13 +224,11 @@ class AgentProcess:
         return reply
 
     def close(self) -> None:
+        from swarmscope.targets.neighbors.server import stop
+
         if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.stdin.close()  # the agent ends at end of input; stop() makes sure
+        stop(self.proc)
 
 
 if __name__ == "__main__":
