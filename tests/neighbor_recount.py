@@ -8,8 +8,8 @@ kernel holds with tools of its own, not the code's ``verified``: ``bpftool map d
 worker's XDP map (the id the worker reported; any process's map is readable by id as root), or
 ``ip -n NS -4 -j neigh show dev DEV`` for target: kernel. Per window and node it writes the
 entries found and whether they are exactly the node's share (10.64.0.0 + start + 1 ...), with
-XDP values dmac 02:00:<ip bytes>. OUT.json: a list of {"window", "node", "expected", "found",
-"exact"}.
+XDP values dmac 02:00:<ip bytes>; none at all for mode watch_only (received, not
+programmed). OUT.json: a list of {"window", "node", "expected", "found", "exact"}.
 """
 
 from __future__ import annotations
@@ -54,8 +54,10 @@ def kernel_entries(netns: str, dev: str) -> dict[str, bytes]:
 
 
 def recount(result: Any, found: list[dict[str, Any]]) -> None:
+    # watch_only receives the entries without programming them: the datapath must stay empty.
+    programs = (result.extra.get("neighbors") or {}).get("mode") != "watch_only"
     for node, w in (result.extra.get("workers") or {}).items():
-        start, n = int(w["start"]), int(w["generated"])
+        start, n = int(w["start"]), int(w["generated"]) if programs else 0
         want = {str(BASE + start + 1 + i) for i in range(n)}
         if w.get("map_id") is not None:
             got = xdp_entries(int(w["map_id"]))
