@@ -60,6 +60,7 @@ def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
                 " && exec httpd -f -p 8080 -h /tmp/www"
             )
             web = pod_on(node.name, "web", busybox, ["sh", "-c", script])
+            web["metadata"]["labels"] = {"app": "web"}
             c.api.post("/api/v1/namespaces/default/pods", web)
 
             def running() -> dict[str, Any] | None:
@@ -80,6 +81,34 @@ def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
                 assert len(procs) == 2, (h, procs)  # pause + httpd
             log = c.api.get("/api/v1/namespaces/default/pods/web/log")
             assert log == "started\n"
+
+            # A Service in front of it, reached by name from another pod: the node's cluster DNS
+            # answers with the ClusterIP and kube-proxy (nftables, in the node's netns) routes it.
+            c.api.post("/api/v1/namespaces/default/services", {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            })  # fmt: skip
+            svc_ip = c.api.get("/api/v1/namespaces/default/services/web")["spec"]["clusterIP"]
+            # `<svc>.<ns>.svc`, the chart's form, through the pod's DNS search list. nc, not wget:
+            # Debian's static busybox wget segfaults here, with or without a Service.
+            fetch = (
+                "for i in $(seq 60); do out=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n'"
+                f' | nc -w 2 web.default.svc 80 | tail -n1) && [ "$out" = {PAGE} ] && echo $out && exit 0;'
+                " sleep 1; done; exit 1"
+            )
+            client = pod_on(node.name, "client", busybox, ["sh", "-c", fetch])
+            client["spec"]["restartPolicy"] = "Never"
+            c.api.post("/api/v1/namespaces/default/pods", client)
+
+            def done() -> str | None:
+                phase = c.api.get("/api/v1/namespaces/default/pods/client")["status"].get("phase")
+                return phase if phase in ("Succeeded", "Failed") else None
+
+            assert _wait_for("client pod done", done, POD_TIMEOUT) == "Succeeded"
+            assert c.api.get("/api/v1/namespaces/default/pods/client/log") == PAGE + "\n"
+            assert node.dns is not None
+            assert ("web.default.svc.cluster.local", 1, 0) in node.dns.queries
+            assert node.dns.resolve("web.default.svc.cluster.local") == [svc_ip]
         assert node.leftovers() == []
 
 

@@ -26,17 +26,19 @@ done
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
-# chromium: pages (report.html, the Locust web UI tab) are checked in a real headless browser.
-# umoci, busybox-static, libseccomp-dev, pkg-config: the real test node (docs/realnode.md) --
-# its pause/busybox images and a seccomp-enabled runc.
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk chromium
-      umoci busybox-static libseccomp-dev pkg-config)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
 # build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through
-# the Go module proxy (Debian 12's Go is 1.19).
-if [ -n "$EXTRAS" ]; then PKGS+=(golang-go); fi
+# the Go module proxy (Debian 12's Go is 1.19). chromium: pages (report.html, the Locust web UI
+# tab) are checked in a real headless browser. umoci, busybox-static, libseccomp-dev, pkg-config:
+# the real test node (docs/realnode.md) -- its pause/busybox images and a seccomp-enabled runc.
+# mmdebstrap: the image built without a Docker engine (tools/build_image.py). nftables: the
+# `nft` that kube-proxy (nftables mode) runs inside the real node's network namespace.
+if [ -n "$EXTRAS" ]; then
+  PKGS+=(golang-go chromium umoci busybox-static libseccomp-dev pkg-config mmdebstrap nftables)
+fi
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do

@@ -2,7 +2,8 @@
 # build.sh — build (once) the Kubernetes tools the chart tests run, cached by version.
 #
 #   tools/k8s/build.sh all                # helm etcd kube kwok (prints a path per tool)
-#   tools/k8s/build.sh node               # kubelet containerd runc cni nodeimages (real node)
+#   tools/k8s/build.sh node               # kubelet kube-proxy containerd runc cni nodeimages
+#                                         # jaegerimage (real node)
 #   tools/k8s/build.sh helm               # -> /var/cache/swarmscope/tools/helm-v3.22.0/bin/helm
 #   tools/k8s/build.sh --path kube        # print the cache dir only, build nothing
 #
@@ -29,6 +30,10 @@ CONTAINERD_VERSION=v2.1.4
 RUNC_VERSION=v1.3.0
 CNI_VERSION=v1.7.1
 PAUSE_VERSION=3.10  # the sandbox image name kubelet v1.36 and containerd v2.1 expect
+# The chart's Jaeger (values.yaml jaeger.image.tag) is Jaeger v2.13.0, released together with
+# the Go module version v1.76.0 that tools/build_jaeger.sh builds (same source tree).
+JAEGER_MODULE_VERSION=v1.76.0
+JAEGER_IMAGE_TAG=2.13.0
 BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[^A-Za-z0-9._-]/_/g')
 GO=${GO:-$("$(dirname "$0")/../go.sh")}  # new enough; fetched through the module proxy if not
 export GOFLAGS=${GOFLAGS:--mod=mod}
@@ -45,7 +50,9 @@ dir_of() {
     runc) echo "$CACHE/runc-$RUNC_VERSION-seccomp" ;;
     cni) echo "$CACHE/cni-$CNI_VERSION" ;;
     nodeimages) echo "$CACHE/nodeimages-r2-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
-    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet containerd runc cni all node)" >&2; return 2 ;;
+    kubeproxy) echo "$CACHE/kubeproxy-$KUBE_VERSION" ;;
+    jaegerimage) echo "$CACHE/jaegerimage-$JAEGER_MODULE_VERSION-$JAEGER_IMAGE_TAG" ;;
+    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet kubeproxy containerd runc cni jaegerimage all node)" >&2; return 2 ;;
   esac
 }
 
@@ -154,6 +161,10 @@ build_kube() {
 # build_kubelet OUT: same wrapper, its own cache dir (so the control plane's cache stays valid).
 build_kubelet() { kube_wrapper "$1" kubelet='NewKubeletCommand(context.Background())'; }
 
+# build_kubeproxy OUT: kube-proxy for the real node's Services (run inside the node's network
+# namespace, so its nftables rules never touch the host's); its own cache dir, like the kubelet.
+build_kubeproxy() { kube_wrapper "$1" kube-proxy='NewProxyCommand()'; }
+
 # build_containerd OUT: the daemon, its runc shim and ctr, static (no cgo); the btrfs and
 # devmapper snapshotters are left out (overlayfs is what the node uses). containerd's go.mod has
 # exclude directives, so `go install pkg@version` refuses it: a wrapper module holds copies of
@@ -242,6 +253,18 @@ build_nodeimages() (
   oci_image "$out" busybox "${BUSYBOX_VERSION%%-*}" "$r/busybox" /bin/sh
 )
 
+# build_jaegerimage OUT: OUT/jaeger.tar, the chart's Jaeger image from the Go module build
+# (tools/build_jaeger.sh, static, cached by version): the binary, a sticky /tmp, and no shell.
+# Import with `--base-name docker.io/jaegertracing/jaeger` (-> :2.13.0, the chart's default).
+build_jaegerimage() (
+  local out=$1 bin r
+  bin=$(JAEGER_VERSION=$JAEGER_MODULE_VERSION "$(dirname "$0")/../build_jaeger.sh")
+  r=$(mktemp -d); trap 'rm -rf "$r"' EXIT
+  mkdir -p "$r/tmp"; chmod 1777 "$r/tmp"
+  cp "$bin" "$r/jaeger"
+  oci_image "$out" jaeger "$JAEGER_IMAGE_TAG" "$r" /jaeger
+)
+
 ensure() {
   local tool=$1 dir tmp t0
   dir=$(dir_of "$tool")
@@ -270,7 +293,7 @@ for a in "$@"; do
   case "$a" in
     --path) PATH_ONLY=1 ;;
     all) tools+=(etcd kwok helm kube) ;;
-    node) tools+=(kubelet containerd runc cni nodeimages) ;;
+    node) tools+=(kubelet kubeproxy containerd runc cni nodeimages jaegerimage) ;;
     *) tools+=("$a") ;;
   esac
 done
