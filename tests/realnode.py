@@ -51,6 +51,7 @@ from tcpforward import forward
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 START_TIMEOUT = 90.0  # containerd serving / the node turning Ready
 POD_TIMEOUT = 120.0  # a pod being deleted at teardown
+IMPORT_TIMEOUT = 600.0  # `ctr images import` of one archive
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # Fixed paths the kubelet and containerd's shims use whatever they are told; removed at teardown
 # (only when empty) if the node created them.
@@ -122,8 +123,8 @@ def _rm_cgroup_tree(d: Path) -> None:
         d.rmdir()
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+def _run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed (rc={r.returncode}): {r.stderr.strip()}")
     return r
@@ -191,10 +192,10 @@ class RealNode:
     def containerd_sock(self) -> Path:
         return self.run / "containerd.sock"
 
-    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def ctr(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return _run(
             str(self.tools.containerd_bin / "ctr"), "--address", str(self.containerd_sock),
-            "-n", "k8s.io", *args, check=check,
+            "-n", "k8s.io", *args, check=check, timeout=timeout,
         )  # fmt: skip
 
     def import_image(self, tar: Path, repo: str) -> str:
@@ -203,7 +204,8 @@ class RealNode:
         The image gets exactly that one fully qualified name (`--base-name`): the CRI resolves
         an image by id to one of its names, and `--index-name` would add a second
         docker.io/library/import-<date> name that the CRI then fails to find."""
-        self.ctr("images", "import", "--base-name", repo, str(tar))
+        # The project's image is ~1.5 GB unpacked: minutes on a busy machine.
+        self.ctr("images", "import", "--base-name", repo, str(tar), timeout=IMPORT_TIMEOUT)
         names = [n for n in self.ctr("images", "ls", "-q").stdout.split() if n.startswith(repo + ":")]
         if len(names) != 1:
             raise RuntimeError(f"realnode: importing {tar} as {repo} gave {names}")

@@ -150,6 +150,7 @@ def context_files(root: Path) -> list[Path]:
 
 def cache_key(root: Path, files: list[Path]) -> str:
     h = hashlib.sha256((root / "Dockerfile").read_bytes())
+    h.update(Path(__file__).read_bytes())  # this builder is not in the context (.dockerignore)
     for f in files:
         h.update(f"\0{f}\0".encode())
         h.update((root / f).read_bytes() if not (root / f).is_symlink() else os.readlink(root / f).encode())

@@ -4,6 +4,8 @@
 #   tools/setup.sh            # system packages, kernel header tree, mounts, .venv
 #   tools/setup.sh --no-apt   # skip apt (e.g. inside an image that already has them)
 #   tools/setup.sh --no-dev   # runtime dependencies only (the container image)
+#   tools/setup.sh --no-mounts  # leave tracefs/debugfs/bpffs alone (an image build's chroot:
+#                               # mounting them there leaves its /sys busy)
 #   tools/setup.sh --print-packages   # list the Debian packages and exit (tools/image-install.sh)
 #
 # Caveats: needs root for apt, mounts and the header tree (CI and these machines are root).
@@ -12,11 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT=1
+MOUNTS=1
 EXTRAS='[dev]'
 PRINT=0
 for a in "$@"; do
   case "$a" in
     --no-apt) APT=0 ;;
+    --no-mounts) MOUNTS=0 ;;
     --no-dev) EXTRAS='' ;;
     --print-packages) PRINT=1 ;;
   esac
@@ -70,9 +74,11 @@ if [ -n "$amd" ]; then
 fi
 
 # Mounts BPF tooling expects (missing on these VMs until someone mounts them).
-mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
-mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+if [ "$MOUNTS" = 1 ]; then
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
+  mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
+  mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+fi
 
 # The venv: pinned direct deps (pyproject) + pinned transitive ones (constraints.txt).
 PY=${PYTHON:-python3}

@@ -51,7 +51,7 @@ dir_of() {
     cni) echo "$CACHE/cni-$CNI_VERSION" ;;
     nodeimages) echo "$CACHE/nodeimages-r2-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
     kubeproxy) echo "$CACHE/kubeproxy-$KUBE_VERSION" ;;
-    jaegerimage) echo "$CACHE/jaegerimage-$JAEGER_MODULE_VERSION-$JAEGER_IMAGE_TAG" ;;
+    jaegerimage) echo "$CACHE/jaegerimage-r2-$JAEGER_MODULE_VERSION-$JAEGER_IMAGE_TAG" ;;
     *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet kubeproxy containerd runc cni jaegerimage all node)" >&2; return 2 ;;
   esac
 }
@@ -216,6 +216,8 @@ build_kwok() {
 
 # oci_image OUT NAME TAG ROOTFS ENTRYPOINT...: OUT/NAME.tar, an OCI image archive (umoci, no
 # Docker engine) of one layer holding ROOTFS, tagged TAG, for `ctr images import --base-name`.
+# Extra `umoci config` flags (env, user) come from the array OCI_CONFIG.
+OCI_CONFIG=()
 oci_image() (
   local out=$1 file=$2 name=$3 rootfs=$4 w
   shift 4
@@ -227,7 +229,7 @@ oci_image() (
   umoci repack --image "$w/oci:$name" "$w/bundle"
   local ep=()
   for a in "$@"; do ep+=(--config.entrypoint "$a"); done
-  umoci config --image "$w/oci:$name" --os linux --architecture amd64 "${ep[@]}"
+  umoci config --image "$w/oci:$name" --os linux --architecture amd64 "${OCI_CONFIG[@]}" "${ep[@]}"
   umoci gc --layout "$w/oci"
   tar -C "$w/oci" -cf "$out/$file.tar" .
 )
@@ -254,15 +256,21 @@ build_nodeimages() (
 )
 
 # build_jaegerimage OUT: OUT/jaeger.tar, the chart's Jaeger image from the Go module build
-# (tools/build_jaeger.sh, static, cached by version): the binary, a sticky /tmp, and no shell.
+# (tools/build_jaeger.sh, static, cached by version), laid out as upstream's cmd/jaeger/Dockerfile
+# does: the binary at /cmd/jaeger/jaeger-linux with sampling-strategies.json beside it, a sticky
+# /tmp, JAEGER_LISTEN_HOST=0.0.0.0 (the built-in config listens on localhost otherwise), uid 10001.
 # Import with `--base-name docker.io/jaegertracing/jaeger` (-> :2.13.0, the chart's default).
 build_jaegerimage() (
-  local out=$1 bin r
+  local out=$1 bin r src
   bin=$(JAEGER_VERSION=$JAEGER_MODULE_VERSION "$(dirname "$0")/../build_jaeger.sh")
+  src=$("$GO" mod download -json "github.com/jaegertracing/jaeger@$JAEGER_MODULE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
   r=$(mktemp -d); trap 'rm -rf "$r"' EXIT
-  mkdir -p "$r/tmp"; chmod 1777 "$r/tmp"
-  cp "$bin" "$r/jaeger"
-  oci_image "$out" jaeger "$JAEGER_IMAGE_TAG" "$r" /jaeger
+  mkdir -p "$r/tmp" "$r/cmd/jaeger"; chmod 1777 "$r/tmp"
+  cp "$bin" "$r/cmd/jaeger/jaeger-linux"
+  cp "$src/cmd/jaeger/sampling-strategies.json" "$r/cmd/jaeger/"
+  chmod -R u+w,go-w "$r/cmd"
+  OCI_CONFIG=(--config.env JAEGER_LISTEN_HOST=0.0.0.0 --config.user 10001)
+  oci_image "$out" jaeger "$JAEGER_IMAGE_TAG" "$r" /cmd/jaeger/jaeger-linux
 )
 
 ensure() {
