@@ -19,6 +19,7 @@ A cold machine builds the image first (minutes; see docs/realnode.md for the fig
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,8 @@ RELEASE = "rn"
 IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
 JAEGER_REPO = "docker.io/jaegertracing/jaeger"  # values.yaml jaeger.image.repository
 RUNNING_TIMEOUT = 300.0
+# After `--`: Locust's own flags, one short headless run with the one worker pod.
+HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"]
 T = TypeVar("T")
 
 
@@ -114,3 +117,47 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
         worker = by_component["workers"][0]
         wsc = worker["spec"]["containers"][0]["securityContext"]
         assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (10001, True, True)
+
+        # The exec storm through the chart's controller: the same release, its controller told to
+        # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
+        t = time.monotonic()
+        ctrl_uid = _exec_storm_upgrade(c)
+        results = node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
+
+        def report() -> Path | None:
+            done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+            return done[0] if done else None
+
+        rep = json.loads(_wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
+        print(
+            f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True
+        )
+        iterations = rep["points"][0]["iterations"]
+        assert iterations
+        for it in iterations:
+            (n,) = it["per_node"]
+            print(f"  window {it.get('index', '?')}: {n}", flush=True)
+            assert n["node"] == node.name
+            assert n["generated"] == n["kernel"] > 0, n
+
+
+def _exec_storm_upgrade(c: Cluster) -> str:
+    """helm upgrade: the controller runs one headless exec storm; returns its new pod's uid."""
+    old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
+    c.helm(
+        "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
+        "--set", "scenario.config.burst_s=0.3",
+        "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}",
+    )  # fmt: skip
+
+    def new_pod() -> str | None:
+        uids = [p["metadata"]["uid"] for p in _pods(c, "controller") if p["status"].get("phase") == "Running"]
+        fresh = [u for u in uids if u not in old]
+        return fresh[0] if fresh else None
+
+    return _wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
+
+
+def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
+    sel = f"app.kubernetes.io/component={component}"
+    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])
