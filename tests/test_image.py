@@ -92,8 +92,9 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
         ["unshare", "--mount", "--propagation", "private", "sh", "-ec", f"""
         mount --bind {rootfs} {rootfs}; mount -o remount,bind,ro {rootfs}
         mount --bind /dev {rootfs}/dev; mount -t proc proc {rootfs}/proc
-        chroot --userspec=10001:10001 {rootfs} sh -c 'cd /opt/swarmscope && env -i {env} HOME=/nonexistent \
-          swarmscope --help >/dev/null && touch /opt/swarmscope/x 2>/dev/null && echo WRITABLE; \
+        env -i {env} HOME=/nonexistent /usr/sbin/chroot --userspec=10001:10001 {rootfs} sh -c '
+          cd /opt/swarmscope && swarmscope --help >/dev/null
+          touch /opt/swarmscope/x 2>/dev/null && echo WRITABLE
           python -c "{script}"'
         """],
         capture_output=True, text=True, timeout=120,
