@@ -30,8 +30,9 @@ done
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
+# stress-ng: the exec storm's `load: stress-ng` (the published scaling test's load generator).
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk stress-ng)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
 # build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through
