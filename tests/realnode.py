@@ -39,10 +39,10 @@ import shutil
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster import BUILD, Cluster, Proc, _wait, free_port, stop
 from clusterdns import ClusterDNS
@@ -524,3 +524,18 @@ def pod_on(node: str, name: str, image: str, command: list[str]) -> dict[str, An
             "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}],
         },
     }
+
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, cond: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
+    """Poll ``cond`` until it returns something truthy (returned); AssertionError at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r})")

@@ -13,32 +13,18 @@ A fresh machine first builds the tools (tools/k8s/build.sh, minutes; cached by v
 
 from __future__ import annotations
 
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from cluster import Cluster, build_tools
-from realnode import RealNode, build_node_tools, cgroup_hierarchies, pod_on
+from realnode import RealNode, build_node_tools, cgroup_hierarchies, pod_on, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # cold tool builds take minutes
 
 POD_TIMEOUT = 90.0
 PAGE = "served-from-a-real-pod"
-T = TypeVar("T")
-
-
-def _wait_for(what: str, cond: Callable[[], T | None], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r})")
 
 
 def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -67,10 +53,10 @@ def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
                 p = c.api.get("/api/v1/namespaces/default/pods/web")
                 return p if p["status"].get("phase") == "Running" and p["status"].get("podIP") else None
 
-            pod = _wait_for("pod web Running", running, POD_TIMEOUT)
+            pod = wait_for("pod web Running", running, POD_TIMEOUT)
             ip = pod["status"]["podIP"]
             assert ip.startswith(node.net.pod_subnet.rsplit(".", 1)[0] + ".")
-            body = _wait_for("HTTP from the pod", lambda: _get(f"http://{ip}:8080/"), 30.0)
+            body = wait_for("HTTP from the pod", lambda: _get(f"http://{ip}:8080/"), 30.0)
             assert body == PAGE + "\n"
 
             # The kubelet's per-pod cgroup, in the v2 unified hierarchy and every v1 one.
@@ -104,7 +90,7 @@ def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
                 phase = c.api.get("/api/v1/namespaces/default/pods/client")["status"].get("phase")
                 return phase if phase in ("Succeeded", "Failed") else None
 
-            assert _wait_for("client pod done", done, POD_TIMEOUT) == "Succeeded"
+            assert wait_for("client pod done", done, POD_TIMEOUT) == "Succeeded"
             assert c.api.get("/api/v1/namespaces/default/pods/client/log") == PAGE + "\n"
             assert node.dns is not None
             assert ("web.default.svc.cluster.local", 1, 0) in node.dns.queries

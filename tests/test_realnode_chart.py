@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from cluster import Cluster, build_tools, fake_node
 from imagebuild import build_swarmscope_image
-from realnode import RealNode, build_node_tools
+from realnode import RealNode, build_node_tools, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
 
@@ -40,18 +39,6 @@ JAEGER_REPO = "docker.io/jaegertracing/jaeger"  # values.yaml jaeger.image.repos
 RUNNING_TIMEOUT = 300.0
 # After `--`: Locust's own flags, one short headless run with the one worker pod.
 HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"]
-T = TypeVar("T")
-
-
-def _wait_for(what: str, cond: Callable[[], T | None], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(1.0)
-    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r})")
 
 
 def pods_wide(pods: list[dict[str, Any]]) -> str:
@@ -91,7 +78,7 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
             return pods if ok else None
 
         try:
-            pods = _wait_for("every pod Running and ready", all_running, RUNNING_TIMEOUT)
+            pods = wait_for("every pod Running and ready", all_running, RUNNING_TIMEOUT)
         finally:
             now = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
             print(pods_wide(now), flush=True)
@@ -128,7 +115,7 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
             done = sorted(results.glob("*/report.json")) if results.is_dir() else []
             return done[0] if done else None
 
-        rep = json.loads(_wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
+        rep = json.loads(wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
         print(
             f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True
         )
@@ -155,7 +142,7 @@ def _exec_storm_upgrade(c: Cluster) -> str:
         fresh = [u for u in uids if u not in old]
         return fresh[0] if fresh else None
 
-    return _wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
+    return wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
 
 
 def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
