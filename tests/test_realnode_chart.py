@@ -126,6 +126,9 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
             print(f"  window {it.get('index', '?')}: {n}", flush=True)
             assert n["node"] == node.name
             assert n["generated"] == n["kernel"] > 0, n
+        # Uninstall first: the node's teardown would otherwise wait out pods the Deployments
+        # keep recreating (250 s measured here, against seconds).
+        c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
 
 
 def _exec_storm_upgrade(c: Cluster) -> str:
