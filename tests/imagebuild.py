@@ -4,11 +4,14 @@
 
 tools/build_image.py does the Dockerfile's steps with mmdebstrap + umoci and installs the pinned
 wheels offline; it prints the archive's path. Run under `nice -n 19`: a cold build is CPU-heavy
-and the machine is shared.
+and the machine is shared. SWARMSCOPE_IMAGE_ARCHIVE names an archive to use instead (one built
+earlier, e.g. by a CI step, or while iterating on the tests: it is then not checked against the
+tree).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def build_swarmscope_image() -> Path:
+    given = os.environ.get("SWARMSCOPE_IMAGE_ARCHIVE")
+    if given:
+        print(f"image: {given} (SWARMSCOPE_IMAGE_ARCHIVE, not rebuilt)", flush=True)
+        return Path(given)
     t0 = time.monotonic()
     r = subprocess.run(
         ["nice", "-n", "19", sys.executable, str(ROOT / "tools" / "build_image.py")],
