@@ -123,8 +123,11 @@ class FlowStorm(Kind[FlowStormConfig]):
         }
         progs = {"flow_count": opts}
         if cfg.agent != "none":  # the agents' CPU and RSS (listed before set-up too: the probe loads it)
-            pids = shared.get("agent_pids") or []
-            progs["procstat"] = {"pids": ",".join(str(p) for p in pids)} if pids else {}
+            pids, comms = shared.get("agent_pids") or [], shared.get("agent_comms") or []
+            if comms:  # a real exporter, restarted per point: followed by name in the node's cgroup
+                progs["procstat"] = {"names": ",".join(comms)}
+            else:
+                progs["procstat"] = {"pids": ",".join(str(p) for p in pids)} if pids else {}
         return progs
 
     def points(self, cfg: FlowStormConfig) -> list[PointInfo]:
@@ -143,7 +146,8 @@ class FlowStorm(Kind[FlowStormConfig]):
         nodes = sorted(str(i["node"]) for i in infos.values() if "node" in i)
         targets = sorted(str(i["target"]) for i in infos.values() if "target" in i)
         pids = sorted(int(i["agent_pid"]) for i in infos.values() if i.get("agent_pid"))
-        return {"nodes": nodes, "targets": targets, "agent_pids": pids}
+        comms = sorted({str(i["agent_comm"]) for i in infos.values() if i.get("agent_comm")})
+        return {"nodes": nodes, "targets": targets, "agent_pids": pids, "agent_comms": comms}
 
     def payload(
         self, cfg: FlowStormConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]

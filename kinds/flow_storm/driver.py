@@ -71,6 +71,7 @@ class FlowDriver:
             "pid": self.pid,
             "target": target,
             "agent_pid": getattr(self.agent, "pid", 0),
+            "agent_comm": getattr(self.agent, "comm", ""),
         }
 
     def close(self) -> None:
@@ -153,6 +154,10 @@ class FlowDriver:
         self.agent.start_window()
         res = self.burst(first, count, p)
         res["agent"] = {"cache_max_flows": want[0], "cache_timeout_s": want[1], **self.agent.flush()}
+        if "per_flow" in res["agent"]:  # a real exporter: its records against each flow sent
+            from swarmscope.kinds.flow_storm.perflow import per_flow_check
+
+            res["agent"]["per_flow"] = per_flow_check(res["agent"], res, first, count, int(p["frame_bytes"]))
         return res
 
     # -- free-running tests (locust -f) ------------------------------------------------------

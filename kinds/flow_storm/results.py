@@ -184,35 +184,58 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
 
 
 def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The agents' figures of one window, summed over nodes (the write-up's dashboard)."""
+    """The agents' figures of one window, summed over nodes (the write-up's dashboard); a real
+    exporter (no map, no ring buffer) has its per-flow counts and named losses instead."""
     ags = [(v["agent"], v.get("agent_proc") or {}) for v in rows if v.get("agent")]
     if not ags:
         return {}
-    hm = sum(a["evicted_flows"]["hashmap"] for a, _ in ags)
-    rb = sum(a["evicted_flows"]["accounter"] for a, _ in ags)
+
+    def total(*path: str) -> int:
+        out = 0
+        for a, _ in ags:
+            x: Any = a
+            for k in path:
+                x = x.get(k, 0) if isinstance(x, Mapping) else 0
+            out += int(x or 0)
+        return out
+
+    hm, rb = total("evicted_flows", "hashmap"), total("evicted_flows", "accounter")
     procs = [p for _, p in ags if p]
-    return {
+    out: dict[str, Any] = {
         "cache_max_flows": ags[0][0]["cache_max_flows"],
-        "reported": sum(int(a["packets"]) for a, _ in ags),
-        "reported_bytes": sum(int(a["bytes"]) for a, _ in ags),
-        "reported_flows": sum(int(a["flows"]) for a, _ in ags),
-        "flow_records": sum(int(a["records"]) for a, _ in ags),
-        "hashmap_evictions": sum(a["evictions"]["hashmap"] for a, _ in ags),
-        "early_evictions": sum(a["early_hashmap_evictions"] for a, _ in ags),
-        "hashmap_flows": hm,
-        "ringbuf_flows": rb,
-        "ringbuf_hashmap_ratio": rb / hm if hm else None,
-        "dropped_flows": sum(int(a["dropped_flows"]) for a, _ in ags),
+        "reported": total("packets"),
+        "reported_bytes": total("bytes"),
+        "reported_flows": total("flows"),
+        "flow_records": total("records"),
         "agent_cpu_pct": sum(p["cpu_pct"] for p in procs) if procs else None,
         "agent_rss_mib": sum(p["rss_kib"] for p in procs) / 1024 if procs else None,
     }
+    if any("per_flow" in a for a, _ in ags):
+        out.update(
+            {
+                f"{k}_flows": total("per_flow", k)
+                for k in ("missing", "split", "short", "over", "extra", "exact")
+            }
+        )
+        out.update({k: total(k) for k in ("l3_bytes", "pcap_dropped", "lost_export_packets", "unparsed")})
+        return out
+    out.update({
+        "hashmap_evictions": total("evictions", "hashmap"),
+        "early_evictions": total("early_hashmap_evictions"),
+        "hashmap_flows": hm,
+        "ringbuf_flows": rb,
+        "ringbuf_hashmap_ratio": rb / hm if hm else None,
+        "dropped_flows": total("dropped_flows"),
+    })  # fmt: skip
+    return out
 
 
 COLUMNS = (
     "flows", "iteration", "generated", "kernel", "bytes", "kernel_bytes", "kernel_flows",
     "kernel_drops", "flows_per_s", "packets_per_s", "per_flow_ok", "cache_max_flows", "reported",
     "reported_bytes", "flow_records", "hashmap_evictions", "early_evictions", "ringbuf_hashmap_ratio",
-    "dropped_flows", "agent_cpu_pct", "agent_rss_mib",
+    "dropped_flows", "missing_flows", "split_flows", "short_flows", "exact_flows", "pcap_dropped",
+    "lost_export_packets", "agent_cpu_pct", "agent_rss_mib",
 )  # fmt: skip
 
 
