@@ -92,6 +92,9 @@ class Exporter:
             err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
             raise LoadGenError(f"{self.name} exited ({self.proc.returncode}): {err.strip()[-300:]}")
 
+    def mark(self) -> None:
+        """A window starts (an exporter with cumulative counters notes them)."""
+
     def flush(self, coll: Collector) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -142,13 +145,18 @@ class Softflowd(Exporter):
         while time.monotonic() < deadline:  # every packet libpcap took, read by softflowd
             st = self.stats()
             got = st["pcap_received"] - self.base.get("pcap_received", 0) - nudges  # non-IP: not "processed"
-            if st["processed"] + st["ignored"] - self.base.get("processed", 0) - self.base.get("ignored", 0) >= got:
+            if (
+                st["processed"] + st["ignored"] - self.base.get("processed", 0) - self.base.get("ignored", 0)
+                >= got
+            ):
                 break
             if nudges < MAX_NUDGES:  # the capture block holding the tail must be handed over
                 nudge(self.dev, NUDGE_BURST)
                 nudges += NUDGE_BURST
             time.sleep(0.1)
-        subprocess.run(["softflowctl", "-c", self.ctl, "expire-all"], capture_output=True, timeout=10, check=True)
+        subprocess.run(
+            ["softflowctl", "-c", self.ctl, "expire-all"], capture_output=True, timeout=10, check=True
+        )
         while time.monotonic() < deadline:  # every record it exported, received
             st = self.stats()
             if coll.summary()["records"] + self.base_records >= st["records"]:
@@ -173,11 +181,8 @@ class Pmacctd(Exporter):
             f.write(f"daemonize: false\npcap_interface: {self.dev}\npromisc: false\nplugins: nfprobe\n"
                     f"nfprobe_receiver: {COLLECTOR[0]}:{COLLECTOR[1]}\nnfprobe_version: 9\n"
                     f"nfprobe_maxflows: {max_flows}\nnfprobe_timeouts: udp={t}:maxlife={t}:expint=1\n"
-                    "plugin_pipe_size: 64000000\nplugin_buffer_size: 64000\n")  # fmt: skip
+                    )  # fmt: skip
         return ["pmacctd", "-f", conf]
-
-    def mark(self) -> None:
-        pass
 
     def flush(self, coll: Collector) -> dict[str, Any]:
         quiet = self.timeout_s + 1 + 1.0  # idle timeout + expiry interval + slack
