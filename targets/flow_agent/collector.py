@@ -45,7 +45,8 @@ def record_of(d: dict[str, Any]) -> tuple[FlowKey, int, int] | None:
     for names in (_V9, _IPFIX):
         if names[0] in d and names[5] in d:
             src, dst, sp, dp, proto, pk, by = (d.get(n) for n in names)
-            return (str(src), str(dst), int(sp or 0), int(dp or 0), int(proto or 0)), int(pk or 0), int(by or 0)
+            key = (str(src), str(dst), int(sp or 0), int(dp or 0), int(proto or 0))
+            return key, int(pk or 0), int(by or 0)
     return None
 
 
