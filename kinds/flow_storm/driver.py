@@ -131,6 +131,10 @@ class FlowDriver:
                 exc = e
                 res = {"generated": 0, "errors": [f"{type(e).__name__}: {e}"]}
         res["flows_asked"] = int(count)
+        if "rounds" in res:  # the per-flow fingerprint of what was sent (reconcile: == kernel's)
+            from swarmscope.kinds.flow_storm.perflow import sent_digest
+
+            res["digest"] = sent_digest(res, int(first), int(count), int(payload["frame_bytes"]))
         res["dev"] = self.net.dst_dev  # the probe counts per receiving interface
         if environment is not None:
             environment.events.request.fire(

@@ -1,5 +1,6 @@
 """Per flow: what a flow exporter reported for each 5-tuple against what was sent to it.
 
+    sent_digest(gen_result, first=0, count=10000, frame_bytes=128)  # == the kernel's flow.digest
     per_flow_check(agent_window, gen_result, first=0, count=10000, frame_bytes=128)
     # {"missing": 0, "split": 12, "short": 0, "over": 0, "extra": 0, "exact": 9988}
 
@@ -18,7 +19,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.workers.flow_gen import HEADERS, flow_addr, sent_per_flow
+from swarmscope.probes.flowdigest import flow_digest
+from swarmscope.workers.flow_gen import HEADERS, flow_addr, flow_key, sent_per_flow
+
+
+def sent_digest(gen: Mapping[str, Any], first: int, count: int, frame_bytes: int) -> int:
+    """flow_digest over what the generator sent, flow by flow (flows that got no packet are in
+    no table): equal to the kernel's ``flow.digest`` when every flow's packets and bytes are."""
+    rows = ((flow_key(first + i), sent_per_flow(dict(gen), i)) for i in range(count))
+    return flow_digest((k, p, p * frame_bytes) for k, p in rows if p)
+
 
 ETH_HLEN = 14  # what the exporters' L3 octets lack against the frame (docs/flow_storm.md)
 PROTO_UDP = 17

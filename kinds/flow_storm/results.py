@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.report import SectionHTML, register_section, render_generic
+from swarmscope.probes.flowdigest import DIGEST_BITS
 
 if TYPE_CHECKING:
     from swarmscope.kinds.flow_storm import FlowStormConfig
 
 GEN_FIELDS = ("generated", "bytes", "flows", "flows_asked", "rounds", "partial", "stopped", "rate",
-              "elapsed_s", "retries", "veth_dropped", "dev")  # fmt: skip
+              "elapsed_s", "retries", "veth_dropped", "dev", "digest")  # fmt: skip
 
 
 def shares(n: int, nodes: list[str]) -> dict[str, list[int]]:
@@ -54,7 +55,7 @@ def kernel_view(rs: Sequence[ProbeReading], dev: str) -> dict[str, Any]:
     pre = f"flow.dev.{dev}."
     out: dict[str, Any] = {"packets": None, "bytes": None, "flows": None, "drops": 0, "other": 0}
     hist: dict[int, int] = {}
-    seen = 0
+    seen = digest = 0
     for r in rs:
         for c, v in r.counters.items():
             if c.startswith(pre) and c[len(pre) :] in out:
@@ -65,7 +66,9 @@ def kernel_view(rs: Sequence[ProbeReading], dev: str) -> dict[str, Any]:
                 hist[k] = hist.get(k, 0) + int(x)
             elif g == pre + "seen":
                 seen += int(x)
-    out.update(hist=hist, seen=seen)
+            elif g == pre + "digest":
+                digest = (digest + int(x)) % (1 << DIGEST_BITS)
+    out.update(hist=hist, seen=seen, digest=digest)
     return out
 
 
@@ -94,6 +97,8 @@ def check_node(gen: Mapping[str, Any], k: Mapping[str, Any]) -> list[str]:
     want = expected_hist(gen)
     if k["hist"] != want:
         p.append(f"packets per flow: sent {want}, kernel {k['hist']}")
+    if k["digest"] != int(gen.get("digest", -1)):  # flow by flow (probes/flowdigest.py)
+        p.append(f"per-flow digest: sent {gen['digest']}, kernel {k['digest']}")
     if k["seen"] != int(gen["flows"]):
         p.append(f"kernel table held {k['seen']} flows, {gen['flows']} sent")
     if k["drops"]:
