@@ -47,7 +47,9 @@ class FlowDriver:
         self.pid = os.getpid()
         self.current_window = ""
         self.net = FlowNetns().__enter__()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one generator at a time
+        self._tally = threading.Lock()  # the locust -f window tallies (record/take): a burst cut
+        # by test stop records while it still holds _lock, so the two must not be one lock
         self._free: dict[str, dict[str, Any]] = {}
         self.agent: Any = None
         self._agent_cfg: tuple[int, float] = (0, 0.0)
@@ -166,7 +168,7 @@ class FlowDriver:
 
     # -- free-running tests (locust -f) ------------------------------------------------------
     def record(self, window_id: str, res: dict[str, Any]) -> None:
-        with self._lock:
+        with self._tally:
             t = self._free.setdefault(window_id, {"bursts": 0, **dict.fromkeys(SUMMED, 0)})
             t["bursts"] += 1
             for k in SUMMED:
@@ -176,6 +178,6 @@ class FlowDriver:
         """A burst records when its generator has exited: nothing is in flight to count."""
 
     def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
-        with self._lock:
+        with self._tally:
             t = self._free.pop(window_id, None) or {"bursts": 0, **dict.fromkeys(SUMMED, 0)}
         return {self.name: {"free": True, "dev": self.net.dst_dev, **t}}

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from swarmscope.kinds.flow_storm import FlowStormConfig
 
 GEN_FIELDS = ("generated", "bytes", "flows", "flows_asked", "rounds", "partial", "stopped", "rate",
-              "elapsed_s", "retries", "veth_dropped", "dev", "digest")  # fmt: skip
+              "elapsed_s", "retries", "veth_dropped", "dev", "digest", "free", "bursts")  # fmt: skip
 
 
 def shares(n: int, nodes: list[str]) -> dict[str, list[int]]:
@@ -161,7 +161,7 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
     points: list[dict[str, Any]] = []
     for r in results:
         rows = [v for v in r.extra.get("flows", {}).values() if v.get("kernel") and "generated" in v]
-        elapsed = max((float(v["elapsed_s"]) for v in rows), default=0.0)
+        elapsed = max((float(v.get("elapsed_s") or 0) for v in rows), default=0.0)  # none: locust -f
         flows = sum(int(v["flows"]) for v in rows)
         points.append(
             {
@@ -174,7 +174,7 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
                 "kernel_flows": sum(int(v["kernel"]["flows"] or 0) for v in rows),
                 "kernel_drops": sum(int(v["kernel"]["drops"]) for v in rows),
                 "flows_per_s": flows / elapsed if elapsed else 0.0,
-                "packets_per_s": sum(float(v["rate"]) for v in rows),
+                "packets_per_s": sum(float(v.get("rate") or 0) for v in rows),
                 "per_flow_ok": bool(rows) and not any(v["problems"] for v in rows),
                 **agent_point(rows),
             }
