@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/flow_storm.py                      # 20000 flows, 100K..2K + 500
     sudo .venv/bin/python bench/flow_storm.py --flows 50000 --cache 100000,50000,10000,2000,500 --json
-    sudo .venv/bin/python bench/flow_storm.py --exporters softflowd,pmacctd --exporter-flows 1000,10000,20000
+    sudo .venv/bin/python bench/flow_storm.py --exporters softflowd,pmacctd --cache ""   # exporters only
 
 Runs ``swarmscope run scenarios/flow_storm.yaml`` (the reference agent, cacheTimeout 1 s) for
 one fixed number of flows and the write-up's cacheMaxFlows sweep plus one undersized map, and
@@ -74,6 +74,8 @@ def main() -> int:
     a = ap.parse_args()
     for name in filter(None, a.exporters.split(",")):
         exporter_rows(name, a.exporter_flows, a.packets_per_flow, a.rate)
+    if a.exporters and not a.cache:
+        return 0
     caches = [int(c) for c in a.cache.split(",")]
     rep = run(a.flows, caches, a.packets_per_flow, a.rate)
     pts = {int(q["cache_max_flows"]): q for q in rep["flow_storm"]["points"]}

@@ -174,6 +174,7 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
                 "kernel_flows": sum(int(v["kernel"]["flows"] or 0) for v in rows),
                 "kernel_drops": sum(int(v["kernel"]["drops"]) for v in rows),
                 "flows_per_s": flows / elapsed if elapsed else 0.0,
+                "elapsed_s": elapsed,
                 "packets_per_s": sum(float(v.get("rate") or 0) for v in rows),
                 "per_flow_ok": bool(rows) and not any(v["problems"] for v in rows),
                 **agent_point(rows),
@@ -252,4 +253,9 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     )
     rows = [{c: p.get(c) for c in COLUMNS if c in p} for p in order]
     table = render_generic(name, rows, report) if rows else SectionHTML("<p>no windows</p>")
-    return SectionHTML(html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html)
+    from swarmscope.kinds.flow_storm.plots import flow_plots
+
+    return SectionHTML(
+        html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html,
+        plots=flow_plots(points),
+    )
