@@ -127,6 +127,9 @@ def exporter_rows(name: str, flows: str, ppf: int, rate: float) -> None:
             "short", "pcap drop", "lost dgrams", "CPU %", "RSS MiB")  # fmt: skip
     print(" | ".join(head))
     for q in rep["flow_storm"]["points"]:
+        if "reported" not in q:  # no reconciled window (see the flags)
+            print(f"{q['flows']:>6,} | {q['generated']:,} | {q['kernel']:,} | no agent report")
+            continue
         cells = (
             f"{q['flows']:>6,}", f"{q['generated']:,}", f"{q['kernel']:,}", f"{q['reported']:,}",
             f"{q['reported_bytes']:,}/{q['kernel_bytes']:,}", f"{q['exact_flows']:,}",
