@@ -52,3 +52,22 @@ def test_real_exporter_reconciled_per_flow(tmp_path: pathlib.Path, exporter: str
         assert sp["reported"] == sp["kernel"] and sp["reported_bytes"] == sp["kernel_bytes"]
         assert sp["missing_flows"] == 0 and sp["exact_flows"] == sp["flows"]
         assert sp["agent_cpu_pct"] is not None
+
+
+@root
+@pytest.mark.slow
+def test_tcp_flows_kernel_and_softflowd_exact(tmp_path: pathlib.Path) -> None:
+    """proto=tcp: raw TCP segments over the same 5-tuples (proto 6). The kernel equals what was
+    sent flow by flow (the digest is over TCP keys), and softflowd reports every flow exactly."""
+    out = tmp_path / "results"
+    p = run_cli(
+        "run", "scenarios/flow_storm.yaml", "--set", "proto=tcp", "--set", "agent=softflowd",
+        "--set", "cache_max_flows=100000", "--set", "flows=2000", "--set", "packets_per_flow=3", "--set", "rate_pps=10000", "--out", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    (row,) = _exact(rep, [2000], 3, 128)
+    a = row["agent"]
+    assert a["packets"] == row["generated"] == 6000 and a["l3_bytes"] == 6000 * (128 - 14)
+    assert a["bytes"] == row["kernel"]["bytes"] and a["per_flow"]["exact"] == 2000 == a["flows"]
+    assert a["per_flow"]["missing"] == a["per_flow"]["extra"] == 0

@@ -93,7 +93,7 @@ class FlowDriver:
         cmd = [
             sys.executable, "-m", "swarmscope.workers.flow_gen", "--flows", str(count), "--first", str(first),
             "--packets-per-flow", str(p["packets_per_flow"]), "--frame-bytes", str(p["frame_bytes"]),
-            "--rate", str(p["rate_pps"]), "--max-s", str(p["max_s"]),
+            "--rate", str(p["rate_pps"]), "--max-s", str(p["max_s"]), "--proto", str(p.get("proto", "udp")),
         ]  # fmt: skip
         with self._lock:  # one generator at a time: they share the source address and port
             dropped = self.net.dropped()
@@ -136,7 +136,9 @@ class FlowDriver:
         if "rounds" in res:  # the per-flow fingerprint of what was sent (reconcile: == kernel's)
             from swarmscope.kinds.flow_storm.perflow import sent_digest
 
-            res["digest"] = sent_digest(res, int(first), int(count), int(payload["frame_bytes"]))
+            res["digest"] = sent_digest(
+                res, int(first), int(count), int(payload["frame_bytes"]), payload["proto"]
+            )
         res["dev"] = self.net.dst_dev  # the probe counts per receiving interface
         if environment is not None:
             environment.events.request.fire(
@@ -163,7 +165,9 @@ class FlowDriver:
         if "per_flow" in res["agent"]:  # a real exporter: its records against each flow sent
             from swarmscope.kinds.flow_storm.perflow import per_flow_check
 
-            res["agent"]["per_flow"] = per_flow_check(res["agent"], res, first, count, int(p["frame_bytes"]))
+            res["agent"]["per_flow"] = per_flow_check(
+                res["agent"], res, first, count, int(p["frame_bytes"]), str(p["proto"])
+            )
         return res
 
     # -- free-running tests (locust -f) ------------------------------------------------------

@@ -20,31 +20,34 @@ from collections.abc import Mapping
 from typing import Any
 
 from swarmscope.probes.flowdigest import flow_digest
-from swarmscope.workers.flow_gen import HEADERS, flow_addr, flow_key, sent_per_flow
+from swarmscope.workers.flow_gen import PROTOS, flow_addr, flow_key, sent_per_flow
 
 
-def sent_digest(gen: Mapping[str, Any], first: int, count: int, frame_bytes: int) -> int:
+def sent_digest(gen: Mapping[str, Any], first: int, count: int, frame_bytes: int, proto: str = "udp") -> int:
     """flow_digest over what the generator sent, flow by flow (flows that got no packet are in
     no table): equal to the kernel's ``flow.digest`` when every flow's packets and bytes are."""
-    rows = ((flow_key(first + i), sent_per_flow(dict(gen), i)) for i in range(count))
+    rows = ((flow_key(first + i, proto), sent_per_flow(dict(gen), i)) for i in range(count))
     return flow_digest((k, p, p * frame_bytes) for k, p in rows if p)
 
 
 ETH_HLEN = 14  # what the exporters' L3 octets lack against the frame (docs/flow_storm.md)
-PROTO_UDP = 17
 
 
 def per_flow_check(
-    agent: Mapping[str, Any], gen: Mapping[str, Any], first: int, count: int, frame_bytes: int
+    agent: Mapping[str, Any],
+    gen: Mapping[str, Any],
+    first: int,
+    count: int,
+    frame_bytes: int,
+    proto: str = "udp",
 ) -> dict[str, int]:
     rows: dict[str, list[int]] = dict(agent.get("per_flow") or {})
     l3 = frame_bytes - ETH_HLEN
-    assert HEADERS - ETH_HLEN == 28  # IPv4 + UDP: the L3 length is the frame less Ethernet only
     out = dict.fromkeys(("missing", "split", "short", "over", "extra", "exact"), 0)
     for i in range(count):
         want = sent_per_flow(dict(gen), i)
         a, p = flow_addr(first + i)
-        row = rows.pop(f"{a}:{p}:{PROTO_UDP}", None)
+        row = rows.pop(f"{a}:{p}:{PROTOS[proto]}", None)
         if row is None:
             out["missing"] += 1 if want else 0
             continue

@@ -11,7 +11,7 @@ resized in place; the probe's procstat follows it by name within the worker's cg
 sending interface and exports NetFlow v9 to the collector (collector.py) on this namespace's
 loopback. Settings from the flow storm: ``cache_max_flows`` is softflowd's ``-m`` and
 pmacctd's ``nfprobe_maxflows``; ``cache_timeout_s`` (rounded up to whole seconds, their unit)
-is both the UDP idle timeout and ``maxlife`` (a flow alive longer is exported in several
+is the UDP and TCP idle timeouts and ``maxlife`` (a flow alive longer is exported in several
 records: a split flow), and the expiry interval is 1 s.
 
 Flush, per exporter. softflowd: wait until it has read every packet libpcap took
@@ -117,8 +117,8 @@ class Softflowd(Exporter):
     def command(self, max_flows: int) -> list[str]:
         t = self.timeout_s
         return ["softflowd", "-d", "-N", "-i", self.dev, "-n", f"{COLLECTOR[0]}:{COLLECTOR[1]}", "-v", "9",
-                "-m", str(max_flows), "-t", f"udp={t}s", "-t", f"maxlife={t}s", "-t", "expint=1s",
-                "-p", self.ctl + ".pid", "-c", self.ctl]  # fmt: skip
+                "-m", str(max_flows), "-t", f"udp={t}s", "-t", f"tcp={t}s", "-t", f"maxlife={t}s",
+                "-t", "expint=1s", "-p", self.ctl + ".pid", "-c", self.ctl]  # fmt: skip
 
     @property
     def ctl(self) -> str:
@@ -180,7 +180,7 @@ class Pmacctd(Exporter):
         with open(conf, "w") as f:
             f.write(f"daemonize: false\npcap_interface: {self.dev}\npromisc: false\nplugins: nfprobe\n"
                     f"nfprobe_receiver: {COLLECTOR[0]}:{COLLECTOR[1]}\nnfprobe_version: 9\n"
-                    f"nfprobe_maxflows: {max_flows}\nnfprobe_timeouts: udp={t}:maxlife={t}:expint=1\n"
+                    f"nfprobe_maxflows: {max_flows}\nnfprobe_timeouts: udp={t}:tcp={t}:maxlife={t}:expint=1\n"
                     )  # fmt: skip
         return ["pmacctd", "-f", conf]
 
