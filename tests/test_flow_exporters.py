@@ -62,7 +62,8 @@ def test_tcp_flows_kernel_and_softflowd_exact(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
         "run", "scenarios/flow_storm.yaml", "--set", "proto=tcp", "--set", "agent=softflowd",
-        "--set", "cache_max_flows=100000", "--set", "flows=2000", "--set", "packets_per_flow=3", "--set", "rate_pps=10000", "--out", str(out),
+        "--set", "cache_max_flows=100000", "--set", "flows=2000", "--set", "packets_per_flow=3",
+        "--set", "rate_pps=10000", "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
