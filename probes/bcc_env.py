@@ -12,6 +12,7 @@ saying what to run, instead of a traceback from deep inside BCC.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -62,13 +63,19 @@ def ensure_mounts() -> None:
             )
 
 
-def check() -> None:
-    """Raise SetupError naming every missing piece; return quietly when BCC can load programs."""
+def check(import_bcc: bool = True) -> None:
+    """Raise SetupError naming every missing piece; return quietly when BCC can load programs.
+
+    ``import_bcc=False`` only finds BCC's module without importing it (the light probe, whose
+    loader child imports it): BCC and LLVM must not stay mapped in the caller."""
     missing: list[str] = []
     if os.geteuid() != 0:
         missing.append("root (or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE): run as root")
     try:
-        import bcc  # noqa: F401
+        if import_bcc:
+            import bcc  # noqa: F401
+        elif importlib.util.find_spec("bcc") is None:
+            raise ImportError("bcc")
     except ImportError:
         missing.append("BCC's Python module (Debian package python3-bpfcc, not PyPI's 'bcc')")
     src = _kernel_source()

@@ -3,15 +3,18 @@
     swarmscope probe --controller 10.0.0.5:7070 --token-file /etc/swarmscope/token --node n1
     swarmscope probe --once --seconds 5            # table of per-cgroup deltas
     swarmscope probe --once --seconds 1 --json     # the same as JSON
+    swarmscope probe --mode light --controller ...  # BCC only in a short-lived loader
 
 Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. ``--help``
 lists every program with its params (declared next to its code; start-up values from their env
 vars, per-window ones from the controller's OpenWindow.options).
 Settings: ``--controller`` else $SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN
 (never the token itself on the command line: /proc shows arguments to every user); ``--node``
-else $NODE_NAME else the hostname. Caveats: needs root and BCC; a missing piece comes out as one
-SetupError line. ``--once`` resolves cgroup ids to paths by walking the cgroup v2 mount, so a
-cgroup removed during the interval shows its id only.
+else $NODE_NAME else the hostname; ``--mode`` else $SWARMSCOPE_PROBE_MODE else ``full`` (light:
+swarmscope.probes.programs.light, which lists the programs it does not carry). Caveats: needs
+root and BCC; a missing piece comes out as one SetupError line. ``--once`` resolves cgroup ids
+to paths by walking the cgroup v2 mount, so a cgroup removed during the interval shows its id
+only.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from swarmscope.errors import ConfigError, Problem
 
 ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
+ENV_MODE = "SWARMSCOPE_PROBE_MODE"
 
 # TLS to the controller (each flag else $SWARMSCOPE_TLS_<FLAG>); see docs/security.md.
 TLS_FLAGS = {
@@ -54,17 +58,29 @@ def tls_files(args: argparse.Namespace) -> Any:
     return files
 
 
-def register(subparsers: Any) -> None:
-    from swarmscope.probes.programs.params import describe_program_params
+# The epilog lists every program's params, which means importing every program module: done
+# only when help is printed, not in every long-lived probe (a few MiB of RSS on each node).
+_PARAMS_EPILOG = "<programs and their params>"
 
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    def add_text(self, text: str | None) -> None:
+        if text == _PARAMS_EPILOG:
+            from swarmscope.probes.programs.params import describe_program_params
+
+            text = "programs and their params (KEY (type, default, $ENV at start-up, scope): help):\n"
+            text += describe_program_params()
+        super().add_text(text)
+
+
+def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "probe",
         help="run the node probe agent (or --once: count for S seconds and print)",
         description="The swarmscope node agent: loads programs from bpf/ and serves an "
         "authenticated controller. With --once it runs standalone and prints per-cgroup deltas.",
-        epilog="programs and their params (KEY (type, default, $ENV at start-up, scope): help):\n"
-        + describe_program_params(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_PARAMS_EPILOG,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("--controller", metavar="HOST:PORT", help=f"controller address (else ${ENV_CONTROLLER})")
     p.add_argument(
@@ -96,6 +112,14 @@ def register(subparsers: Any) -> None:
         metavar="ADDR",
         help="address of --metrics-port (default 127.0.0.1; the chart's DaemonSet: 0.0.0.0)",
     )
+    p.add_argument(
+        "--mode",
+        choices=("full", "light"),
+        default=None,
+        help="full (default): BCC stays loaded; light: a short-lived loader pins the programs and "
+        "this process reads them without BCC (fewer programs, see swarmscope.probes.programs.light) "
+        f"[${ENV_MODE}]",
+    )
     p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")
     p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
     p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
@@ -118,12 +142,20 @@ def _programs(spec: str) -> list[str]:
     return names
 
 
+def _mode(args: argparse.Namespace) -> str:
+    mode = args.mode or os.environ.get(ENV_MODE, "").strip() or "full"
+    if mode not in ("full", "light"):
+        raise ConfigError([Problem(f"${ENV_MODE}", "mode", f"{mode!r}: choose full or light")])
+    return mode
+
+
 def run(args: argparse.Namespace) -> int:
     programs = _programs(args.programs)
+    args.mode = _mode(args)
     if args.once:
         if args.seconds <= 0:
             raise ConfigError([Problem("--seconds", "seconds", "must be > 0")])
-        result = once(programs, args.seconds)
+        result = once(programs, args.seconds, _factory(args.mode, programs))
         print(json.dumps(result, indent=2) if args.json else format_table(result))
         return 0
     return _agent(args, programs)
@@ -131,7 +163,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     from swarmscope import auth
-    from swarmscope.probes import bcc_env
     from swarmscope.probes.agent import ProbeAgent
 
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
@@ -139,7 +170,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
     token = auth.load_token(args.token_file)
     tls = tls_files(args)
-    bcc_env.check()
+    factory = _factory(args.mode, programs)
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
     provider = _otlp_provider(node)
     metrics, server, stats_fd = None, None, None
@@ -152,7 +183,15 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         stats_fd = enable_stats_or_degrade(metrics)
         server = serve(metrics.registry, args.metrics_port, args.metrics_bind)
     agent = ProbeAgent(
-        controller, token, node, programs, args.heartbeat, retries=args.retries, metrics=metrics, tls=tls
+        controller,
+        token,
+        node,
+        programs,
+        args.heartbeat,
+        retries=args.retries,
+        metrics=metrics,
+        tls=tls,
+        program_factory=factory,
     )
     if metrics is not None:
         metrics.set_programs(lambda: agent.programs)
@@ -169,6 +208,19 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         if stats_fd is not None:
             os.close(stats_fd)
     return 0
+
+
+def _factory(mode: str, programs: list[str]) -> Any:
+    """The program factory of ``mode``, after checking the machine (and, light, the programs)."""
+    if mode == "light":
+        from swarmscope.probes.programs.light import light_factory
+
+        return light_factory(programs)  # never imports BCC here: the loader process does
+    from swarmscope.probes import bcc_env
+    from swarmscope.probes.programs.base import get_program
+
+    bcc_env.check()
+    return get_program
 
 
 def enable_stats_or_degrade(metrics: Any) -> int | None:
@@ -221,18 +273,18 @@ class _HostNode:
     cgroup_id = 0
 
 
-def once(programs: list[str], seconds: float) -> dict[str, Any]:
-    """Load ``programs``, count for ``seconds``, return per-cgroup deltas (JSON-ready)."""
+def once(programs: list[str], seconds: float, factory: Any = None) -> dict[str, Any]:
+    """Load ``programs`` (through ``factory``, else the full probe's), count for ``seconds``,
+    return per-cgroup deltas (JSON-ready)."""
     from swarmscope.errors import SetupError
-    from swarmscope.probes import bcc_env
-    from swarmscope.probes.programs.base import Program, delta_by_cgroup, get_program
+    from swarmscope.probes.programs.base import Program, delta_by_cgroup
     from swarmscope.sys.cgroups import cgroup_paths
 
-    bcc_env.check()
+    factory = factory or _factory("full", programs)
     loaded: list[Program] = []
     try:
         for name in programs:
-            prog = get_program(name)
+            prog = factory(name)
             prog.load()
             loaded.append(prog)
         before = [p.snapshot() for p in loaded]

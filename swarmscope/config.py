@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from swarmscope.errors import ConfigError, Problem
 
 ENV_PREFIX = "SWARMSCOPE_"
@@ -281,6 +279,9 @@ class Schema:
         layers: list[tuple[str, dict[str, Any], bool]] = []
         key_lines: dict[str, int] = {}
         if file is not None:
+            # Imported here: the probe on every node uses Field but never reads YAML (~1.4 MiB).
+            import yaml
+
             path = os.fspath(file)
             try:
                 if text is None:
@@ -366,6 +367,8 @@ def read_text(path: str) -> str:
 
 def _key_lines(text: str, known: Mapping[str, Any]) -> dict[str, int]:
     """Dotted key -> 1-based line of the key in the YAML text (for error locations)."""
+    import yaml
+
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:

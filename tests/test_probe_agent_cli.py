@@ -80,7 +80,8 @@ def _probe_cmd(addr: str, *extra: str) -> list[str]:
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("end", ["shutdown", "sigterm"])
-def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_path, end) -> None:
+@pytest.mark.parametrize("mode", ["full", "light"])
+def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_path, end, mode) -> None:
     ctl, addr = controller
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -90,7 +91,7 @@ def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_p
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
     }
     proc = subprocess.Popen(
-        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node"),
+        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node", "--mode", mode),
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -179,7 +180,8 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["full", "light"])  # light: pinned programs, the same metrics
+def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path, mode) -> None:
     import urllib.request
 
     ctl, addr = controller
@@ -188,7 +190,7 @@ def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> Non
     port = _free_port()
     env = {**os.environ, "SWARMSCOPE_SYSCALLS": "getppid"}
     cmd = _probe_cmd(addr, "--token-file", str(token_file), "--node", "m-node")
-    cmd += ["--programs", "exec_count,syscall_count", "--metrics-port", str(port)]
+    cmd += ["--programs", "exec_count,syscall_count", "--metrics-port", str(port), "--mode", mode]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
 
     def get(path: str) -> str:

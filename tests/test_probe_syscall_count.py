@@ -50,8 +50,12 @@ def test_registry_reads_filter_from_env(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
-def test_exact_count_per_cgroup(filtered: bool) -> None:
-    prog = SyscallCount(["getppid", "getpid"] if filtered else None)
+@pytest.mark.parametrize("mode", ["full", "light"])
+def test_exact_count_per_cgroup(filtered: bool, mode: str) -> None:
+    from swarmscope.probes.programs.light import LightSyscallCount
+
+    cls = SyscallCount if mode == "full" else LightSyscallCount  # light: loader + pinned maps
+    prog = cls(["getppid", "getpid"] if filtered else None)
     prog.load()
     try:
         with temp_cgroup("sc") as a, temp_cgroup("sc2") as b:
@@ -71,6 +75,28 @@ def test_exact_count_per_cgroup(filtered: bool) -> None:
                 # to cgroup.procs entered the kernel before the move, so it is not).
                 assert after[ca].get("sys.close", 0) >= 1
                 assert after[ca].get("sys.exit_group", 0) == 1
+    finally:
+        prog.close()
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_light_per_window_filter_and_build_switch() -> None:
+    from swarmscope.probes.programs.light import LightSyscallCount
+
+    prog = LightSyscallCount(["getpid"])
+    prog.load()
+    try:
+        with temp_cgroup("scl") as cg:
+            cid = cgroup_id(cg)
+            prog.configure({"syscall_count.syscalls": ["getppid"]})  # a slot write, no reload
+            before = prog.snapshot()
+            getppid_in_cgroup(cg, 321)
+            assert prog.snapshot()[cid]["sys.getppid"] - before.get(cid, {}).get("sys.getppid", 0) == 321
+            prog.configure({"syscall_count.syscalls": None})  # the unfiltered build: reloaded
+            assert prog.filter is None and "syscall_filter" not in prog._bpf.maps
+            getppid_in_cgroup(cg, 45)
+            assert prog.snapshot()[cid]["sys.getppid"] == 45  # counters restart with the reload
     finally:
         prog.close()
 

@@ -129,25 +129,25 @@ class SyscallCount:
             if loaded:
                 self.load()
             return
-        table = self._bpf[b"syscall_filter"]
         for nr in set(want or ()) - set(self.filter or ()):
-            table[ctypes.c_int(nr)] = ctypes.c_uint8(1)
+            self._filter_slot(nr, True)
         for nr in set(self.filter or ()) - set(want or ()):
-            table[ctypes.c_int(nr)] = ctypes.c_uint8(0)
+            self._filter_slot(nr, False)
         self._set_filter(want)
+
+    def _filter_slot(self, nr: int, on: bool) -> None:
+        """Count syscall ``nr`` (or stop counting it) in the loaded filtered build."""
+        self._bpf[b"syscall_filter"][ctypes.c_int(nr)] = ctypes.c_uint8(int(on))
 
     def load(self) -> None:
         if self._bpf is not None:
             return
         cflags = ["-DSS_FILTER_SYSCALLS=1"] if self.filter is not None else []
-        bpf = bcc_env.load_program(self.name, cflags)
-        if self.filter is not None:
-            # The program is already attached: until the filter is filled it counts nothing,
-            # which only delays the start (never counts unwanted syscalls).
-            table = bpf[b"syscall_filter"]
-            for nr in self.filter:
-                table[ctypes.c_int(nr)] = ctypes.c_uint8(1)
-        self._bpf = bpf
+        self._bpf = bcc_env.load_program(self.name, cflags)
+        # The program is already attached: until the filter is filled it counts nothing,
+        # which only delays the start (never counts unwanted syscalls).
+        for nr in self.filter or ():
+            self._filter_slot(nr, True)
 
     def snapshot(self) -> Snapshot:
         if self._bpf is None:

@@ -6,11 +6,14 @@
         fd = bpf.prog_fd_by_id(pid)                # None when it was unloaded meanwhile
         info = bpf.prog_info(fd)                   # struct bpf_prog_info: run_cnt, run_time_ns ...
     bpf.map_update_batch(map_fd, keys, values, key_size=4, value_size=12)
+    link = bpf.tracepoint_link(prog_fd, "sched", "sched_process_exec"); bpf.obj_pin(link, path)
 
 Everything resolves from Debian's ``libbpf1`` (``libbpf.so.1``, installed by tools/setup.sh), so
-no syscall number or ``union bpf_attr`` layout is hard-coded here: libbpf knows both for the
-architecture it was built for. BCC loads the programs; this module only walks, reads and writes
-objects that already exist.
+no ``bpf()`` syscall number or ``union bpf_attr`` layout is hard-coded here: libbpf knows both
+for the architecture it was built for. The exception is ``perf_event_open`` (no libbpf
+wrapper), whose number and attr prefix ``tracepoint_link`` writes out. BCC loads the programs;
+this module walks, reads and writes objects that already exist, and pins them and links
+tracepoint programs for the light probe (docs/platform.md#pinning-the-light-probe).
 
 Errors: a failed call raises :class:`swarmscope.errors.BpfError` (a ProbeError) carrying the
 kernel's errno, chained from the OSError. "Object gone" (ENOENT) is not an error where it is
@@ -57,6 +60,9 @@ _SIGNATURES: dict[str, list[type]] = {
     "bpf_map_lookup_batch": [_c.c_int, _vp, _vp, _vp, _vp, _u32p, _vp],
     "bpf_map_update_batch": [_c.c_int, _vp, _vp, _u32p, _vp],
     "bpf_map_delete_batch": [_c.c_int, _vp, _u32p, _vp],
+    "bpf_obj_pin": [_c.c_int, _c.c_char_p],
+    "bpf_link_create": [_c.c_int, _c.c_int, _c.c_int, _vp],
+    "libbpf_num_possible_cpus": [],
 }
 
 
@@ -256,6 +262,62 @@ def obj_get(path: str) -> int:
         return _call("bpf_obj_get", os.fsencode(path))
     except OSError as e:
         raise _wrap(f"bpf_obj_get {path}", e) from e
+
+
+def obj_pin(fd: int, path: str) -> None:
+    """Pin the object behind ``fd`` (program, map, link) at ``path`` in bpffs: it outlives us."""
+    try:
+        _call("bpf_obj_pin", fd, os.fsencode(path))
+    except OSError as e:
+        raise _wrap(f"bpf_obj_pin {path}", e) from e
+
+
+def possible_cpus() -> int:
+    """How many per-CPU slots a per-CPU map value has (the kernel's possible CPUs)."""
+    try:
+        return _call("libbpf_num_possible_cpus")
+    except OSError as e:
+        raise _wrap("libbpf_num_possible_cpus", e) from e
+
+
+BPF_PERF_EVENT = 41  # enum bpf_attach_type
+_PERF_TYPE_TRACEPOINT = 2
+_PERF_FLAG_FD_CLOEXEC = 8
+# perf_event_open has no libbpf wrapper; its number is the one thing written here per arch.
+_NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+
+
+def tracepoint_link(prog_fd: int, category: str, event: str, tracefs: str = "/sys/kernel/tracing") -> int:
+    """fd of a BPF link attaching tracepoint program ``prog_fd`` to ``category:event``.
+
+    A link (BPF_LINK_CREATE on a tracepoint perf event), unlike BCC's perf-event attachment,
+    can be pinned: pinned, it keeps the program attached after every process has gone. The
+    link holds the perf event; this function closes its own fd of it.
+    """
+    try:
+        with open(f"{tracefs}/events/{category}/{event}/id", encoding="ascii") as fh:
+            tp_id = int(fh.read())
+    except OSError as e:
+        raise BpfError(f"tracepoint {category}:{event}: {e.strerror}", e.errno or 0) from e
+    attr = ctypes.create_string_buffer(112)  # struct perf_event_attr, PERF_ATTR_SIZE_VER5
+    ctypes.memmove(attr, (ctypes.c_uint32 * 2)(_PERF_TYPE_TRACEPOINT, 112), 8)  # type, size
+    ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 2)(tp_id, 1), 16)  # config, period
+    ctypes.memmove(ctypes.addressof(attr) + 48, (ctypes.c_uint32 * 1)(1), 4)  # wakeup_events
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = _NR_PERF_EVENT_OPEN.get(os.uname().machine)
+    if nr is None:
+        raise BpfError(f"perf_event_open: unknown syscall number on {os.uname().machine}", errno.ENOSYS)
+    # cpu 0, any pid: a tracepoint's BPF programs run on every CPU whatever the event's CPU.
+    pfd = int(libc.syscall(nr, attr, -1, 0, -1, _PERF_FLAG_FD_CLOEXEC))
+    if pfd < 0:
+        err = ctypes.get_errno()
+        raise BpfError(f"perf_event_open {category}:{event}: {os.strerror(err)}", err)
+    try:
+        return _call("bpf_link_create", prog_fd, pfd, BPF_PERF_EVENT, None)
+    except OSError as e:
+        raise _wrap(f"bpf_link_create {category}:{event}", e) from e
+    finally:
+        os.close(pfd)
 
 
 def fd_map_id(pid: int, fd: int) -> int | None:
