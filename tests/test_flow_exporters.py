@@ -18,18 +18,21 @@ from helpers import load_report, only_run_dir, run_cli
 from test_flow_storm import _exact, root
 
 
+def _run(tmp_path: pathlib.Path, *sets: str) -> dict:
+    """`swarmscope run` of the flow storm at 3 packets per flow, 10000/s, one cache size."""
+    out = tmp_path / "results"
+    base = ("cache_max_flows=100000", "packets_per_flow=3", "rate_pps=10000", *sets)
+    args = [a for kv in base for a in ("--set", kv)]
+    p = run_cli("run", "scenarios/flow_storm.yaml", *args, "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return dict(load_report(only_run_dir(out)))
+
+
 @root
 @pytest.mark.slow
 @pytest.mark.parametrize("exporter", ["softflowd", "pmacctd"])
 def test_real_exporter_reconciled_per_flow(tmp_path: pathlib.Path, exporter: str) -> None:
-    out = tmp_path / "results"
-    p = run_cli(
-        "run", "scenarios/flow_storm.yaml", "--set", f"agent={exporter}", "--set", "flows=500,3000",
-        "--set", "cache_max_flows=100000", "--set", "packets_per_flow=3", "--set", "rate_pps=10000",
-        "--set", "cache_timeout_s=1", "--set", "pause_s=0", "--out", str(out),
-    )  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
-    rep = load_report(only_run_dir(out))
+    rep = _run(tmp_path, f"agent={exporter}", "flows=500,3000", "cache_timeout_s=1", "pause_s=0")
     rows = _exact(rep, [500, 3000], 3, 128)
     for row in rows:
         a = row["agent"]
@@ -59,14 +62,7 @@ def test_real_exporter_reconciled_per_flow(tmp_path: pathlib.Path, exporter: str
 def test_tcp_flows_kernel_and_softflowd_exact(tmp_path: pathlib.Path) -> None:
     """proto=tcp: raw TCP segments over the same 5-tuples (proto 6). The kernel equals what was
     sent flow by flow (the digest is over TCP keys), and softflowd reports every flow exactly."""
-    out = tmp_path / "results"
-    p = run_cli(
-        "run", "scenarios/flow_storm.yaml", "--set", "proto=tcp", "--set", "agent=softflowd",
-        "--set", "cache_max_flows=100000", "--set", "flows=2000", "--set", "packets_per_flow=3",
-        "--set", "rate_pps=10000", "--out", str(out),
-    )  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
-    rep = load_report(only_run_dir(out))
+    rep = _run(tmp_path, "proto=tcp", "agent=softflowd", "flows=2000")
     (row,) = _exact(rep, [2000], 3, 128)
     a = row["agent"]
     assert a["packets"] == row["generated"] == 6000 and a["l3_bytes"] == 6000 * (128 - 14)
