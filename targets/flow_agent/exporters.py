@@ -22,13 +22,14 @@ its exports have been quiet for the timeout plus the expiry interval plus 1 s (b
 Bytes: both exporters count the IPv4 total length (L3); the kernel's XDP count is the frame
 (L2). On the flow storm's veth the frame is the IP packet plus a 14-byte Ethernet header (no
 VLAN tag, no FCS), so ``bytes = l3_bytes + ETH_HLEN * packets`` exactly; both are reported.
-Named losses: libpcap drops (softflowd's statistics; pmacctd does not report them) and export
-datagrams missing from the v9 sequence (the collector's count).
+Named losses: libpcap drops (``softflowctl statistics``; pmacctd logs them on SIGUSR1) and
+export datagrams missing from the v9 sequence (the collector's count).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -38,6 +39,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -74,6 +76,7 @@ class Exporter:
         self.dev, self.workdir = dev, workdir
         self.proc: subprocess.Popen[bytes] | None = None
         self.timeout_s = 1
+        self.log: collections.deque[str] = collections.deque(maxlen=500)  # the daemon's stderr, last lines
 
     def command(self, max_flows: int) -> list[str]:
         raise NotImplementedError
@@ -84,13 +87,20 @@ class Exporter:
         self.proc = subprocess.Popen(
             self.command(max_flows), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
+        # read all along: a full pipe would block the daemon, and pmacctd's statistics come here
+        threading.Thread(target=self._read_log, args=(self.proc,), daemon=True).start()
         self.wait_ready()
+
+    def _read_log(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.log.append(line.decode(errors="replace").rstrip())
 
     def wait_ready(self) -> None:
         time.sleep(1.0)  # libpcap opens the device; traffic before that would not be seen
         if self.proc is not None and self.proc.poll() is not None:
-            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-            raise LoadGenError(f"{self.name} exited ({self.proc.returncode}): {err.strip()[-300:]}")
+            tail = " | ".join(list(self.log)[-3:])
+            raise LoadGenError(f"{self.name} exited ({self.proc.returncode}): {tail[-300:]}")
 
     def mark(self) -> None:
         """A window starts (an exporter with cumulative counters notes them)."""
@@ -173,6 +183,7 @@ class Softflowd(Exporter):
 
 class Pmacctd(Exporter):
     name = "pmacctd"
+    base: dict[str, int] = {}  # noqa: RUF012  (replaced per window by mark)
 
     def command(self, max_flows: int) -> list[str]:
         conf = os.path.join(self.workdir, "pmacctd.conf")
@@ -184,13 +195,33 @@ class Pmacctd(Exporter):
                     )  # fmt: skip
         return ["pmacctd", "-f", conf]
 
+    def stats(self) -> dict[str, int]:
+        """libpcap's counters, cumulative: SIGUSR1 makes pmacctd's core log
+        ``stats [<dev>,0] time=... received_packets=N dropped_packets=M``."""
+        assert self.proc is not None
+        seen = len([ln for ln in self.log if "received_packets=" in ln])
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lines = [ln for ln in self.log if "received_packets=" in ln]
+            if len(lines) > seen:
+                m = re.search(r"received_packets=(\d+) dropped_packets=(\d+)", lines[-1])
+                if m:
+                    return {"pcap_received": int(m.group(1)), "pcap_dropped": int(m.group(2))}
+            time.sleep(0.05)
+        raise LoadGenError(f"pmacctd logged no statistics on SIGUSR1: {list(self.log)[-3:]}")
+
+    def mark(self) -> None:
+        self.base = self.stats()
+
     def flush(self, coll: Collector) -> dict[str, Any]:
         quiet = self.timeout_s + 1 + 1.0  # idle timeout + expiry interval + slack
         deadline = time.monotonic() + FLUSH_MAX_S
         time.sleep(quiet)
         while time.monotonic() < deadline and coll.quiet_for() < quiet:
             time.sleep(0.2)
-        return {}
+        st = self.stats()
+        return {k: st[k] - self.base[k] for k in st}
 
 
 EXPORTERS: dict[str, type[Exporter]] = {"softflowd": Softflowd, "pmacctd": Pmacctd}
