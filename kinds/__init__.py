@@ -25,6 +25,7 @@ KINDS: dict[str, str] = {
     "ingress_flood": "swarmscope.kinds.ingress_flood",
     "neighbor_writes": "swarmscope.kinds.neighbor_writes",
     "flow_storm": "swarmscope.kinds.flow_storm",
+    "ebpf_cost": "swarmscope.kinds.ebpf_cost",
 }
 
 

@@ -90,6 +90,8 @@ def kind_summary(report: dict[str, Any]) -> str | None:
     """The one-screen table of an ingress flood (per step) or a neighbor sweep (per point)
     from report.json's sections; None for kinds whose console table says it all (exec)."""
     sections = report.get("sections") or {}
+    if (sections.get("ebpf_cost") or {}).get("text"):  # pre-rendered in the write-up's columns
+        return "\nebpf cost\n" + str(sections["ebpf_cost"]["text"])
     if report.get("scenario") == "ingress_flood" and sections.get("steps"):
         columns, rows_of = KINDS["ingress_flood"]
         title = "ingress steps"

@@ -28,11 +28,12 @@ done
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
 # chromium: pages (report.html, the Locust web UI tab) are checked in a real headless browser.
 # umoci, busybox-static, libseccomp-dev, pkg-config: the real test node (docs/realnode.md) --
-# its pause/busybox images and a seccomp-enabled runc. softflowd, pmacct: the real flow exporters
-# a flow storm measures (targets/flow_agent/exporters.py; pmacct gives pmacctd).
+# its pause/busybox images and a seccomp-enabled runc. stress-ng: the exec storm's `load: stress-ng`
+# (the published scaling test's load generator). softflowd, pmacct: the real flow exporters a
+# flow storm measures (targets/flow_agent/exporters.py; pmacct gives pmacctd).
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
       gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk chromium
-      umoci busybox-static libseccomp-dev pkg-config softflowd pmacct)
+      umoci busybox-static libseccomp-dev pkg-config stress-ng softflowd pmacct)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
 # build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through

@@ -29,7 +29,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,24 @@ class SimNode:
             "cgroup_path": str(self.cgroup_path or ""),
             "comm": comm,
         }
+
+
+def joiner(node: SimNode) -> Callable[[], None]:
+    """A ``preexec_fn`` that moves the new process into ``node`` (v1 pids, then v2) before its
+    exec, so the exec itself is counted under the node. Only open/write syscalls: fork-safe."""
+    paths = [
+        os.path.join(str(d), "cgroup.procs") for d in (node.pids_path, node.cgroup_path) if d is not None
+    ]
+
+    def join() -> None:
+        for path in paths:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    return join
 
 
 def _check_name(kind: str, name: str) -> None:

@@ -32,9 +32,12 @@ class NodeTally:
     elapsed_s: float = 0.0
     bursts: int = 0
     errors: list[str] = field(default_factory=list)
+    bogo_ops: int | None = None  # load: stress-ng -- its own count; generated = bogo + startup
 
     def add(self, result: Any, helper_execs: int = 0) -> None:
         self.generated += int(result.execs) + helper_execs
+        if hasattr(result, "bogo_ops"):
+            self.bogo_ops = (self.bogo_ops or 0) + int(result.bogo_ops)
         self.failed += int(result.failed)
         self.elapsed_s = max(self.elapsed_s, float(result.elapsed_s))
         self.bursts += 1
@@ -48,13 +51,23 @@ class NodeTally:
             "rate": rate,
             "bursts": self.bursts,
             "errors": self.errors[:5],
+            **({"bogo_ops": self.bogo_ops} if self.bogo_ops is not None else {}),
         }
 
 
 class WorkerRole:
     """Owns this process's nodes, running bursts and the per-window tallies."""
 
-    def __init__(self, nodes: list[Any], tools: Any, group: str | None, pids_max: int, max_execs: int):
+    def __init__(
+        self,
+        nodes: list[Any],
+        tools: Any,
+        group: str | None,
+        pids_max: int,
+        max_execs: int,
+        load: str = "native",
+        stress_ng_ops: int = 0,
+    ):
         self.nodes = nodes
         self.by_name = {n.name: n for n in nodes}
         self.tools = tools
@@ -72,10 +85,27 @@ class WorkerRole:
         # helper itself is seen by the probe too: count it as generated (one per burst). A
         # simulated node's helper execs outside the node and then moves in.
         self.helper_execs = 0 if group is not None else 1
+        # load: stress-ng -- Debian's stress-ng makes the bursts (workers/stress_ng.py); its own
+        # exec into the node is in its result (STARTUP_EXECS), wherever the node is.
+        self.load = load
+        self.stress_ng_ops = stress_ng_ops
+        self._stress_ng: Any = None
+        if load == "stress-ng":
+            from swarmscope.workers.stress_ng import StressNg
+
+            self._stress_ng = StressNg.create()
+            self.helper_execs = 0
 
     @classmethod
     def create(
-        cls, sim_nodes: int, group: str, pids_max: int = 256, max_execs: int = 1_000_000, prefix: str = ""
+        cls,
+        sim_nodes: int,
+        group: str,
+        pids_max: int = 256,
+        max_execs: int = 1_000_000,
+        prefix: str = "",
+        load: str = "native",
+        stress_ng_ops: int = 0,
     ) -> WorkerRole:
         """Simulated nodes <prefix>n1..nN when ``sim_nodes`` > 0, else the real node (cluster mode)."""
         from swarmscope.workers import native, nodes
@@ -84,11 +114,15 @@ class WorkerRole:
         if sim_nodes > 0:
             names = [f"{prefix}n{i + 1}" for i in range(sim_nodes)]
             made = nodes.create_sim_nodes(group, names, pids_max=pids_max)
-            return cls(made, tools, group, pids_max, max_execs)
-        return cls([nodes.own_cgroup_node(node_host())], tools, None, pids_max, max_execs)
+            return cls(made, tools, group, pids_max, max_execs, load, stress_ng_ops)
+        return cls(
+            [nodes.own_cgroup_node(node_host())], tools, None, pids_max, max_execs, load, stress_ng_ops
+        )
 
     def close(self) -> None:
         self.stop_inflight()
+        if self._stress_ng is not None:
+            self._stress_ng.close()
         if self.group is not None:
             from swarmscope.workers import nodes
 
@@ -121,16 +155,27 @@ class WorkerRole:
         # The spawn runs in a greenlet of its own: a user killed at test stop while the burst's
         # process is being started (gevent's Popen yields between fork and exec) would leave a
         # running burst nobody tracks, whose execs the kernel counts and the tally misses.
-        spawn = gevent.spawn(
-            exec_storm.start_burst,
-            self.tools,
-            node,
-            duration_s=duration_s,
-            concurrency=concurrency,
-            max_execs=self.max_execs,
-            argv0=self.comm(node.name),
-            rate=rate,
-        )
+        if self._stress_ng is not None:
+            spawn = gevent.spawn(
+                self._stress_ng.start_burst,
+                node,
+                duration_s=duration_s,
+                instances=concurrency,
+                max_execs=self.max_execs,
+                ops=self.stress_ng_ops,
+                comm=self.comm(node.name),
+            )
+        else:
+            spawn = gevent.spawn(
+                exec_storm.start_burst,
+                self.tools,
+                node,
+                duration_s=duration_s,
+                concurrency=concurrency,
+                max_execs=self.max_execs,
+                argv0=self.comm(node.name),
+                rate=rate,
+            )
         try:
             handle = spawn.get()
         except gevent.GreenletExit:

@@ -10,6 +10,7 @@ write-up's unpaced one without knowing.
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from swarmscope.controller.report import SectionHTML, register_section
@@ -29,4 +30,14 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
             f"<b>Maximum rate</b>: each node execs as fast as it can for {burst:g} s "
             f"({conc} exec loops), as the published test did."
         )
-    return SectionHTML(f'<p class="load">{what}</p>')  # numbers only: nothing to escape
+    sng = data.get("stress_ng")
+    if data.get("generator") == "stress-ng" and sng:
+        # The command is built from numbers and fixed words only, but escape it all the same.
+        what += (
+            f" Each burst is Debian's <code>{html.escape(sng['command'])}</code>, run as nobody inside "
+            f"the node. Generated = stress-ng's bogo ops ({sng['bogo_ops']} in all) + its own exec "
+            f"into the node ({sng['startup_execs']} per burst), which the kernel counts too."
+        )
+    else:
+        what += " Each burst is swarmscope's native vfork helper."
+    return SectionHTML(f'<p class="load">{what}</p>')
