@@ -26,27 +26,35 @@ value comes back as that host's problem.
 Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
 node), so the server accepts messages up to ``MAX_MESSAGE_BYTES``.
 
-Caveat: inside a gevent-patched process (every Locust process) grpc needs
-``grpc.experimental.gevent.init_gevent()`` before any server exists; :func:`grpc_for_gevent`
-does that once, and only when gevent has patched threading.
+The server is grpc.aio on an event loop of its own thread (controller/fleet_loop.py): a task
+per stream, not a thread. Caveat: grpc.aio does not run in a gevent-patched process (every
+Locust one): there ``controller.fleet_proc.make_fleet`` runs this Fleet in a child process.
+``fleet_loop.grpc_for_gevent`` (for the sync grpc servers that do run there, e.g. the stream tracer's)
+needs calling before any such server exists, once, and only when gevent has patched threading.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from concurrent import futures
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from swarmscope import auth
+from swarmscope.controller.fleet_loop import (
+    AioServerThread,
+    gevent_patched,
+    parse_request,
+    probe_control_handlers,
+)
 from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, server_credentials
@@ -55,8 +63,6 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-_gevent_ready = False
-
 # One WindowDone carries every reading of a probe, samples included (~100 bytes each): gRPC's
 # 4 MiB default would refuse a window of a few tens of thousands of map-update calls.
 MAX_MESSAGE_BYTES = 512 * 2**20
@@ -64,24 +70,6 @@ MAX_MESSAGE_BYTES = 512 * 2**20
 # Hello is unauthenticated: its one-time server nonces are bounded in number and lifetime.
 MAX_PENDING_HELLOS = 100_000
 HELLO_TTL_S = 30.0
-
-
-def grpc_for_gevent() -> None:
-    """Make grpc cooperate with gevent when this process is monkey-patched (Locust)."""
-    global _gevent_ready
-    if _gevent_ready:
-        return
-    try:
-        from gevent import monkey
-
-        patched = monkey.is_module_patched("threading")
-    except ImportError:
-        patched = False
-    if patched:
-        import grpc.experimental.gevent as grpc_gevent
-
-        grpc_gevent.init_gevent()
-    _gevent_ready = True
 
 
 @dataclass
@@ -102,7 +90,8 @@ class ProbeState:
     reconnects: int = 0  # registrations after the first one
     cpu_percent: float = 0.0
     rss_bytes: int = 0
-    outbox: queue.Queue[pb.Command | None] = field(default_factory=queue.Queue)
+    # Commands down the stream; None ends it. Only the fleet's event loop touches it (Fleet._send).
+    outbox: asyncio.Queue[pb.Command | None] = field(default_factory=asyncio.Queue)
 
     @property
     def host(self) -> str:
@@ -126,7 +115,11 @@ class _Window:
 
 
 class Fleet(pb_grpc.ProbeControlServicer):
-    """gRPC server + registry of probes + window bookkeeping."""
+    """gRPC server (grpc.aio, on a loop thread of its own) + registry of probes + window bookkeeping.
+
+    The bookkeeping is shared by the loop (the handlers) and the callers' threads under one
+    ``threading.Condition``, held briefly and never across an ``await``.
+    """
 
     def __init__(
         self,
@@ -134,7 +127,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         bind: str = "127.0.0.1:0",
         heartbeat_s: float = 1.0,
         liveness_s: float = 5.0,
-        max_workers: int = 4096,
+        max_workers: int = 0,  # unused since the server is grpc.aio (kept for callers)
         *,
         tls: TLSFiles | None = None,
         reconnect_grace_s: float | None = None,
@@ -150,7 +143,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self.reconnect_grace_s = liveness_s if reconnect_grace_s is None else reconnect_grace_s
         self.prune_s = max(60.0, 10 * liveness_s) if prune_s is None else prune_s
         self.port = 0
-        self._server: grpc.Server | None = None
+        self._aio = AioServerThread("fleet")
         self._lock = threading.Condition()
         self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
         self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
@@ -161,32 +154,27 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
         self._closed_reconnects: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._seq = 0
+        self._pruned_at = 0.0
         self.readings_received = 0
         self.readings_rejected = 0  # for a node, window or probe the window did not ask for
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> int:
-        grpc_for_gevent()
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="fleet"),
+        if gevent_patched():
+            raise FleetError(
+                "the fleet's grpc.aio server cannot run in a gevent-patched process: "
+                "use controller.fleet_proc.FleetProcess there"
+            )
+        self.port = self._aio.start(
+            lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
+            self.bind,
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", 100000),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ],
-            maximum_concurrent_rpcs=None,
+            credentials=server_credentials(self.tls) if self.tls is not None else None,
         )
-        pb_grpc.add_ProbeControlServicer_to_server(self, self._server)
-        try:
-            if self.tls is not None:
-                self.port = self._server.add_secure_port(self.bind, server_credentials(self.tls))
-            else:
-                self.port = self._server.add_insecure_port(self.bind)
-        except RuntimeError as e:
-            raise FleetError(f"cannot listen on {self.bind} for probes: {e}") from e
-        if self.port == 0:
-            raise FleetError(f"cannot listen on {self.bind} for probes (address in use?)")
-        self._server.start()
         log.info("probe fleet listening on port %d (%s)", self.port, self._mode())
         return self.port
 
@@ -197,11 +185,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     def stop(self, grace_s: float = 1.0) -> None:
         with self._lock:
-            for p in self._probes.values():
-                p.outbox.put(None)
-        if self._server is not None:
-            self._server.stop(grace_s).wait(grace_s + 1)
-            self._server = None
+            self._send([(p, None) for p in self._probes.values()])
+        self._aio.stop(grace_s)
+
+    def _send(self, items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+        """Queue commands on probes' streams: one hop to the loop for the whole batch."""
+        if items:
+            self._aio.post(_put_all, items)
 
     @property
     def address(self) -> str:
@@ -223,13 +213,14 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if (hosts is None and len(live) >= count) or (hosts is not None and hosts <= have):
                 return
             if time.monotonic() >= deadline:
-                want = f"probes for {sorted(hosts - have)}" if hosts else f"{count} probe(s)"
+                want = f"probes for {_few(hosts - have)}" if hosts else f"{count} probe(s)"
                 raise FleetError(
                     f"timed out after {timeout_s:.0f}s waiting for {want}; connected: "
-                    f"{sorted(have) or 'none'}. Is `swarmscope probe --controller {self.address}` running "
-                    "with the same token?"
+                    f"{_few(have) if have else 'none'}. Is `swarmscope probe --controller "
+                    f"{self.address}` running with the same token?"
                 )
-            time.sleep(0.05)
+            # Each look walks every probe: with thousands, look less often, not less surely.
+            time.sleep(0.05 if len(live) < 500 else 0.5)
 
     def take_reconnects(self, window_id: str) -> dict[str, int]:
         """``{probe: reconnects}`` of probes that re-registered while the window was open (once)."""
@@ -286,8 +277,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 expected=set(hosts),
             )
             self._windows[window_id] = win
-            for pid, cmd in opens.items():
-                self._probes[pid].outbox.put(cmd)
+            self._send([(self._probes[pid], cmd) for pid, cmd in opens.items()])
             deadline = time.monotonic() + timeout_s
             while len(win.acks) < len(win.expected):
                 # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
@@ -317,10 +307,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win.close = pb.Command(
                 seq=self._next_seq(), close=pb.CloseWindow(run_id=run_id, window_id=window_id)
             )
-            for pid in win.expected:
-                p = self._probes.get(pid)
-                if p is not None:
-                    p.outbox.put(win.close)
+            close = win.close
+            self._send([(p, close) for p in map(self._probes.get, win.expected) if p is not None])
             deadline = time.monotonic() + timeout_s
             while not win.expected <= win.done:
                 pending = win.expected - win.done
@@ -347,8 +335,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     def shutdown_probes(self, reason: str = "run finished") -> None:
         with self._lock:
-            for p in self._probes.values():
-                p.outbox.put(pb.Command(seq=self._next_seq(), shutdown=pb.Shutdown(reason=reason)))
+            self._send(
+                [
+                    (p, pb.Command(seq=self._next_seq(), shutdown=pb.Shutdown(reason=reason)))
+                    for p in self._probes.values()
+                ]
+            )
 
     def _alive(self, probe_id: str) -> bool:
         p = self._probes.get(probe_id)
@@ -366,8 +358,14 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return now - since > self.reconnect_grace_s
 
     def _prune(self) -> None:
-        """Forget probes disconnected for longer than ``prune_s`` (caller holds the lock)."""
+        """Forget probes disconnected for longer than ``prune_s`` (caller holds the lock).
+
+        A walk over every probe, so at most once per ``prune_s / 10`` (≤ 1 s): run on every
+        Register it made joining N probes O(N²) (10,000 probes took minutes)."""
         now = time.monotonic()
+        if now - self._pruned_at < min(1.0, self.prune_s / 10):
+            return
+        self._pruned_at = now
         for pid, p in list(self._probes.items()):
             if not p.connected and now - (p.disconnected_at or p.last_seen) > self.prune_s:
                 del self._probes[pid]
@@ -387,9 +385,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return f"{p.probe_id}@{p.host}" if p else probe_id
 
     # -- gRPC service --------------------------------------------------------------------
-    def Hello(self, request: pb.HelloRequest, context: grpc.ServicerContext) -> pb.HelloReply:
+    async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         if len(request.probe_nonce) < 16:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
         server_nonce = auth.new_nonce()
         now = time.monotonic()
         with self._lock:
@@ -402,13 +400,15 @@ class Fleet(pb_grpc.ProbeControlServicer):
         proof = auth.controller_proof(self.token, request.probe_nonce, server_nonce)
         return pb.HelloReply(server_nonce=server_nonce, proof=proof)
 
-    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
+    async def Register(
+        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterReply:
         with self._lock:
             hello = self._hellos.pop(bytes(request.server_nonce), None)  # one use only
         fresh = hello is not None and time.monotonic() - hello[1] <= HELLO_TTL_S
         expected = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
         if not fresh or hello is None or hello[0] != request.nonce or not auth.check(expected, request.proof):
-            context.abort(
+            await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
             )
         sid = uuid.uuid4().hex
@@ -427,7 +427,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
             old = self._probes.get(request.probe_id)
             if old is not None:
-                old.outbox.put(None)
+                old.outbox.put_nowait(None)  # on the loop: Register is a handler
                 state.reconnects = old.reconnects + 1
                 for win in self._windows.values():
                     if request.probe_id in win.expected:
@@ -445,18 +445,24 @@ class Fleet(pb_grpc.ProbeControlServicer):
         )
         return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
-    def Session(
-        self, request_iterator: Iterator[pb.ProbeMessage], context: grpc.ServicerContext
-    ) -> Iterator[pb.Command]:
-        first = next(request_iterator, None)
-        if first is None:
+    async def Session(
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> None:
+        # A coroutine handler (context.write), not an async generator: the reads run in a task of
+        # their own, so a probe's messages are taken while its commands wait in the outbox.
+        it = request_iterator.__aiter__()
+        try:
+            first = await parse_request(pb.ProbeMessage, await it.__anext__(), context)
+        except (StopAsyncIteration, grpc.RpcError, asyncio.CancelledError):
             return
         with self._lock:
             state = self._sessions.get(first.session_id)
             if state is not None and self._probes.get(state.probe_id) is not state:
                 state = None  # a replaced session cannot be resumed
         if state is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first")
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first"
+            )
             return
         with self._lock:
             state.connected = True
@@ -464,20 +470,20 @@ class Fleet(pb_grpc.ProbeControlServicer):
             self._resend(state)
             self._lock.notify_all()
         self._handle(state, first)
-        reader = threading.Thread(target=self._read_loop, args=(state, request_iterator), daemon=True)
-        reader.start()
+        bad: list[str] = []  # a message that did not parse ends the stream as INVALID_ARGUMENT
+        reader = asyncio.create_task(self._read_loop(state, it, bad))
         try:
-            while context.is_active():
-                try:
-                    cmd = state.outbox.get(timeout=0.5)
-                except queue.Empty:
-                    continue
+            while True:
+                cmd = await state.outbox.get()
                 if cmd is None:
+                    if bad:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
                     return
-                yield cmd
+                await context.write(cmd)
                 if cmd.WhichOneof("kind") == "shutdown":
                     return
         finally:
+            reader.cancel()
             self._ended(state)
 
     def _resend(self, state: ProbeState) -> None:
@@ -487,9 +493,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if pid not in win.expected:
                 continue
             if win.closing and win.close is not None and pid not in win.done:
-                state.outbox.put(win.close)
+                state.outbox.put_nowait(win.close)  # on the loop: called from Session
             elif not win.closing and pid not in win.acks:
-                state.outbox.put(win.opens[pid])
+                state.outbox.put_nowait(win.opens[pid])
 
     def _ended(self, state: ProbeState) -> None:
         with self._lock:
@@ -498,14 +504,20 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 state.disconnected_at = time.monotonic()
             self._lock.notify_all()
 
-    def _read_loop(self, state: ProbeState, it: Iterator[pb.ProbeMessage]) -> None:
+    async def _read_loop(self, state: ProbeState, it: AsyncIterator[bytes], bad: list[str]) -> None:
         try:
-            for msg in it:
+            async for raw in it:
+                try:
+                    msg = pb.ProbeMessage.FromString(raw)
+                except DecodeError:
+                    bad.append("not a swarmscope.v1.ProbeMessage")
+                    return
                 self._handle(state, msg)
-        except grpc.RpcError:
+        except (grpc.RpcError, asyncio.InvalidStateError):
             pass  # stream ended; liveness marks the probe dead
         finally:
             self._ended(state)
+            state.outbox.put_nowait(None)  # the probe hung up: end the writer too
 
     def _handle(self, state: ProbeState, msg: pb.ProbeMessage) -> None:
         kind = msg.WhichOneof("kind")
@@ -555,6 +567,17 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win.readings[(state.probe_id, r.node)] = _reading(r, state.probe_id)
             self.readings_received += 1
         return win
+
+
+def _few(names: set[str], n: int = 20) -> str:
+    """Up to ``n`` names and how many more: an error about 10,000 probes stays readable."""
+    s = sorted(names)
+    return str(s[:n]) + (f" and {len(s) - n} more" if len(s) > n else "")
+
+
+def _put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+    for state, cmd in items:
+        state.outbox.put_nowait(cmd)
 
 
 def _reading(r: Any, probe_id: str) -> ProbeReading:

@@ -85,7 +85,7 @@ class SwarmscopeProcess:
 
     def _make_controller(self, run_id: str | None) -> None:
         from swarmscope.console import IterationPrinter
-        from swarmscope.controller.fleet import Fleet
+        from swarmscope.controller.fleet_proc import make_fleet
         from swarmscope.controller.metrics import RunMetrics
         from swarmscope.controller.otel import RunSpans
         from swarmscope.controller.role import ControllerRole
@@ -122,7 +122,7 @@ class SwarmscopeProcess:
             token = auth.load_token(cfg.token_file or None)
         else:
             token = auth.new_token()
-        self.fleet = Fleet(token, bind=cfg.grpc_bind, tls=_fleet_tls(cfg))
+        self.fleet = make_fleet(token, bind=cfg.grpc_bind, tls=_fleet_tls(cfg))
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:

@@ -45,7 +45,7 @@ from typing import Any
 
 import grpc
 
-from swarmscope.controller.fleet import grpc_for_gevent
+from swarmscope.controller.fleet_loop import grpc_for_gevent
 from swarmscope.controller.tracers.base import (
     NodeKey,
     TracerConfig,

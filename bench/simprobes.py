@@ -1,0 +1,176 @@
+"""Cheap simulated probes for the fan-in benches: thousands of grpc.aio Sessions per process.
+
+    procs = SimProbes.spawn(address, token, names, per_process=2500, cpus={1})
+    procs.wait_registered(timeout_s=120); ...; procs.stop()
+
+Each simulated probe does what tests/fakeprobe.py does over real gRPC: the Hello/Register
+handshake (both HMAC proofs checked), one Session stream, a heartbeat at the interval Register
+returns, an ack per OpenWindow and one WindowDone (a Reading per node asked, ``{"exec": 1000}``)
+per CloseWindow. Unlike FakeProbe (a thread and a channel each), they are coroutines on one
+event loop per process, and ``per_channel`` of them share one HTTP/2 connection, so 10,000 fit on
+one core. Caveat: shared connections cost the server less per probe than one each would (the
+per-message cost, which dominates a window, is the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+import grpc
+
+from swarmscope import auth
+from swarmscope.v1 import probe_pb2 as pb
+from swarmscope.v1 import probe_pb2_grpc as pb_grpc
+
+COUNTERS = {"exec": 1000}
+
+
+async def _probe(stub: Any, token: str, name: str, registered: list[int], failed: list[str]) -> None:
+    pid = f"sim-{name}"
+    for attempt in range(5):  # bounded: a join storm can time out a Hello
+        try:
+            nonce = auth.new_nonce()
+            hello = await stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=pid), timeout=60)
+            if not auth.check(auth.controller_proof(token, nonce, hello.server_nonce), hello.proof):
+                raise RuntimeError("controller proof does not verify")
+            reply = await stub.Register(
+                pb.RegisterRequest(
+                    probe_id=pid,
+                    hostname=name,
+                    node_name=name,
+                    nonce=nonce,
+                    server_nonce=hello.server_nonce,
+                    proof=auth.probe_proof(token, hello.server_nonce, nonce, pid),
+                ),
+                timeout=60,
+            )
+            break
+        except grpc.aio.AioRpcError as e:
+            if attempt == 4:
+                failed.append(f"{name}: {e.code().name} {e.details()}")
+                return
+            await asyncio.sleep(1 + attempt)
+    call = stub.Session()
+    sid = reply.session_id
+    await call.write(pb.ProbeMessage(session_id=sid, heartbeat=pb.Heartbeat(unix_ns=1)))
+    registered[0] += 1
+    writing = asyncio.Lock()  # grpc.aio allows one pending write per call
+
+    async def send(msg: pb.ProbeMessage) -> None:
+        async with writing:
+            await call.write(msg)
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(reply.heartbeat_interval_s or 1.0)
+            await send(pb.ProbeMessage(heartbeat=pb.Heartbeat(unix_ns=time.time_ns())))
+
+    beats = asyncio.create_task(beat())
+    windows: dict[str, list[pb.NodeInfo]] = {}
+    try:
+        async for cmd in call:
+            kind = cmd.WhichOneof("kind")
+            if kind == "open":
+                windows[cmd.open.window_id] = list(cmd.open.nodes)
+                ack = pb.WindowAck(run_id=cmd.open.run_id, window_id=cmd.open.window_id, ok=True)
+                await send(pb.ProbeMessage(ack=ack))
+            elif kind == "close":
+                c = cmd.close
+                batch = [
+                    pb.Reading(
+                        run_id=c.run_id, window_id=c.window_id, probe_id=pid, node=n.name, counters=COUNTERS
+                    )
+                    for n in windows.pop(c.window_id, [])
+                ]
+                done = pb.WindowDone(run_id=c.run_id, window_id=c.window_id, readings=len(batch), batch=batch)
+                await send(pb.ProbeMessage(done=done))
+            elif kind == "shutdown":
+                break
+    except grpc.aio.AioRpcError:
+        pass
+    finally:
+        beats.cancel()
+
+
+async def _host(
+    address: str, token: str, names: list[str], per_channel: int, registered: Any, stop: Any
+) -> None:
+    count, failed = [0], []
+    # A local subchannel pool: each channel its own TCP connection (grpc shares them otherwise).
+    opts = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.insecure_channel(address, opts) for _ in range(0, len(names), per_channel)]
+    stubs = [pb_grpc.ProbeControlStub(ch) for ch in channels]
+    tasks = []
+    for i, name in enumerate(names):
+        tasks.append(asyncio.create_task(_probe(stubs[i // per_channel], token, name, count, failed)))
+        if i % 200 == 199:
+            await asyncio.sleep(0.05)  # a paced join: no Hello storm of thousands at once
+    last = -1
+    while not stop.is_set():
+        if failed:
+            print(f"simprobes: {len(failed)} failed to join, e.g. {failed[0]}", flush=True)
+            failed.clear()
+        if count[0] != last:
+            with registered.get_lock():
+                registered.value += count[0] - max(last, 0)
+            last = count[0]
+        await asyncio.sleep(0.2)
+    for t in tasks:
+        t.cancel()
+    for ch in channels:
+        await ch.close()
+
+
+def _main(
+    address: str,
+    token: str,
+    names: list[str],
+    per_channel: int,
+    cpus: set[int] | None,
+    registered: Any,
+    stop: Any,
+) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    asyncio.run(_host(address, token, names, per_channel, registered, stop))
+
+
+class SimProbes:
+    """Processes of simulated probes; ``registered`` counts those whose Session is up."""
+
+    def __init__(self, procs: list[Any], registered: Any, stop: Any):
+        self.procs, self.registered, self.stop_event = procs, registered, stop
+
+    @classmethod
+    def spawn(
+        cls,
+        address: str,
+        token: str,
+        names: list[str],
+        per_process: int = 2500,
+        per_channel: int = 50,
+        cpus: set[int] | None = None,
+    ) -> SimProbes:
+        ctx = mp.get_context("spawn")  # never fork a process that has gRPC running
+        registered, stop = ctx.Value("q", 0), ctx.Event()
+        procs = []
+        for i in range(0, len(names), per_process):
+            p = ctx.Process(
+                target=_main,
+                args=(address, token, names[i : i + per_process], per_channel, cpus, registered, stop),
+                daemon=True,
+            )
+            p.start()
+            procs.append(p)
+        return cls(procs, registered, stop)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for p in self.procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()

@@ -1,0 +1,173 @@
+"""A grpc.aio server on an asyncio event loop of its own thread, driven from synchronous code.
+
+    loop = AioServerThread("fleet")
+    port = loop.start(lambda server: add_ProbeControlServicer_to_server(svc, server),
+                      bind="127.0.0.1:0", options=[...], credentials=None)
+    loop.post(fn, arg)     # run fn(arg) on the loop, from any thread (asyncio is not thread-safe)
+    loop.stop(grace_s=1.0)
+
+Why a thread of its own: the fleet's callers (the sweep, the run pipeline, tests) are
+synchronous and block on windows; the server's streams live on the loop, one task per stream
+instead of one OS thread per stream.
+
+Caveat: grpc.aio does not run inside a gevent-patched process (a Locust process); there the
+fleet runs in a child process (controller/fleet_proc.py) and this runs in that child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from swarmscope.errors import FleetError
+from swarmscope.v1 import probe_pb2 as pb
+
+_gevent_ready = False
+
+
+class AioServerThread:
+    """One event loop in one daemon thread, holding one grpc.aio server."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
+
+    def start(
+        self,
+        add: Callable[[grpc.aio.Server], None],
+        bind: str,
+        options: list[tuple[str, Any]],
+        credentials: grpc.ServerCredentials | None = None,
+    ) -> int:
+        """Start the loop and the server on it; return the bound port (FleetError if none)."""
+        loop = asyncio.new_event_loop()
+        started: dict[str, Any] = {}
+        ready = threading.Event()
+
+        async def serve() -> None:
+            try:
+                server = grpc.aio.server(options=options)
+                add(server)
+                if credentials is not None:
+                    port = server.add_secure_port(bind, credentials)
+                else:
+                    port = server.add_insecure_port(bind)
+                await server.start()
+                self._server = server
+                started["port"] = port
+            except Exception as e:  # reported to start()'s caller, in its thread
+                started["error"] = e
+            finally:
+                ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            task = loop.create_task(serve())  # referenced: a task nobody holds may be collected
+            loop.run_forever()
+            task.cancel()
+            loop.close()
+
+        self.loop = loop
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        err = started.get("error")
+        port = int(started.get("port", 0))
+        if err is not None or port == 0:
+            self.stop(0)
+            raise FleetError(f"cannot listen on {bind} for probes: {err or 'address in use?'}") from err
+        return port
+
+    def on_loop(self) -> bool:
+        return self._thread is threading.current_thread()
+
+    def post(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop: now if called from it, else as soon as it can."""
+        if self.loop is None:
+            return
+        if self.on_loop():
+            fn(*args)
+        else:
+            try:
+                self.loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:
+                pass  # the loop is closed: the server is gone, nobody is left to receive
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        loop, server, thread = self.loop, self._server, self._thread
+        self._server = None
+        if loop is None or thread is None:
+            return
+        if server is not None and loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(server.stop(grace_s), loop)
+            try:
+                fut.result(grace_s + 5)
+            except Exception:
+                pass
+        if loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(grace_s + 5)
+        self.loop = None
+        self._thread = None
+
+
+def grpc_for_gevent() -> None:
+    """Make grpc cooperate with gevent when this process is monkey-patched (Locust)."""
+    global _gevent_ready
+    if _gevent_ready:
+        return
+    try:
+        from gevent import monkey
+
+        patched = monkey.is_module_patched("threading")
+    except ImportError:
+        patched = False
+    if patched:
+        import grpc.experimental.gevent as grpc_gevent
+
+        grpc_gevent.init_gevent()
+    _gevent_ready = True
+
+
+def gevent_patched() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:
+        return False
+    return bool(monkey.is_module_patched("threading"))
+
+
+async def parse_request(cls: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return cls.FromString(raw)
+    except DecodeError:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a {cls.DESCRIPTOR.full_name}")
+
+
+def probe_control_handlers(svc: Any) -> grpc.GenericRpcHandler:
+    """ProbeControl with requests parsed here: a message that does not parse is the caller's
+    INVALID_ARGUMENT, not the UNKNOWN grpc.aio makes of a deserializer's exception."""
+
+    def unary(cls: Any, fn: Any, reply: Any) -> grpc.RpcMethodHandler:
+        async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await fn(await parse_request(cls, raw, context), context)
+
+        return grpc.unary_unary_rpc_method_handler(call, response_serializer=reply.SerializeToString)
+
+    return grpc.method_handlers_generic_handler(
+        "swarmscope.v1.ProbeControl",
+        {
+            "Hello": unary(pb.HelloRequest, svc.Hello, pb.HelloReply),
+            "Register": unary(pb.RegisterRequest, svc.Register, pb.RegisterReply),
+            "Session": grpc.stream_stream_rpc_method_handler(
+                svc.Session, response_serializer=pb.Command.SerializeToString
+            ),
+        },
+    )
