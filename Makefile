@@ -34,7 +34,7 @@ bench: setup
 
 # Ingress: swarmscope's Locust/k6 paths vs plain Locust/k6 on the same local nginx, wrk as ceiling.
 bench-http: setup
-	$(PY) bench/http_flood.py --users 50 --duration 5 --repeat 3
+	$(PY) bench/http_flood.py --users 50 --repeat 3
 
 clean:
 	rm -rf .venv results build dist

@@ -1,35 +1,56 @@
-"""HTTP bench: does swarmscope's orchestration cost throughput? Same nginx, same concurrency.
+"""HTTP bench: does swarmscope's orchestration cost throughput? Same nginx, same users, same counter.
 
-    .venv/bin/python bench/http_flood.py --users 50 --duration 5 [--out results/bench_http.json]
+    .venv/bin/python bench/http_flood.py --users 50 [--warmup 2 --window 4 --repeat 3]
 
-Against one local target (targets.ingress.local, nginx LB + 2 backends in our netns), one after
-the other: swarmscope's Locust path (``swarmscope run``: a worker driver's FloodUsers) vs plain Locust
-(``locust --headless`` with a bare FastHttpUser), swarmscope's k6 path (the driver runs k6 with
-per-request JSON output) vs plain k6 (``k6 run --vus``), and wrk as the ceiling. Prints req/s
-and the ratios swarmscope/plain (goal ≥ 0.95).
+Against one local target (targets.ingress.local: nginx LB with 2 workers + 2 backends in our
+netns), one after the other and interleaved over ``--repeat`` rounds: swarmscope's Locust path
+(``swarmscope run``: a worker driver's FloodUsers) vs plain Locust (``locust --headless``, a
+bare FastHttpUser), swarmscope's k6 path (the driver runs k6) vs plain k6 (``k6 run --vus``),
+and wrk as the ceiling.
 
-Caveats: 2 shared cores — numbers are noisy, compare within one run only; every tool here
-runs one process (Locust uses one core). Needs root (netns).
+Every path is counted the same way, by the server: nginx's access log stamps each request with
+``$msec``; a run's load starts at its 10th line (after swarmscope's one preflight GET), the
+first ``--warmup`` seconds are dropped, and the rate is the lines in the next ``--window``
+seconds divided by it. So ramp-up, start-up and stop are outside every figure alike. The same
+log checks each tool's own count (its total against the lines it caused). CPU is sampled from
+/proc (psutil) every 0.1 s and cut to the same window: the generator's own process(es) (the
+``swarmscope run`` process, where the Locust users run, or its k6 alone; the probe, and on
+the k6 path the swarmscope process, are shown apart as "others") and nginx's, giving each
+generator's ceiling per core next to wrk's, and how many one-core Locust workers one saturated
+nginx needs.
+
+Prints medians over the rounds. Caveats: 2 shared cores — the machine's other load moves every
+figure; compare within one run only. Needs root (netns).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import json
+import math
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from swarmscope.targets.ingress.local import LocalIngress  # noqa: E402
 from swarmscope.workers.k6 import k6_binary  # noqa: E402
+
+GOAL = 0.95
+LOAD_STARTS_AT_LINE = 10  # a run's load starts at its 10th log line (swarmscope sends 1 preflight)
 
 PLAIN_LOCUSTFILE = """
 from locust import FastHttpUser, constant, task
@@ -49,84 +70,299 @@ export default function () { http.get(__ENV.TARGET); }
 """
 
 
-def swarmscope_flood(url: str, users: int, duration: float, engine: str, tmp: Path) -> float:
-    """req/s of one step through ``swarmscope run`` (the pipeline: probe window, worker driver)."""
+class CpuSampler:
+    """CPU seconds (user + system) of a generator's processes and of nginx, every 0.1 s."""
+
+    def __init__(
+        self,
+        root: int,
+        nginx: Callable[[], list[int]],
+        generator_names: tuple[str, ...],
+        root_gen: bool = True,
+    ):
+        self.root, self.nginx, self.names, self.root_gen = root, nginx, generator_names, root_gen
+        self.samples: list[tuple[float, float, float, float]] = []  # (t, generator, others, nginx)
+        self._seen: dict[int, tuple[float, str]] = {}  # pid -> last cpu, kind (dead ones keep it)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _cpu(self, pid: int) -> float | None:
+        try:
+            c = psutil.Process(pid).cpu_times()
+            return c.user + c.system
+        except psutil.Error:
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                root = psutil.Process(self.root)
+                kids = root.children(recursive=True)
+            except psutil.Error:
+                return
+            for p in [root, *kids]:
+                try:
+                    mine = p.pid == self.root and self.root_gen
+                    kind = "gen" if mine or p.name() in self.names else "other"
+                except psutil.Error:
+                    continue
+                cpu = self._cpu(p.pid)
+                if cpu is not None:
+                    self._seen[p.pid] = (cpu, kind)
+            gen = sum(c for c, k in self._seen.values() if k == "gen")
+            other = sum(c for c, k in self._seen.values() if k == "other")
+            ngx = sum(c for c in map(self._cpu, self.nginx()) if c is not None)
+            self.samples.append((time.time(), gen, other, ngx))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join(timeout=2)
+
+    def between(self, t0: float, t1: float) -> tuple[float, float, float]:
+        """CPU seconds used in [t0, t1] (linear between samples): generator, others, nginx."""
+        ts = [s[0] for s in self.samples]
+
+        def at(t: float, k: int) -> float:
+            i = bisect.bisect_left(ts, t)
+            if i == 0 or i >= len(ts):
+                return math.nan
+            (ta, *a), (tb, *b) = self.samples[i - 1], self.samples[i]
+            return a[k] + (b[k] - a[k]) * (t - ta) / (tb - ta)
+
+        return tuple(at(t1, k) - at(t0, k) for k in range(3))  # type: ignore[return-value]
+
+
+class Target:
+    """The local ingress, with its access log read by byte offset: each run its own lines."""
+
+    def __init__(self, t: LocalIngress):
+        self.t = t
+        self.log = t.dir / "access.log"
+        self._off = 0
+
+    def mark(self) -> None:
+        self._off = self.log.stat().st_size
+
+    def times(self) -> list[float]:
+        """``$msec`` of every line since ``mark`` (the log format starts with it)."""
+        with open(self.log, "rb") as fh:
+            fh.seek(self._off)
+            return sorted(float(line.split(b" ", 1)[0]) for line in fh if line.strip())
+
+    def nginx_pids(self) -> list[int]:
+        return [*self.t.lb_pids(), *self.t.backend_pids()]
+
+
+def run_tool(
+    cmd: list[str],
+    target: Target,
+    gen_names: tuple[str, ...],
+    cwd: Path,
+    timeout: float,
+    root_gen: bool = True,
+) -> tuple[list[float], CpuSampler, subprocess.CompletedProcess[str]]:
+    """Run one tool; ``gen_names`` are its child processes that generate load, ``root_gen``
+    whether the process started generates too (swarmscope's k6 path: only k6 does)."""
+    target.mark()
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = CpuSampler(p.pid, target.nginx_pids, gen_names, root_gen)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        sampler.stop()
+    time.sleep(0.5)  # nginx writes a line after its response: let the last ones land
+    return target.times(), sampler, subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def measure(
+    name: str, lines: list[float], sampler: CpuSampler, own: int | None, args: argparse.Namespace
+) -> dict[str, Any] | None:
+    """The path's steady rate from the log, its CPU in that window, its own count beside the log."""
+    if len(lines) < LOAD_STARTS_AT_LINE:
+        raise SystemExit(f"{name}: only {len(lines)} log lines; did the tool run?")
+    t0 = lines[LOAD_STARTS_AT_LINE - 1] + args.warmup
+    t1 = t0 + args.window
+    if lines[-1] < t1:  # a start slower than the tail (a starved machine): not this round
+        print(f"{name}: load ended {t1 - lines[-1]:.2f} s before the window's end; round dropped "
+              "(longer --tail)", file=sys.stderr)  # fmt: skip
+        return None
+    n = bisect.bisect_left(lines, t1) - bisect.bisect_left(lines, t0)
+    gen, other, ngx = sampler.between(t0, t1)
+    rate = n / args.window
+    return {
+        "rps": rate,
+        "gen_cores": gen / args.window,
+        "other_cores": other / args.window,
+        "nginx_cores": ngx / args.window,
+        "rps_per_gen_core": rate / (gen / args.window) if gen > 0 else math.nan,
+        "rps_per_nginx_core": rate / (ngx / args.window) if ngx > 0 else math.nan,
+        "log_lines": len(lines),
+        "own_count": own,
+    }
+
+
+def swarmscope_path(
+    target: Target, engine: str, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any] | None:
     out = tmp / f"ss-{engine}"
+    dur = args.warmup + args.window + args.tail + 1.0  # + the time load takes to start (10 lines)
     cmd = [sys.executable, "-m", "swarmscope.cli", "run", str(ROOT / "scenarios" / "ingress_flood.yaml"),
-           "--out", str(out), "--set", f"host={url}", "--set", f"steps={users}",
-           "--set", f"step_duration={duration}", "--set", f"engine={engine}"]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+           "--out", str(out), "--set", f"host={target.t.url}", "--set", f"steps={args.users}",
+           "--set", f"step_duration={dur}", "--set", f"engine={engine}"]  # fmt: skip
+    # The generator: the swarmscope process itself (Locust users run in it), or k6 alone; the
+    # rest (the k6 path's swarmscope process, the probe) is shown as "others".
+    lines, sampler, p = run_tool(cmd, target, ("k6",), ROOT, dur + 600, root_gen=engine == "locust")
+    if p.returncode != 0:
+        raise SystemExit(f"swarmscope run ({engine}) failed: {p.stderr[-2000:]}")
     run_dir = max((d for d in out.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
     rep = json.loads((run_dir / "report.json").read_text())
-    return float(rep["steps"][0]["rps"])
+    r = measure(f"swarmscope-{engine}", lines, sampler, int(rep["ingress"]["target_requests"]), args)
+    if r is not None:
+        r["own_rps"] = float(rep["steps"][0]["rps"])  # the step's own figure (over the whole step)
+    return r
 
 
-def plain_locust(url: str, users: int, duration: float, tmp: Path) -> float:
+def plain_locust(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
     f = tmp / "plain_locustfile.py"
     f.write_text(PLAIN_LOCUSTFILE)
-    cmd = [str(Path(sys.executable).parent / "locust"), "-f", str(f), "--headless", "-u", str(users),
-           "-r", str(users), "-t", f"{int(duration)}s", "--host", url.rstrip("/"),
+    dur = math.ceil(args.warmup + args.window + args.tail + 1.0)
+    cmd = [str(Path(sys.executable).parent / "locust"), "-f", str(f), "--headless", "-u", str(args.users),
+           "-r", "10000", "-t", f"{dur}s", "--host", target.t.url.rstrip("/"),
            "--csv", str(tmp / "plain"), "--only-summary", "--stop-timeout", "10"]  # fmt: skip
-    subprocess.run(cmd, capture_output=True, cwd=tmp)
+    lines, sampler, p = run_tool(cmd, target, (), tmp, dur + 60)
     with open(tmp / "plain_stats.csv", encoding="utf-8") as fh:
-        rows = {r["Name"]: r for r in csv.DictReader(fh)}
-    agg = rows["Aggregated"]
-    return float(agg["Request Count"]) / duration
+        agg = {r["Name"]: r for r in csv.DictReader(fh)}["Aggregated"]
+    # Locust's own count: its final console summary. Its --csv file is written before the users
+    # stopped at -t finish the requests they have in flight, so it misses those (the log has them).
+    m = re.search(r"Aggregated\s+(\d+)\s", p.stdout + p.stderr)
+    r = measure("locust-plain", lines, sampler, int(m.group(1)) if m else None, args)
+    if r is not None:
+        r["csv_count"] = int(agg["Request Count"])
+    return r
 
 
-def plain_k6(url: str, users: int, duration: float, tmp: Path) -> float:
+def plain_k6(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
     s = tmp / "plain.js"
     s.write_text(PLAIN_K6)
     summ = tmp / "plain-k6-summary.json"
-    cmd = [k6_binary(), "run", "--quiet", "--no-usage-report", "--vus", str(users), "--duration",
-           f"{int(duration)}s", "-e", f"TARGET={url}", "--summary-export", str(summ), str(s)]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True)
-    return float(json.loads(summ.read_text())["metrics"]["http_reqs"]["rate"])
+    dur = math.ceil(args.warmup + args.window + args.tail + 1.0)
+    cmd = [k6_binary(), "run", "--quiet", "--no-usage-report", "--vus", str(args.users), "--duration",
+           f"{dur}s", "-e", f"TARGET={target.t.url}", "--summary-export", str(summ), str(s)]  # fmt: skip
+    lines, sampler, p = run_tool(cmd, target, ("k6",), tmp, dur + 60)
+    if p.returncode != 0:
+        raise SystemExit(f"k6 failed: {p.stderr[-2000:]}")
+    own = int(json.loads(summ.read_text())["metrics"]["http_reqs"]["count"])
+    return measure("k6-plain", lines, sampler, own, args)
 
 
-def wrk(url: str, users: int, duration: float) -> float:
-    out = subprocess.run(["wrk", "-t2", f"-c{users}", f"-d{int(duration)}s", url],
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
-    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    return float(m.group(1)) if m else 0.0
+def wrk(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
+    dur = math.ceil(args.warmup + args.window + args.tail + 1.0)
+    cmd = ["wrk", "-t2", f"-c{args.users}", f"-d{dur}s", target.t.url]
+    lines, sampler, p = run_tool(cmd, target, ("wrk",), tmp, dur + 60)
+    m = re.search(r"(\d+) requests in", p.stdout)
+    return measure("wrk", lines, sampler, int(m.group(1)) if m else None, args)
+
+
+PATHS = ("locust_plain", "locust_swarmscope", "k6_plain", "k6_swarmscope", "wrk")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--users", type=int, default=50)
-    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds dropped after the load starts")
+    ap.add_argument("--window", type=float, default=4.0, help="the steady window counted (seconds)")
+    ap.add_argument("--tail", type=float, default=3.0, help="load held after the window (seconds)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds, interleaved; medians are reported")
     ap.add_argument("--out", default="results/bench_http.json")
     args = ap.parse_args()
-    runs: dict[str, list[float]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in PATHS}
     with LocalIngress(lb_workers=2) as t, tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        u, n, s = t.url, args.users, args.duration
+        tmp, target = Path(d), Target(t)
+        fns: dict[str, Callable[[], dict[str, Any] | None]] = {
+            "locust_plain": lambda: plain_locust(target, args, tmp),
+            "locust_swarmscope": lambda: swarmscope_path(target, "locust", args, tmp),
+            "k6_plain": lambda: plain_k6(target, args, tmp),
+            "k6_swarmscope": lambda: swarmscope_path(target, "k6", args, tmp),
+            "wrk": lambda: wrk(target, args, tmp),
+        }
         # Interleaved rounds: the machine is shared, so each pair sees similar background load.
-        for _ in range(args.repeat):
-            for name, fn in (
-                ("locust_plain", lambda: plain_locust(u, n, s, tmp)),
-                ("locust_swarmscope", lambda: swarmscope_flood(u, n, s, "locust", tmp)),
-                ("k6_plain", lambda: plain_k6(u, n, s, tmp)),
-                ("k6_swarmscope", lambda: swarmscope_flood(u, n, s, "k6", tmp)),
-                ("wrk", lambda: wrk(u, n, s)),
-            ):
-                runs.setdefault(name, []).append(fn())
-    res = {k: statistics.median(v) for k, v in runs.items()}
-    res["ratio_locust"] = res["locust_swarmscope"] / res["locust_plain"]
-    res["ratio_k6"] = res["k6_swarmscope"] / res["k6_plain"]
-    out = {
-        "users": args.users,
-        "duration_s": args.duration,
-        "when": time.time(),
-        "req_per_s": res,
-        "runs": runs,
+        for i in range(args.repeat):
+            for name in PATHS:
+                got = fns[name]()
+                if got is not None:
+                    runs[name].append(got)
+                    print(f"round {i + 1} {name:<18} {got['rps']:9.0f} req/s", file=sys.stderr)
+    if not all(runs.values()):
+        raise SystemExit(f"no valid round for {[k for k, v in runs.items() if not v]}: longer --tail")
+    med = {k: {f: _median([r.get(f) for r in v]) for f in v[0]} for k, v in runs.items()}
+    ratios = {
+        eng: {
+            "rps": med[f"{eng}_swarmscope"]["rps"] / med[f"{eng}_plain"]["rps"],
+            # per generator core: what the orchestration costs the generator itself, whatever
+            # share of the 2 shared cores each run happened to get
+            "per_core": med[f"{eng}_swarmscope"]["rps_per_gen_core"]
+            / med[f"{eng}_plain"]["rps_per_gen_core"],
+        }
+        for eng in ("locust", "k6")
     }
+    # One saturated nginx: its requests per nginx core (from the wrk run, where it is busiest),
+    # against one Locust worker (one process, one core at most: plain FastHttpUser's ceiling).
+    locust_core = med["locust_plain"]["rps_per_gen_core"]
+    workers = {
+        "nginx_rps_per_core": med["wrk"]["rps_per_nginx_core"],
+        "locust_worker_rps": locust_core,
+        "workers_per_nginx_core": med["wrk"]["rps_per_nginx_core"] / locust_core,
+        "workers_for_this_nginx": math.ceil(med["wrk"]["rps"] / locust_core),
+    }
+    out = {"args": vars(args), "when": time.time(), "median": med, "ratios": ratios,
+           "distributed": workers, "runs": runs}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
-    for k, v in res.items():
-        print(f"{k:<20} {v:10.2f}")
+    print(report(med, ratios, workers, args))
     return 0
+
+
+def _median(xs: list[Any]) -> Any:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(xs) if xs else None
+
+
+def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, Any], args: Any) -> str:
+    rows = [
+        f"steady window: {args.window:g} s after {args.warmup:g} s warm-up, counted from nginx's "
+        f"access log; {args.users} users; medians of {args.repeat} interleaved rounds",
+        f"{'path':<18} {'req/s (log)':>11} {'own/log':>8} {'gen cores':>9} {'req/s/core':>10} "
+        f"{'nginx cores':>11} {'others':>7}",
+    ]
+    for k in PATHS:
+        m = med[k]
+        own = f"{m['own_count'] / m['log_lines']:.4f}" if m.get("own_count") else "-"
+        rows.append(
+            f"{k:<18} {m['rps']:11.0f} {own:>8} {m['gen_cores']:9.2f} {m['rps_per_gen_core']:10.0f} "
+            f"{m['nginx_cores']:11.2f} {m['other_cores']:7.2f}"
+        )
+    lp = med["locust_plain"]
+    if lp.get("csv_count"):
+        rows.append(f"(plain Locust's --csv count / log: {lp['csv_count'] / lp['log_lines']:.4f})")
+    for k, v in ratios.items():
+        verdict = "ok" if v["rps"] >= GOAL else "BELOW"
+        rows.append(
+            f"ratio {k:<6} swarmscope / plain: {v['rps']:.3f} (goal >= {GOAL}: {verdict}); "
+            f"per generator core {v['per_core']:.3f}"
+        )
+    rows.append(
+        f"generator ceiling per core: Locust {lp['rps_per_gen_core']:.0f}, "
+        f"k6 {med['k6_plain']['rps_per_gen_core']:.0f}, wrk {med['wrk']['rps_per_gen_core']:.0f} req/s"
+    )
+    rows.append(
+        f"distributed: nginx serves {w['nginx_rps_per_core']:.0f} req/s per nginx core; one Locust "
+        f"worker (one core) sends {w['locust_worker_rps']:.0f} -> {w['workers_per_nginx_core']:.1f} "
+        f"workers per nginx core; {w['workers_for_this_nginx']} for wrk's {med['wrk']['rps']:.0f} req/s here"
+    )
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

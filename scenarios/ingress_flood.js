@@ -1,13 +1,15 @@
 // ingress_flood.js — the ingress flood for k6, driven by swarmscope's workers/k6.py.
 //
 //   k6 run -e TARGET=http://10.201.7.2/ -e MODEL=closed -e STEPS=100,200 -e STEP_DURATION=30 \
-//          --out json=points.json scenarios/ingress_flood.js
+//          --out csv=points.csv scenarios/ingress_flood.js   # K6_CSV_TIME_FORMAT=unix_micro
 //
 // One k6 scenario per step ("step0", "step1", …) started back to back, so every sample carries
 // its step in the built-in `scenario` tag and per-step results are exact. MODEL=closed: each step
 // is a constant-vus scenario (STEPS are VUs). MODEL=open: constant-arrival-rate (STEPS are
 // requests per second); k6 starts iterations on schedule as long as VUs are free (MAX_VUS), and
-// counts the ones it could not start in `dropped_iterations`.
+// counts the ones it could not start in `dropped_iterations`. ITERATIONS (boom's -n, closed model):
+// each step is a shared-iterations scenario, exactly that many requests over the step's VUs
+// (one value for all steps or one per step), STEP_DURATION being the step's limit (maxDuration).
 import http from 'k6/http';
 
 const steps = (__ENV.STEPS || '100').split(',').map((s) => Number(s.trim())).filter((n) => n > 0);
@@ -15,6 +17,7 @@ const stepDuration = Number(__ENV.STEP_DURATION || '30');
 const model = __ENV.MODEL || 'closed';
 const maxVUs = Number(__ENV.MAX_VUS || '1000');
 const target = __ENV.TARGET || 'http://127.0.0.1/';
+const counts = (__ENV.ITERATIONS || '').split(',').filter((s) => s.trim() !== '').map(Number);
 
 const scenarios = {};
 steps.forEach((n, i) => {
@@ -23,6 +26,13 @@ steps.forEach((n, i) => {
     scenarios[`step${i}`] = Object.assign({
       executor: 'constant-arrival-rate', rate: n, timeUnit: '1s', duration: `${stepDuration}s`,
       preAllocatedVUs: Math.min(maxVUs, Math.max(10, Math.ceil(n / 10))), maxVUs: maxVUs,
+    }, common);
+  } else if (counts.length > 0) {
+    const count = counts.length > 1 ? counts[i] : counts[0];
+    // k6 refuses fewer iterations than VUs; a VU without an iteration would only idle anyway.
+    scenarios[`step${i}`] = Object.assign({
+      executor: 'shared-iterations', vus: Math.min(n, count), iterations: count,
+      maxDuration: `${stepDuration}s`,
     }, common);
   } else {
     scenarios[`step${i}`] = Object.assign({

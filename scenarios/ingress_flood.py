@@ -4,6 +4,8 @@
         --stop-timeout 5                       # no --host: a worker starts the local nginx target
     locust -f scenarios/ingress_flood.py --master --headless --expect-workers 2 --stop-timeout 5
     locust -f scenarios/ingress_flood.py --worker                            # (twice)
+    locust -f scenarios/ingress_flood.py --headless --ss-steps 100,200 --ss-requests 1000 \
+        --ss-backends 1,2 --stop-timeout 5      # boom's -n: each step ends on its exact count
 
 Each test start/stop is one window; the workers' HdrHistograms are merged exactly on the
 master and the report (per-step rows, faults, the nginx log check) goes in the run directory.

@@ -26,7 +26,8 @@ TOKEN = os.environ.setdefault(TOKEN_ENV, auth.new_token())
 
 @contextmanager
 def control_plane(db: str) -> Iterator[tuple[subprocess.Popen[str], str, pbg.NeighborStoreStub]]:
-    p, addr, _token = start_server(db, TOKEN)
+    cp = start_server(db, TOKEN)
+    p, addr = cp.proc, cp.address
     ch = connect(addr, TOKEN)
     try:
         yield p, addr, pbg.NeighborStoreStub(ch)
@@ -57,32 +58,41 @@ def agent_cmd(addr: str, pins: str) -> list[str]:
     ]
 
 
-def check_neighbor_points(rep: dict, ns: list[int], workers: int, page: int, batch: int) -> list[dict]:
+MODES = ("list_program", "watch_only", "write_watch_program")
+
+
+def check_neighbor_points(
+    rep: dict, ns: list[int], workers: int, page: int, batch: int, modes: tuple[str, ...] = MODES
+) -> list[dict]:
     """Every point of a pipeline report verified and exact; the kernel clock is the probe's.
 
     The update calls are known in advance: one per List page of a worker's share
-    (list_program), one per put-batch transaction of it (write_watch_program); only the probe's
-    map_update samples of the agents' pids and maps can produce that count."""
+    (list_program), one per put-batch transaction of it (write_watch_program), none at all
+    (watch_only: received, not programmed); only the probe's map_update samples of the agents'
+    pids and maps can produce that count."""
     from swarmscope.kinds.neighbor_writes.results import percentile, shares
 
     pts = rep["neighbors"]["points"]
-    assert [(p["neighbors"], p["mode"]) for p in pts] == [
-        (n, m) for n in ns for m in ("list_program", "write_watch_program")
-    ]
+    assert [(p["neighbors"], p["mode"]) for p in pts] == [(n, m) for n in ns for m in modes]
     by_point = {it["window_id"]: it for pt in rep["points"] for it in pt["iterations"]}
     assert len(by_point) == len(pts)
     for p, it in zip(pts, by_point.values(), strict=True):
         n = p["neighbors"]
         assert p["verified"] is True, p["problems"]
-        assert p["generated"] == p["kernel_entries"] == p["reported"] == n
-        assert (it["generated"], it["kernel"], it["reported"]) == (n, n, n)
         assert p["workers"] == workers == len(it["per_node"])
-        per = page if p["mode"] == "list_program" else batch
-        counts = [c for _, c in shares(n, [w["node"] for w in it["per_node"]]).values()]
-        assert p["update_calls"] == sum(-(-c // per) for c in counts)
         ws = it["extra"]["workers"]
-        assert sum(w["update_calls"] for w in ws.values()) == p["update_calls"]
-        assert all(w["pid_samples"] > w["update_calls"] for w in ws.values() if w["generated"])
+        if p["mode"] == "watch_only":  # every entry received, not one bpf() update by the agent
+            assert p["generated"] == p["reported"] == n and p["kernel_entries"] == 0
+            assert (it["generated"], it["kernel"], it["reported"]) == (n, None, n)
+            assert p["update_calls"] == 0 and all(w["pid_samples"] == 0 for w in ws.values())
+        else:
+            assert p["generated"] == p["kernel_entries"] == p["reported"] == n
+            assert (it["generated"], it["kernel"], it["reported"]) == (n, n, n)
+            per = page if p["mode"] == "list_program" else batch
+            counts = [c for _, c in shares(n, [w["node"] for w in it["per_node"]]).values()]
+            assert p["update_calls"] == sum(-(-c // per) for c in counts)
+            assert sum(w["update_calls"] for w in ws.values()) == p["update_calls"]
+            assert all(w["pid_samples"] > w["update_calls"] for w in ws.values() if w["generated"])
         assert 0 < p["p50_us"] <= p["p99_us"]
         # the percentiles are those of all workers' per-entry latencies pooled
         pooled = [tuple(x) for lat in it["extra"]["latencies_ns"].values() for x in lat]

@@ -28,11 +28,15 @@ done
 
 # Debian packages: BCC (python3-bpfcc, not PyPI's unrelated "bcc"), headers for BCC, the
 # reference exec tracer (bpftrace), bpftool for cross-checks, a C compiler for the native exec
-# helpers, nginx and sysstat for the ingress scenario and pidstat comparisons. libbpf1 is the
+# helpers, nginx and sysstat for the ingress scenario and pidstat comparisons, iperf3 for its
+# network baseline (the write-up's netperf). libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
 # stress-ng: the exec storm's `load: stress-ng` (the published scaling test's load generator).
+# softflowd, pmacct: the real flow exporters a flow storm measures
+# (targets/flow_agent/exporters.py; pmacct gives pmacctd).
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk stress-ng)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk iperf3 stress-ng
+      softflowd pmacct)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
 # build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through

@@ -74,8 +74,13 @@ class StepRecorder:
         self.timeline: list[tuple[float, bool]] = []
         self.cpu_s: dict[int, float] = {}  # generator CPU seconds used per step (this process)
         self.workers_cpu: list[dict[int, float]] | None = None  # per worker, after merge()
+        # Steps that end on a count, not a clock (locust -f, boom's -n): the step in progress,
+        # which the CPU meter charges; requests name their step themselves.
+        self.current_step: int | None = None
 
     def step_of(self, t: float) -> int:
+        if self.current_step is not None:
+            return self.current_step
         i = max(0, int((t - self.t0) // self.step_duration_s))
         return min(i, self.n_steps - 1) if self.n_steps > 0 else i
 

@@ -14,7 +14,8 @@ intended send time, so a stall shows in the percentiles (wrk2's rule, no coordin
 Users find the window they count into through the process's swarmscope driver
 (``environment.swarmscope.worker.active``, a :class:`WindowLoad`), so a user that lives across
 windows (``locust -f``, where each test start/stop is one window) records into the right one.
-:class:`StepShape` drives a ``locust -f`` run through the scenario's steps.
+:class:`StepShape` drives a ``locust -f`` run through the scenario's steps (by time, or by
+request count with ``requests``: workers.step_sync).
 
 Caveats: importing this imports Locust, which monkey-patches the process with gevent. The open
 model needs enough users for the rate × latency (Little's law); a step where the schedule could
@@ -58,6 +59,11 @@ class WindowLoad:
         # Taken before each send, one at a time (greenlets: no other user runs in between).
         self.budget: int | None = None
         self.elapsed_s: float | None = None  # count mode: from the step's start to its last answer
+        # locust -f count steps (workers.step_sync): the step whose budget users take, this
+        # node's share of it, and who to tell once every one of them is answered.
+        self.step: int | None = None
+        self.share = 0
+        self._on_done: Callable[[int], None] | None = None
         self._slots = 0
         self._meter: gevent.Greenlet | None = None
 
@@ -65,10 +71,30 @@ class WindowLoad:
         self._slots += 1
         return self._slots - 1
 
-    def record(self, intended: float, r: Any) -> None:
+    def record(self, intended: float, r: Any, step: int | None = None) -> None:
         err = getattr(r, "error", None)
         status = getattr(r, "status_code", None) or None
-        self.recorder.record(intended, time.time(), status, None if err is None else type(err).__name__)
+        rec = self.recorder
+        rec.record(intended, time.time(), status, None if err is None else type(err).__name__, step=step)
+        if (
+            self._on_done is not None
+            and step is not None
+            and step == self.step
+            and rec.steps[step].requests >= self.share
+        ):
+            self._step_done()
+
+    def begin_step(self, step: int, share: int, on_done: Callable[[int], None]) -> None:
+        """Count step ``step`` starts: ``share`` requests for this process's users."""
+        self.step, self.share, self.budget, self._on_done = step, share, share, on_done
+        self.recorder.current_step = step
+        if share == 0:
+            self._step_done()
+
+    def _step_done(self) -> None:
+        done, self._on_done = self._on_done, None
+        if done is not None and self.step is not None:
+            done(self.step)
 
     def start_cpu_meter(self) -> None:
         self._meter = gevent.spawn(self._cpu_meter)
@@ -140,8 +166,8 @@ class FloodUser(FastHttpUser):
                     gevent.sleep(0.05)  # this step's count is sent: idle until it ends
                     return
                 load.budget -= 1
-            t = time.time()
-            load.record(t, self.client.get(load.path, name="flood"))
+            step, t = load.step, time.time()  # the step whose count this request is part of
+            load.record(t, self.client.get(load.path, name="flood"), step)
             return
         now = time.time()
         rate = load.rate_at(now)
@@ -169,12 +195,20 @@ class StepShape(LoadTestShape):
     (each worker's users read the rate from the config the master sent)."""
 
     def tick(self) -> tuple[int, float] | None:
+        from swarmscope.workers.step_sync import StepSync
+
         env: Any = self.runner.environment if self.runner is not None else None
         cfg = env.swarmscope.cfg  # the config swarmscope's plug-in loaded on this master
+        if cfg.requests and cfg.model == "closed":  # boom's -n: a step ends on its count
+            return StepSync.of(env).tick(env, cfg)
         steps = cfg.steps
-        i = int(self.get_run_time() // cfg.step_duration)
+        # Steps count from the window's opening, as the workers' recorders do, not from the
+        # shape's start: setting the target up (and its network baseline) comes in between.
+        start = StepSync.window_opened(env)
+        i = 0 if start is None else int((time.time() - start) // cfg.step_duration)
         if i >= len(steps):
             return None
+        StepSync.of(env).timed(env, cfg, i)  # backends per step: the target reloads
         users = int(cfg.open_users) if cfg.model == "open" else int(steps[i])
         return users, 10000.0  # a step starts at once (all its users)
 
@@ -188,6 +222,11 @@ def _on_init(environment: Any, **_: Any) -> None:
     # Added here, so it runs after swarmscope's own test_start hook (installed before init),
     # which sets up the workers and learns the target's URL from them.
     events.test_start.add_listener(_target_host)
+    runner = environment.runner
+    if runner is not None and isinstance(environment.shape_class, StepShape):
+        from swarmscope.workers.step_sync import register
+
+        register(environment, runner)  # count steps and backends per step under locust -f
 
 
 def _target_host(environment: Any, **_: Any) -> None:

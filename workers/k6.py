@@ -1,14 +1,16 @@
 """Run the real k6 binary on scenarios/ingress_flood.js and fold its samples into a StepRecorder.
 
     res = run_k6(url, steps=[50, 100], step_duration_s=10, model="closed", out_dir=run_dir)
+    res = run_k6(url, [50], 30, iterations=[1000])   # boom's -n: exactly 1000 requests, 30 s at most
     res.recorder.summary()      # same per-step rows as the Locust path
     res.summary_export          # k6's own --summary-export JSON (cross-check)
 
-Per-step exact percentiles come from k6's raw JSON output (``--out json=``): every
-``http_req_duration`` sample, tagged with its step (the script runs one k6 scenario per step),
-goes into the step's HdrHistogram. That output is big (≈ 10 JSON lines per request); only the
-duration lines are parsed (cheap substring filter first), and the file is deleted afterwards
-unless ``keep_points``.
+Per-step exact percentiles come from k6's raw per-sample output: every ``http_req_duration``
+sample, tagged with its step (the script runs one k6 scenario per step), goes into the step's
+HdrHistogram. The output is CSV (``--out csv=``, µs timestamps), not JSON: k6 writes ≈ 10
+samples per request, and encoding them as JSON cost k6 about a quarter of its request rate
+(bench/http_flood.py); CSV with only the tags the fold reads costs little. The file is deleted
+afterwards unless ``keep_points``.
 
 Caveats: k6 measures from the actual send; in the open model (constant-arrival-rate) it starts
 iterations on schedule while VUs are free and counts the rest as ``dropped_iterations`` (reported
@@ -17,13 +19,12 @@ here), so give it enough ``max_vus``. The binary comes from tools/build_k6.sh (c
 
 from __future__ import annotations
 
+import csv
 import json
 import os
-import re
 import subprocess
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,39 +69,30 @@ class K6Result:
     exit_code: int = 0
 
 
-_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
-
-
-def parse_time(s: str) -> float:
-    """k6 timestamps carry up to nanoseconds, which datetime does not take: cut to µs."""
-    m = _TIME.match(s)
-    if not m:
-        raise ValueError(f"bad k6 time {s!r}")
-    frac = (m.group(2) or "0")[:6].ljust(6, "0")
-    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
-    return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}").timestamp()
-
-
 def fold_points(path: Path, rec: StepRecorder) -> int:
-    """Add every http_req_duration sample of a k6 JSON output file to ``rec``; returns dropped its."""
+    """Add every http_req_duration sample of a k6 CSV output file to ``rec``; returns dropped its.
+
+    The CSV (µs timestamps, ``K6_CSV_TIME_FORMAT=unix_micro``) carries only the tags asked for
+    with ``--system-tags``; a sample's time is its end, its value the duration in ms."""
     dropped = 0
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if '"Point"' not in line:
-                continue
-            if '"metric":"http_req_duration"' in line:
-                d = json.loads(line)["data"]
-                tags = d.get("tags", {})
-                sc = str(tags.get("scenario", "step0"))
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = csv.reader(fh)
+        col = {name: i for i, name in enumerate(next(rows, []))}
+        name_i, t_i, v_i = col["metric_name"], col["timestamp"], col["metric_value"]
+        sc_i, st_i, err_i = col["scenario"], col["status"], col["error_code"]
+        for row in rows:
+            name = row[name_i]
+            if name == "http_req_duration":
+                sc = row[sc_i]
                 step = int(sc[4:]) if sc.startswith("step") and sc[4:].isdigit() else 0
-                done = parse_time(d["time"])
-                status = int(tags.get("status") or 0) or None
-                err = tags.get("error_code") or None
+                done = int(row[t_i]) / 1e6
+                status = int(row[st_i] or 0) or None
+                err = row[err_i] or None
                 rec.record(
-                    done - float(d["value"]) / 1000.0, done, status, err and f"k6 error {err}", step=step
+                    done - float(row[v_i]) / 1000.0, done, status, err and f"k6 error {err}", step=step
                 )
-            elif '"metric":"dropped_iterations"' in line:
-                dropped += int(json.loads(line)["data"]["value"])
+            elif name == "dropped_iterations":
+                dropped += round(float(row[v_i]))
     return dropped
 
 
@@ -114,23 +106,28 @@ def run_k6(
     keep_points: bool = False,
     keep_timeline: bool = False,
     script: Path = SCRIPT,
+    iterations: list[int] | None = None,
 ) -> K6Result:
+    """Run k6 over ``steps``; with ``iterations`` (boom's -n, closed model) each step sends exactly
+    that many requests (k6's shared-iterations executor), ``step_duration_s`` being its limit."""
     k6 = k6_binary()
     out_dir = Path(out_dir or ".")
     out_dir.mkdir(parents=True, exist_ok=True)
-    points, summary = out_dir / "k6-points.json", out_dir / "k6-summary.json"
+    points, summary = out_dir / "k6-points.csv", out_dir / "k6-summary.json"
     env = {
         **os.environ,
         "K6_NO_USAGE_REPORT": "true",
+        "K6_CSV_TIME_FORMAT": "unix_micro",  # the default (whole seconds) cannot place a request
     }
     cmd = [
         k6, "run", "--quiet", "--no-usage-report", "--no-color",
         "-e", f"TARGET={url}", "-e", f"MODEL={model}",
         "-e", "STEPS=" + ",".join(str(int(s)) for s in steps),
         "-e", f"STEP_DURATION={step_duration_s:g}", "-e", f"MAX_VUS={max_vus}",
-        # Only the tags the fold needs: smaller JSON lines, less of k6's time spent writing them.
+        # Only the tags the fold needs: shorter lines, less of k6's time spent writing them.
+        *(("-e", "ITERATIONS=" + ",".join(str(int(n)) for n in iterations)) if iterations else ()),
         "--system-tags", "scenario,status,error_code",
-        "--summary-export", str(summary), "--out", f"json={points}", str(script),
+        "--summary-export", str(summary), "--out", f"csv={points}", str(script),
     ]  # fmt: skip
     t0 = time.time()
     rec = StepRecorder(step_duration_s, t0, keep_timeline=keep_timeline, n_steps=len(steps))
@@ -161,7 +158,7 @@ def run_k6(
     if proc.returncode not in (0, 99):  # 99: thresholds failed, still a valid run
         raise LoadGenError(f"k6 exited {proc.returncode}: {tail.strip()}")
     if not points.exists():
-        raise LoadGenError("k6 wrote no JSON output")
+        raise LoadGenError("k6 wrote no CSV output")
     dropped = fold_points(points, rec)
     if not keep_points:
         points.unlink()

@@ -5,7 +5,7 @@
     t.sends_ns, t.acks_ns, t.counts, t.revisions
 
     SWARMSCOPE_NEIGHBORS_TOKEN=... python -m swarmscope.workers.neighbor_writer \
-        --control-plane ADDR -n 100000 --out t.json
+        --control-plane ADDR -n 100000 --out t.json [--socket PATH]   # PATH: the Unix fast path
 
 Entries go out packed (keys/values bytes per batch message) on one bidirectional stream; the
 send time of each batch (CLOCK_MONOTONIC, just before it is handed to gRPC) and the time its
@@ -18,15 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import grpc
 
+from swarmscope import auth
 from swarmscope.errors import LoadGenError
 from swarmscope.targets.neighbors import records as R
-from swarmscope.targets.neighbors.server import connect
+from swarmscope.targets.neighbors.ipc import IpcClient
+from swarmscope.targets.neighbors.server import TOKEN_ENV, connect
 from swarmscope.v1 import neighbors_pb2 as pb
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
 
@@ -89,6 +92,36 @@ class NeighborWriter:
         self.channel.close()
 
 
+def write_ipc(client: IpcClient, keys: bytes, values: bytes, batch: int = 5000) -> WriteTiming:
+    """The same load over the control plane's Unix socket (targets/neighbors/ipc.py): batches
+    are pipelined (sent without waiting), a thread takes the acks (durable commits) meanwhile."""
+    n = R.check(keys, values)
+    t = WriteTiming()
+    err: list[BaseException] = []
+
+    def acks() -> None:
+        try:
+            for _ in range(-(-n // batch)):
+                rev, server_ns = client.ack()
+                t.acks_ns.append(time.monotonic_ns())
+                t.revisions.append(rev)
+                t.commits_ns.append(server_ns)
+        except (LoadGenError, OSError) as e:
+            err.append(e)
+
+    th = threading.Thread(target=acks, name="neighbor-acks", daemon=True)
+    th.start()
+    for a in range(0, n, batch):
+        b = min(n, a + batch)
+        t.counts.append(b - a)
+        t.sends_ns.append(time.monotonic_ns())
+        client.send_put(keys[a * R.KEY_SIZE : b * R.KEY_SIZE], values[a * R.VALUE_SIZE : b * R.VALUE_SIZE])
+    th.join()
+    if err or len(t.acks_ns) != len(t.counts):
+        raise LoadGenError(f"put-batch: {len(t.counts)} sent, {len(t.acks_ns)} acknowledged: {err}")
+    return t
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write generated neighbors to a NeighborStore")
     ap.add_argument("--control-plane", required=True)
@@ -96,12 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0, help="index of the first generated neighbor")
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--out", default="-", help="timing JSON file ('-' = stdout)")
+    ap.add_argument("--socket", default="", help="write over the control plane's Unix socket instead")
     ns = ap.parse_args(argv)
     keys, values = R.make_entries(ns.n, ns.start)
-    w = NeighborWriter(ns.control_plane)
-    w.status()  # connect before the clock starts
-    t = w.write(keys, values, ns.batch)
-    w.close()
+    if ns.socket:
+        c = IpcClient(ns.socket, auth.load_token(env=TOKEN_ENV))  # connected before the clock
+        t = write_ipc(c, keys, values, ns.batch)
+        c.close()
+    else:
+        w = NeighborWriter(ns.control_plane)
+        w.status()  # connect before the clock starts
+        t = w.write(keys, values, ns.batch)
+        w.close()
     text = json.dumps(asdict(t))
     if ns.out == "-":
         print(text)

@@ -5,8 +5,10 @@
     locust -f scenarios/ingress_flood.py --headless --stop-timeout 5     # steps via StepShape
 
 One point per step (``{"users": N}`` closed, ``{"rate": R}`` open), one window each. With
-``requests`` (boom's ``-n``) a closed step sends exactly that many requests over its users,
-``step_duration`` then being only the step's time limit (``{"users": N, "request_count": n}``).
+``requests`` (boom's ``-n``) a closed step sends exactly that many requests over its users
+(Locust, k6's shared-iterations, and ``locust -f`` through workers.step_sync), ``step_duration``
+then being only the step's time limit (``{"users": N, "request_count": n}``). Before the first
+step the target's worker measures the network baseline (iperf3, targets.ingress.netbase).
 A worker is one node, the load generator; the worker of index 0 also runs the target (the local
 nginx LB + backends when there is no ``host``) and the fault. Every window opens the probe's ``procstat``
 on the LB's pids (or the ``proxy_processes`` names of another target), so the proxy's CPU and

@@ -86,7 +86,7 @@ INGRESS_FIELDS: list[Field] = [
         "requests",
         list_of(int),
         None,
-        "boom's -n: requests per step (one value for all, or one per step); closed model, locust",
+        "boom's -n: requests per step (one value for all, or one per step); closed model",
         nullable=True,
         min=1,
         max=10_000_000,
@@ -133,6 +133,15 @@ INGRESS_FIELDS: list[Field] = [
         max=64,
     ),
     Field("lb_workers", int, 1, "local target: nginx worker processes of the LB", min=1, max=64),
+    Field(
+        "network_baseline_s",
+        int,  # iperf3's -t takes whole seconds (0.5 reads as 0: no end)
+        1,
+        "local target: seconds of iperf3 each way between host and target namespace before the "
+        "first step (the network baseline beside the HTTP figures); 0 = none",
+        min=0,
+        max=60,
+    ),
     Field(
         "allow_hosts",
         list_of(str),
@@ -185,6 +194,7 @@ class IngressConfig(RunConfig):
     stall_s: float
     backends: list[int] | None
     lb_workers: int
+    network_baseline_s: int
     allow_hosts: list[str] | None
     proxy_processes: list[str] | None
     generator_bound_pct: float
@@ -205,8 +215,6 @@ def cross_check(values: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("requests", f"give one count or one per step ({len(values['steps'])})"))
         if values["model"] != "closed":
             out.append(("requests", "request-count steps use the closed model (boom's -c users)"))
-        if values["engine"] != "locust":
-            out.append(("requests", "request-count steps are run by engine=locust"))
     reps = values.get("backends")
     if reps and values["host"]:
         out.append(("backends", "backend replicas are the local target's (leave host empty)"))

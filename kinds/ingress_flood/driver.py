@@ -36,13 +36,9 @@ from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.node import node_host
 from swarmscope.workers import spans
 from swarmscope.workers.http_stats import StepRecorder, downtime
+from swarmscope.workers.step_sync import share
 
 log = logging.getLogger(__name__)
-
-
-def share(total: int, position: int, count: int) -> int:
-    """This node's part of ``total`` split over ``count`` nodes (the first ones take the rest)."""
-    return total // count + (1 if position < total % count else 0)
 
 
 def worker_index(prefix: str) -> int:
@@ -65,12 +61,19 @@ class IngressDriver:
         self._done: dict[str, dict[str, Any]] = {}
         self._log_before = 0
         self._step_of: dict[str, int] = {}  # window id -> the step it runs (backends per step)
+        # locust -f (workers.step_sync): the log lines counted at the start of the step in
+        # progress, and per step its lines and the replicas that served it (target worker).
+        self._step_mark = 0
+        self._by_step: dict[str, dict[str, int]] = {}
         self._fault: Any = None
         self._fault_sent = 0
         self._timeline: list[tuple[float, bool]] = []
         # Requests sent to the target outside any window (the preflight): in the report, so
         # that its total equals the server's access log (issue 18, finding 12).
         self.preflight_requests = 0
+        # iperf3 between host and the local target's namespace, once per run before any load;
+        # sent with the first window's results (None: not measured).
+        self.network_baseline: dict[str, Any] | None = None
         if self.index == 0:
             self._set_up_target()
 
@@ -97,9 +100,22 @@ class IngressDriver:
                 raise ConfigError([Problem("worker", "host", why)])
             preflight(url, cfg.preflight_timeout_s, cfg.tls_verify)
             self.preflight_requests = 1
+            if self.target is not None and cfg.network_baseline_s > 0:
+                self.network_baseline = self._baseline(int(cfg.network_baseline_s))
         except SwarmscopeError as e:
             # Reported to the controller in info(), which fails the run with it.
             self.error = str(e)
+
+    def _baseline(self, seconds: int) -> dict[str, Any]:
+        """The network baseline (iperf3 over the load's own veth); a failure is reported in it,
+        not fatal: the HTTP figures stand without it."""
+        from swarmscope.targets.ingress.netbase import network_baseline
+
+        try:
+            return network_baseline(self.target.netns, self.target.ns_addr, seconds)
+        except SwarmscopeError as e:
+            log.warning("ingress: network baseline: %s", e)
+            return {"tool": "iperf3", "error": str(e)}
 
     # -- the Driver protocol ----------------------------------------------------------------
     def describe(self) -> list[dict[str, Any]]:
@@ -141,12 +157,51 @@ class IngressDriver:
             cfg = self.cfg
             t0 = time.time()
             self._start(window_id, t0, len(cfg.steps), cfg.model == "open")
+            self._step_mark, self._by_step = self._log_before, {}
+            self.use_step_backends(0)  # a second test (web UI) starts at step 0 again
             steps = [float(s) for s in cfg.steps]
             rec = self.active.recorder
             self.active.rate_at = lambda t: steps[rec.step_of(t)]
             self.active.users = int(cfg.open_users)
+            if cfg.requests and cfg.model == "closed":  # boom's -n: steps end on their count
+                self.active.budget = 0  # users idle until the master deals the first step's count
+                self.active.recorder.current_step = 0
             self.active.start_cpu_meter()
         self._window = window_id
+
+    # -- locust -f steps (workers.step_sync) -------------------------------------------------
+    def begin_count_step(self, step: int, n: int, done: Any) -> None:
+        """This node's share ``n`` of count step ``step``; ``done(step)`` once all are answered."""
+        load = self.active
+        if load is None:
+            return
+        load.begin_step(step, n, done)
+
+    def end_step(self, step: int) -> int | None:
+        """The target's worker: the log lines of the step just ended (once the log stops
+        growing), then the LB onto the next step's replicas. None on other workers."""
+        if self.target is None:
+            return None
+        now = self._settled_log_count()
+        lines, self._step_mark = now - self._step_mark, now
+        self._by_step[str(step)] = {"server_requests": lines, "backends": self.target.backends_used}
+        self.use_step_backends(step + 1)
+        return lines
+
+    def use_step_backends(self, step: int) -> None:
+        """The target's worker: the LB onto ``step``'s replicas (when they vary per step)."""
+        from swarmscope.kinds.ingress_flood.config import backends_of
+
+        cfg = self.cfg
+        if self.target is None or not cfg.backends or not 0 <= step < len(cfg.steps):
+            return
+        try:
+            self.target.use_backends(backends_of(cfg, step))
+        except SwarmscopeError as e:
+            log.warning("ingress: backends for step %d: %s", step, e)
+            return
+        # What the LB really proxies to from now on: the report's replicas for the step.
+        self._by_step.setdefault(str(step), {})["backends"] = self.target.backends_used
 
     def run_window(
         self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any
@@ -283,17 +338,25 @@ class IngressDriver:
 
         load.stop()  # k6 generates, not this process's users
         step = round(rate) if openm else users
-        if step < 1:
+        budget = load.budget  # count mode: this worker's share, k6's shared iterations
+        if step < 1 or budget == 0:
+            if budget is not None:
+                load.elapsed_s = 0.0
             return {"k6_dropped_iterations": 0}
         out = Path(tempfile.mkdtemp(prefix="ss-k6-"))
         try:
             res = run_k6(
                 self.base_url + self.cfg.path, [step], dur, "open" if openm else "closed", out,
                 max_vus=users, keep_timeline=load.recorder.keep_timeline,
+                iterations=None if budget is None else [budget],
             )  # fmt: skip
         finally:
             shutil.rmtree(out, ignore_errors=True)
         load.recorder = res.recorder
+        if budget is not None:  # from k6's first send to its last answer (its start-up excluded)
+            st = list(res.recorder.steps.values())
+            first = min((s.first_t for s in st), default=0.0)
+            load.elapsed_s = max((s.last_t for s in st), default=0.0) - first
         return {"k6_dropped_iterations": res.dropped_iterations}
 
     def _finish(self, window_id: str, last: bool, extra: dict[str, Any]) -> dict[str, Any]:
@@ -306,6 +369,8 @@ class IngressDriver:
         if self.index == 0:
             out["url"] = self.base_url
             out["preflight_requests"], self.preflight_requests = self.preflight_requests, 0
+            if self.network_baseline is not None:
+                out["network_baseline"], self.network_baseline = self.network_baseline, None
         if self.target is not None:
             out["server_requests"] = self._settled_log_count() - self._log_before
             out["backends"] = self.target.backends_used
@@ -313,6 +378,8 @@ class IngressDriver:
                 self._next_backends(window_id)
             out["lb_pids"] = self._lb_pids_settled(timeout_s=1.0)
             out["restarts"] = [list(r) for r in self.target.restarts]
+            if self._by_step:  # locust -f count steps: each step's own log lines
+                out["server_requests_by_step"], self._by_step = self._by_step, {}
         if self._fault is not None:
             self._timeline.extend(rec.timeline)
             out["faults"] = self._fault_records(last)

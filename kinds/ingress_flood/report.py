@@ -106,5 +106,34 @@ def render_summary(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     return SectionHTML(
         html=f"<h2>Ingress flood</h2><p>target {_f(d.get('url'))}, engine {_f(d.get('engine'))}, "
         f"model {_f(d.get('model'))}; requests sent {_f(client)}, succeeded {_f(ok)}; lines in the "
-        f"server's access log {_f(server)}{same}</p>"
+        f"server's access log {_f(server)}{same}</p>{_baseline(d.get('network_baseline'))}"
+    )
+
+
+def _baseline(b: Any) -> str:
+    """The network baseline (iperf3, as the write-up's netperf) next to the HTTP throughput."""
+    if not isinstance(b, dict):
+        return ""
+    if b.get("error"):
+        return f"<p>Network baseline (iperf3): not measured: {_f(b['error'])}</p>"
+    rows = []
+    for key, label in (("to_target", "host → target namespace (requests' way)"),
+                       ("from_target", "target namespace → host (responses' way)")):  # fmt: skip
+        d = b.get(key) or {}
+        rows.append(
+            f"<tr><td>iperf3 TCP, 1 stream, {_f(b.get('seconds'))} s: {label}</td>"
+            f"<td>{_f(d.get('gbit_s'), 2)} Gbit/s</td><td>{_f(d.get('bytes'))} bytes, "
+            f"{_f(d.get('retransmits'))} retransmits, mean RTT {_f(d.get('mean_rtt_us', '–'))} µs</td></tr>"
+        )
+    peak = b.get("http_peak") or {}
+    if peak:
+        users = peak.get("users")
+        load = f"{_f(users)} users" if users is not None else f"{_f(peak.get('rate'))}/s"
+        rows.append(
+            f"<tr><td>HTTP, the step with the most req/s (step {_f(peak.get('step'))}, {load})</td>"
+            f"<td>{_f(peak.get('rps'))} req/s</td><td>mean latency {_f(peak.get('mean_ms'), 2)} ms</td></tr>"
+        )
+    return (
+        "<h3>Network baseline beside the HTTP figures (iperf3 over the load's own veth)</h3>"
+        f"<table><tr><th>path</th><th>throughput</th><th>detail</th></tr>{''.join(rows)}</table>"
     )

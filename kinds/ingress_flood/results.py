@@ -87,8 +87,9 @@ def reconcile_window(
     key = "rate" if cfg.model == "open" else "users"
     proxy = proxy_from(readings)
     rows: list[dict[str, Any]] = []
-    if blobs:
-        rows = StepRecorder.merge(blobs.values()).summary(cfg.generator_bound_pct)
+    merged = StepRecorder.merge(blobs.values()) if blobs else None
+    if merged is not None:
+        rows = merged.summary(cfg.generator_bound_pct)
     swept = key in point.params
     if swept:  # swarmscope run: this window is one step, the point's
         if not rows:
@@ -104,9 +105,7 @@ def reconcile_window(
         if "request_count" in point.params:  # boom's -n: the count asked, the time it took
             _count_row(cfg, rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
-        for row in rows:
-            i = row["step"]
-            row[key] = _num(cfg.steps[i]) if i < len(cfg.steps) else None
+        _free_run_rows(cfg, rows, merged, got, flags)
     for row in rows:
         if row.get("generator_bound"):
             flags.append(f"generator-bound:step{row['step']}")
@@ -138,6 +137,9 @@ def reconcile_window(
         "k6_dropped_iterations": sum(int(r.get("k6_dropped_iterations", 0)) for r in got),
         "recorders": blobs,  # the workers' exact HdrHistograms: re-mergeable, per node
     }
+    baseline = next((r["network_baseline"] for r in got if r.get("network_baseline")), None)
+    if baseline is not None:  # iperf3 before the first step: in the first window only
+        extra["network_baseline"] = baseline
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)
     return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
@@ -148,17 +150,51 @@ def _count_row(
 ) -> None:
     """A request-count step's row: the count asked, the slowest worker's time, the rate and the
     generators' CPU % over that time (not over ``step_duration``, the step's mere limit)."""
-    row["request_count"] = asked
     elapsed = max((float(r["elapsed_s"]) for r in got if r.get("elapsed_s") is not None), default=0.0)
+    scale = float(cfg.step_duration) / elapsed if elapsed > 0 else 0.0
+    _set_count(cfg, row, asked, elapsed, [c * scale for c in row.get("generator_cpu_pct") or []], flags)
+
+
+def _set_count(
+    cfg: IngressConfig, row: dict[str, Any], asked: int, elapsed: float, cpu: list[float], flags: list[str]
+) -> None:
+    row["request_count"] = asked
     row["elapsed_s"] = elapsed
     if elapsed > 0:
         row["rps"] = row["requests"] / elapsed
-        scale = float(cfg.step_duration) / elapsed
-        cpu = [c * scale for c in row.get("generator_cpu_pct") or []]
         row["generator_cpu_pct"] = cpu
         row["generator_bound"] = any(c >= cfg.generator_bound_pct for c in cpu)
     if row["requests"] != asked:
         flags.append(f"count-incomplete:step{row['step']}:sent {row['requests']} of {asked}")
+
+
+def _free_run_rows(
+    cfg: IngressConfig,
+    rows: list[dict[str, Any]],
+    merged: StepRecorder | None,
+    got: list[dict[str, Any]],
+    flags: list[str],
+) -> None:
+    """locust -f: each step's load, and with ``requests`` its count, its time (first send to last
+    answer), its own log lines and the replicas that served it (the target worker's tally)."""
+    key = "rate" if cfg.model == "open" else "users"
+    by_step: dict[str, dict[str, int]] = {}
+    for r in got:
+        by_step.update(r.get("server_requests_by_step") or {})
+    for row in rows:
+        i = row["step"]
+        row[key] = _num(cfg.steps[i]) if i < len(cfg.steps) else None
+        mine = by_step.get(str(i), {})
+        if "backends" in mine:  # the replicas the target's worker reloaded the LB onto
+            row["backends"] = int(mine["backends"])
+        if "server_requests" in mine:
+            row["server_requests"] = int(mine["server_requests"])
+        if cfg.requests and cfg.model == "closed" and merged is not None and i < len(cfg.steps):
+            st = merged.steps[i]
+            elapsed = st.last_t - st.first_t
+            cpu = [100.0 * w.get(i, 0.0) / elapsed for w in merged.workers_cpu or []] if elapsed > 0 else []
+            asked = int(cfg.requests[i] if len(cfg.requests) > 1 else cfg.requests[0])
+            _set_count(cfg, row, asked, elapsed, cpu, flags)
 
 
 def fault_span(f: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -196,6 +232,7 @@ def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_d
         "server_requests": None if not ordered or None in servers else sum(int(s or 0) for s in servers),
         "k6_dropped_iterations": sum(int(r.extra.get("k6_dropped_iterations", 0)) for r in ordered),
     }
+    summary["network_baseline"] = network_summary(ordered, steps)
     summary["exact"] = (
         None if summary["server_requests"] is None else (summary["server_requests"] == summary["successes"])
     )
@@ -205,6 +242,21 @@ def build_sections(cfg: IngressConfig, results: Sequence[IterationResult], run_d
     plots = write_plots({"steps": steps, "faults": faults, "model": cfg.model, "t0": t0}, Path(run_dir))
     summary["plots"] = plots
     return {"steps": steps, "faults": faults, "ingress": summary}
+
+
+def network_summary(ordered: Sequence[IterationResult], steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """iperf3's baseline (None: not measured) with the HTTP throughput beside it: the step with
+    the most requests/s, its rate and mean latency."""
+    base = next((r.extra["network_baseline"] for r in ordered if r.extra.get("network_baseline")), None)
+    if base is None:
+        return None
+    top = max(steps, key=lambda s: float(s.get("rps") or 0.0), default=None)
+    if top is not None:
+        base = {**base, "http_peak": {
+            "step": top.get("step"), "users": top.get("users"), "rate": top.get("rate"),
+            "rps": top.get("rps"), "mean_ms": (top.get("latency_ms") or {}).get("mean"),
+        }}  # fmt: skip
+    return dict(base)
 
 
 def _num(v: float) -> int | float:

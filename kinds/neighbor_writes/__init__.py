@@ -26,9 +26,9 @@ from typing import Any
 from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
-from swarmscope.kinds.base import Kind
+from swarmscope.kinds.base import CrossCheck, Kind
 
-MODES = ("list_program", "write_watch_program")
+MODES = ("list_program", "watch_only", "write_watch_program")
 
 NEIGHBOR_FIELDS: list[Field] = [
     Field(
@@ -64,6 +64,24 @@ NEIGHBOR_FIELDS: list[Field] = [
         min=0,
         max=100_000,
     ),
+    Field(
+        "transport",
+        str,
+        "ipc",
+        "control plane -> agent: ipc (Unix socket + shared log, docs/neighbors.md) or grpc (List/Watch)",
+        choices=("ipc", "grpc"),
+    ),
+    Field(
+        "repeats", int, 1, "windows per (N, mode); the section's summary takes their medians", min=1, max=1000
+    ),
+    Field(
+        "master_samples",
+        int,
+        20,
+        "ipc: the master side's own get and write round trips measured per window (0 = off)",
+        min=0,
+        max=10_000,
+    ),
     Field("point_timeout_s", float, 300.0, "give up on a point after this long", min=1, max=86400),
     Field("plot", bool, True, "write neighbors.png (log-log per-neighbor latency)"),
     Field(
@@ -77,6 +95,12 @@ NEIGHBOR_FIELDS: list[Field] = [
 ]
 
 
+def _transport_check(v: dict[str, Any]) -> list[tuple[str, str]]:
+    if "watch_only" in (v.get("modes") or []) and v.get("transport") == "grpc":
+        return [("modes", "watch_only runs on transport ipc only")]
+    return []
+
+
 class NeighborConfig(RunConfig):
     """A neighbor-writes run's validated options (fields: :meth:`NeighborWrites.fields`)."""
 
@@ -86,6 +110,9 @@ class NeighborConfig(RunConfig):
     batch_size: int
     page_size: int
     verify_packets: int
+    transport: str
+    repeats: int
+    master_samples: int
     point_timeout_s: float
     plot: bool
     neighbors_per_user: int
@@ -100,6 +127,9 @@ class NeighborWrites(Kind[NeighborConfig]):
     def fields(self) -> list[Field]:
         return list(NEIGHBOR_FIELDS)
 
+    def cross_checks(self) -> list[CrossCheck]:
+        return [_transport_check]
+
     # -- controller side ------------------------------------------------------------------
     def programs(self, cfg: NeighborConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         if cfg.target == "kernel":  # counted per cgroup and device: nothing to configure
@@ -110,7 +140,7 @@ class NeighborWrites(Kind[NeighborConfig]):
 
     def points(self, cfg: NeighborConfig) -> list[PointInfo]:
         pairs = [(n, m) for n in cfg.neighbors for m in cfg.modes]
-        return [PointInfo(i, {"neighbors": n, "mode": m}, 1) for i, (n, m) in enumerate(pairs)]
+        return [PointInfo(i, {"neighbors": n, "mode": m}, cfg.repeats) for i, (n, m) in enumerate(pairs)]
 
     def sim_nodes(self, cfg: NeighborConfig) -> int:
         return int(cfg.workers) if cfg.mode == "distributed" else 1  # a worker is a node
@@ -132,6 +162,8 @@ class NeighborWrites(Kind[NeighborConfig]):
             "page_size": cfg.page_size,
             "verify_packets": cfg.verify_packets,
             "target": cfg.target,
+            "transport": cfg.transport,
+            "master_samples": cfg.master_samples,
             "timeout_s": cfg.point_timeout_s,
             "shares": shares(n, list(shared.get("nodes", {}))),
         }

@@ -42,6 +42,7 @@ from swarmscope.node import node_host
 from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.workers import spans
+from swarmscope.workers.offloop import off_loop
 
 if TYPE_CHECKING:
     from swarmscope.kinds.neighbor_writes import NeighborConfig
@@ -74,7 +75,14 @@ class NeighborDriver:
         self.worker_no = int(m.group(1)) if m else 0
         self.node = own_cgroup_node(self.name)  # the agent's calls are in this cgroup
         self.host = node_host()
-        self.pid = os.getpid()
+        self.pid = os.getpid()  # the agent's pid: the probe's map_update filter
+        self._agent_proc: Any = None
+        if cfg.transport == "ipc" and cfg.target == "xdp":
+            # The fast path's agent is its own process, as a node's agent is (agent_proc.py).
+            from swarmscope.targets.neighbors.agent_proc import AgentProcess
+
+            self._agent_proc = AgentProcess()
+            self.pid = self._agent_proc.pid
         self.current_window = ""
         self._stack = contextlib.ExitStack()
         self._xdp: Any = None
@@ -115,14 +123,19 @@ class NeighborDriver:
         if self._xdp is None:
             from swarmscope.targets.neighbors.agent import XdpTarget
 
-            xdp = XdpTarget(None, max(1 << 10, max(self.cfg.neighbors)), miss_action="XDP_DROP")
+            # BCC's compile takes seconds (tens under load): in a real thread, so the Locust
+            # worker's loop keeps sending heartbeats meanwhile (workers/offloop.py).
+            xdp = off_loop(XdpTarget, None, max(1 << 10, max(self.cfg.neighbors)), miss_action="XDP_DROP")
             self._stack.callback(xdp.close)
-            xdp.attach(self._ns.host_dev)
+            off_loop(xdp.attach, self._ns.host_dev)
             self._xdp = xdp
         return self._xdp
 
     def close(self) -> None:
         self._closed = True
+        if self._agent_proc is not None:
+            self._agent_proc.close()
+            self._agent_proc = None
         if self._cp is not None:
             from swarmscope.targets.neighbors.server import stop
 
@@ -163,8 +176,8 @@ class NeighborDriver:
         xdp = self._datapath()
         out: dict[str, Any] = {"generated": count, "start": start, "pid": self.pid, "starts": []}
         if xdp is not None:
-            xdp.clear()
-            out["map_id"] = fd_map_id(self.pid, xdp.fd)
+            off_loop(xdp.clear)
+            out["map_id"] = fd_map_id(os.getpid(), xdp.fd)  # the id is global: the agent opens it
             target = xdp
         else:
             target = self._kernel()
@@ -173,14 +186,20 @@ class NeighborDriver:
             out.update(reported=0, problems=[])
             return out
         work = self._work_dir()
-        db = str(work / f"neigh-{start}-{count}-{time.monotonic_ns()}.db")
+        stamp = f"{start}-{count}-{time.monotonic_ns()}"
+        db = str(work / f"neigh-{stamp}.db")
         keys, values = R.make_entries(count, start=start)
-        cp = start_server(db)
+        ipc = p.get("transport", "ipc") == "ipc"
+        cp = start_server(db, socket_path=str(work / f"cp-{stamp}" / "s") if ipc else "")
         try:
-            if p["mode"] == "list_program":
+            if ipc:
+                out.update(self._fast(cp, target, keys, values, start, count, p))
+            elif p["mode"] == "list_program":
                 out.update(self._list(cp.address, cp.token, target, keys, values, p))
-            else:
+            elif p["mode"] == "write_watch_program":
                 out.update(self._write_watch(cp.address, cp.token, target, start, count, p))
+            else:
+                raise LoadGenError(f"mode {p['mode']} runs on transport ipc only")
         finally:
             stop(cp.proc)
             if xdp is None:
@@ -188,12 +207,47 @@ class NeighborDriver:
             with contextlib.suppress(OSError):
                 for suffix in ("", "-wal", "-shm"):
                     os.unlink(db + suffix)
-        if xdp is None:
+        problems = list(out.pop("problems", []))
+        if p["mode"] == "watch_only":  # nothing programmed: the map (or table) must be empty
+            held = len(off_loop(xdp.contents)) if xdp is not None else self._ns.neigh_count(self._ns.dummy)
+            out.update(reported=out.pop("received"), map_entries=held)
+            if held:
+                problems.append(f"watch only, yet the datapath holds {held} entries")
+        elif xdp is None:
             # The kernel's own clock for a netlink write: the ACK of each send, in this process.
             out["ends"] = [[int(n), int(t)] for n, t in target.table.send_ns]
             out.update(self._verify_kernel(count))
         else:
             out.update(self._verify(xdp, keys, values, start, count, int(p["verify_packets"])))
+        out["problems"] = problems + list(out.get("problems", []))
+        return out
+
+    def _fast(
+        self, cp: Any, target: Any, keys: bytes, values: bytes, start: int, count: int, p: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The window on the control plane's Unix-socket fast path (fastpath.py), then the
+        master side's own get/write latencies on the same control plane."""
+        from swarmscope.kinds.neighbor_writes import fastpath as F
+        from swarmscope.sys.bpf import fd_map_id
+        from swarmscope.targets.neighbors.agent_proc import LocalAgent
+
+        mode = p["mode"]
+        maps: dict[str, Any] = {}
+        if self._agent_proc is not None and target is self._xdp:
+            agent: Any = self._agent_proc
+            maps = {
+                "map_id": fd_map_id(os.getpid(), self._xdp.fd),
+                "meta_id": fd_map_id(os.getpid(), self._xdp.meta.map_fd),
+            }
+        else:
+            agent = LocalAgent(target)
+        if mode == "list_program":
+            out = F.list_program(cp, agent, maps, keys, values, p)
+        elif mode == "watch_only":
+            out = F.watch_only(cp, agent, maps, keys, values, p)
+        else:
+            out = F.write_watch_program(cp, agent, maps, start, count, p, self._work_dir())
+        out["master"] = F.master_latencies(cp, keys, values, int(p.get("master_samples", 0)))
         return out
 
     def _kernel(self) -> Any:
@@ -273,8 +327,8 @@ class NeighborDriver:
             th.join(10)
             agent.close()
         return {
-            "starts": _running(timing["counts"], timing["sends_ns"]),
-            "commits": _running(timing["counts"], timing["commits_ns"]),
+            "starts": R.running(timing["counts"], timing["sends_ns"]),
+            "commits": R.running(timing["counts"], timing["commits_ns"]),
             "t_user_ns": t_user,
         }
 
@@ -283,11 +337,9 @@ class NeighborDriver:
     ) -> dict[str, Any]:
         """The map read back (reported) against what was written, and packets through XDP."""
         problems: list[str] = []
-        got = xdp.contents()
-        want = dict(zip(_chunks(keys, R.KEY_SIZE), _chunks(values, R.VALUE_SIZE), strict=True))
-        if got != want:
-            differ = sum(1 for k in want if got.get(k) != want[k])
-            problems.append(f"map holds {len(got)} entries, {differ} of the {count} written differ")
+        held, differ = off_loop(_compare, xdp, keys, values)  # 1M entries: seconds, off the loop
+        if differ:
+            problems.append(f"map holds {held} entries, {differ} of the {count} written differ")
         xdp_check: dict[str, int] = {}
         if packets:
             picks = sorted({0, count - 1, *random.sample(range(count), min(packets, count))})[:packets]
@@ -302,7 +354,7 @@ class NeighborDriver:
             if hits != len(addrs) or misses != len(absent):
                 sent = f"{len(addrs)} / {len(absent)}"
                 problems.append(f"XDP counted {hits} hits / {misses} misses, sent {sent}")
-        return {"reported": len(got), "problems": problems, "xdp": xdp_check}
+        return {"reported": held, "problems": problems, "xdp": xdp_check}
 
     # -- free-running tests (locust -f) ------------------------------------------------------
     def control_plane(self, host: str | None) -> tuple[str, str | None]:
@@ -392,13 +444,13 @@ def _batch_spans(window_id: str, node: str, mode: str, res: Mapping[str, Any]) -
         prev = total
 
 
-def _running(counts: list[int], times: list[int]) -> list[list[int]]:
-    """[[entries so far, t_ns]] per batch."""
-    out, run = [], 0
-    for c, t in zip(counts, times, strict=True):
-        run += c
-        out.append([run, t])
-    return out
+def _compare(xdp: Any, keys: bytes, values: bytes) -> tuple[int, int]:
+    """(entries in the map, written entries it does not hold as written)."""
+    got = xdp.contents()
+    want = dict(zip(_chunks(keys, R.KEY_SIZE), _chunks(values, R.VALUE_SIZE), strict=True))
+    return len(got), 0 if got == want else sum(1 for k in want if got.get(k) != want[k]) or len(got) - len(
+        want
+    )
 
 
 def _chunks(b: bytes, size: int) -> list[bytes]:

@@ -407,13 +407,19 @@ def map_create(map_type: int, name: str, key_size: int, value_size: int, max_ent
 def map_update_batch(fd: int, keys: bytes, values: bytes, key_size: int = 4, value_size: int = 12) -> int:
     """Write every packed (key, value) in one BPF_MAP_UPDATE_BATCH; returns the count written."""
     n = len(keys) // key_size
+    if n and len(values) != n * value_size:
+        raise BpfError(f"map_update_batch: {n} keys but {len(values)} value bytes", errno.EINVAL)
+    return map_update_batch_at(fd, _addr(keys), _addr(values), n)
+
+
+def map_update_batch_at(fd: int, keys: int, values: int, n: int) -> int:
+    """:func:`map_update_batch` from raw addresses (a mapping the caller keeps alive): the
+    neighbor agent programs straight from the control plane's shared log, with no copy."""
     if n == 0:
         return 0
-    if len(values) != n * value_size:
-        raise BpfError(f"map_update_batch: {n} keys but {len(values)} value bytes", errno.EINVAL)
     count = ctypes.c_uint32(n)
     try:
-        _call("bpf_map_update_batch", fd, _addr(keys), _addr(values), ctypes.byref(count), None)
+        _call("bpf_map_update_batch", fd, keys, values, ctypes.byref(count), None)
     except OSError as e:
         raise _wrap(f"bpf_map_update_batch of {n} entries failed after {count.value}", e) from e
     return int(count.value)

@@ -42,6 +42,14 @@ class Target(Protocol):
     def close(self) -> None: ...
 
 
+def apply_to_map(fd: int, keys: bytes, values: bytes, deleted: bytes = b"") -> int:
+    """One transaction into a neighbor map: puts in one batch, then deletes; returns puts."""
+    n = bpf.map_update_batch(fd, keys, values) if keys else 0
+    if deleted:
+        bpf.map_delete_batch(fd, deleted)
+    return n
+
+
 class XdpTarget:
     """The xdp_neigh program and its maps (pinned under ``pin_dir`` when given)."""
 
@@ -64,10 +72,7 @@ class XdpTarget:
         self.meta[ctypes.c_uint32(0)] = ctypes.c_uint64(rev)
 
     def apply(self, keys: bytes, values: bytes, deleted: bytes = b"") -> int:
-        n = bpf.map_update_batch(self.fd, keys, values) if keys else 0
-        if deleted:
-            bpf.map_delete_batch(self.fd, deleted)
-        return n
+        return apply_to_map(self.fd, keys, values, deleted)
 
     def clear(self) -> None:
         for k, _v in list(bpf.map_lookup_batches(self.fd)):

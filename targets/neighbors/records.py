@@ -19,6 +19,7 @@ KEY_SIZE = 4
 VALUE_SIZE = 12
 BASE_IP = 0x0A400000  # 10.64.0.0: generated neighbors live in 10.64.0.0/10
 VALUE = struct.Struct("<6sHI")
+MAX_BATCH_ENTRIES = 1_000_000  # entries (or deleted keys) in one put-batch message, any transport
 
 
 def make_keys(n: int, start: int = 0) -> bytes:
@@ -79,3 +80,12 @@ def check(keys: bytes, values: bytes) -> int:
     if len(keys) % KEY_SIZE or len(values) % VALUE_SIZE or len(keys) // KEY_SIZE != len(values) // VALUE_SIZE:
         raise ValueError(f"malformed batch: {len(keys)} key bytes, {len(values)} value bytes")
     return len(keys) // KEY_SIZE
+
+
+def running(counts: list[int], times: list[int]) -> list[list[int]]:
+    """[[entries so far, t_ns]] per batch, from each batch's entries and time."""
+    out, run = [], 0
+    for c, t in zip(counts, times, strict=True):
+        run += c
+        out.append([run, t])
+    return out

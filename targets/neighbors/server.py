@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 TOKEN_ENV = "SWARMSCOPE_NEIGHBORS_TOKEN"
 PAGE = 65536  # entries per streamed message by default: 1 MiB of packed records
 MAX_PAGE = 1_000_000  # a client's page_size is capped here (16 MiB of records per message)
-MAX_BATCH_ENTRIES = 1_000_000  # entries (or deleted keys) in one put-batch message
+MAX_BATCH_ENTRIES = R.MAX_BATCH_ENTRIES  # entries (or deleted keys) in one put-batch message
 MAX_MESSAGE_BYTES = 32 << 20  # a full batch or page (16 MiB) fits; nothing near the old 64 MiB
 MAX_WATCHERS = 64
 MAX_CONCURRENT_RPCS = 256
@@ -67,6 +67,7 @@ class ControlPlane(NamedTuple):
     proc: subprocess.Popen[str]
     address: str
     token: str
+    socket: str = ""  # the Unix-socket fast path (ipc.py), when started with one
 
 
 def connect(address: str, token: str | None = None) -> grpc.Channel:
@@ -209,11 +210,14 @@ def serve(
     return server, store, port
 
 
-def start_server(db: str, token: str | None = None) -> ControlPlane:
+def start_server(db: str, token: str | None = None, socket_path: str = "") -> ControlPlane:
     """This server as a subprocess on a fresh port with a fresh token (or ``token``), once it
-    listens. The token goes through the environment, never the command line."""
+    listens (and on ``socket_path`` too, the fast path, when given). The token goes through
+    the environment, never the command line."""
     token = token or auth.new_token()
     cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", db]
+    if socket_path:
+        cmd += ["--socket", socket_path]
     p = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -225,7 +229,7 @@ def start_server(db: str, token: str | None = None) -> ControlPlane:
     if not line.startswith("LISTENING"):
         p.kill()
         raise LoadGenError(f"control plane did not start (exit {p.wait()})")
-    return ControlPlane(p, line.split()[1], token)
+    return ControlPlane(p, line.split()[1], token, socket_path)
 
 
 def stop(p: subprocess.Popen[str]) -> None:
@@ -242,18 +246,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", required=True)
     ap.add_argument("--listen", default="127.0.0.1:0")
     ap.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
+    ap.add_argument("--socket", default="", help="also serve the Unix-socket fast path here (ipc.py)")
     ns = ap.parse_args(argv)
     try:
-        server, store, port = serve(ns.db, ns.listen, auth.load_token(ns.token_file, env=TOKEN_ENV))
+        token = auth.load_token(ns.token_file, env=TOKEN_ENV)
+        server, store, port = serve(ns.db, ns.listen, token)
     except SwarmscopeError as e:
         print(f"neighbor control plane: {e}", file=sys.stderr)
         return 2
+    ipc = None
+    if ns.socket:
+        from swarmscope.targets.neighbors.ipc import IpcServer
+
+        ipc = IpcServer(store, ns.socket, token, RateLimit(WRITES_PER_S, 2 * WRITES_PER_S))
     host = ns.listen.rsplit(":", 1)[0]
     print(f"LISTENING {host}:{port}", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     done.wait()
+    if ipc is not None:
+        ipc.close()
     server.stop(1).wait()
     store.close()
     return 0

@@ -1,0 +1,114 @@
+"""Ingress flood, boom's request counts beyond ``swarmscope run``'s Locust path: the real k6
+(shared-iterations), ``locust -f`` (count steps and backend replicas), and the network baseline
+(iperf3 between the host and the target's namespace).
+
+Real nginx in our own netns, the real k6 binary, Locust as a subprocess (gevent stays out of
+the suite's process).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+from test_ingress import assert_exact_per_step, flood, locust_f, windows
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth)")
+
+
+@pytest.fixture(scope="session")
+def k6() -> str:
+    from swarmscope.workers.k6 import k6_binary
+
+    return k6_binary(build=True)  # builds via tools/build_k6.sh on a fresh machine
+
+
+@needs_root
+@pytest.mark.timeout(1800)  # the fixture builds k6 on a fresh machine
+def test_k6_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, k6: str) -> None:
+    """engine=k6 with requests=: k6's shared-iterations sends exactly N per step, and nginx
+    logs exactly N for it (fewer requests than VUs included: 3 requests over 5 VUs)."""
+    r = flood(tmp_path, "engine=k6", "steps=20,5", "requests=1001,3", "step_duration=30")
+    assert [s["request_count"] for s in r["steps"]] == [1001, 3]
+    assert [s["requests"] for s in r["steps"]] == [1001, 3]
+    for w, s in zip(windows(r), r["steps"], strict=True):
+        assert s["failures"] == 0 and w["server_requests"] == w["successes"] == s["request_count"]
+        assert 0 < s["elapsed_s"] < 30 and s["rps"] == s["requests"] / s["elapsed_s"]
+    assert_exact_per_step(r)
+    assert r["ingress"]["engine"] == "k6" and r["ingress"]["server_requests"] == 1004
+
+
+@needs_root
+def test_network_baseline_iperf3_beside_the_http_figures(tmp_path: pathlib.Path) -> None:
+    """iperf3 both ways between the host and the target's namespace, once before the first step:
+    in report.json's ingress summary (with the HTTP peak beside it) and in report.html; the
+    load's counts are not touched by it (nginx's log still equals the successes)."""
+    r = flood(tmp_path, "steps=5,10", "step_duration=2", "network_baseline_s=1")
+    b = r["ingress"]["network_baseline"]
+    assert b["tool"] == "iperf3" and b["seconds"] == 1 and "error" not in b
+    for way in ("to_target", "from_target"):
+        d = b[way]
+        # At least 10 Mbit/s over a veth (it is many Gbit/s), over about the second asked.
+        assert d["gbit_s"] > 0.01 and d["bytes"] > 1_000_000 and 0.9 < d["seconds"] < 2.0
+        assert d["bytes"] <= d["sent_bytes"]  # what arrived was sent
+    assert b["to_target"]["mean_rtt_us"] > 0  # the sender's kernel RTT (TCP_INFO)
+    top = max(r["steps"], key=lambda s: s["rps"])
+    assert b["http_peak"]["rps"] == top["rps"] and b["http_peak"]["users"] == top["users"]
+    assert_exact_per_step(r)  # iperf3's traffic is not HTTP: not in the access log
+    assert r["ingress"]["server_requests"] == r["ingress"]["successes"]
+    html = (r["run_dir"] / "report.html").read_text()
+    assert "Network baseline" in html and "Gbit/s" in html and "iperf3" in html
+    # Only in the first window: measured once per run.
+    assert ["network_baseline" in w for w in windows(r)] == [True, False]
+
+
+@needs_root
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_locustfile_request_counts_and_backends_per_step(tmp_path: pathlib.Path, workers: int) -> None:
+    """locust -f with --ss-requests and --ss-backends (alone, and a master with 2 workers): each
+    step sends exactly its count, nginx logs exactly that many lines for it (counted at the
+    step's end, before the next starts), on the step's replicas; an odd count splits 501/500."""
+    r = locust_f(tmp_path, "--ss-steps", "5,20", "--ss-requests", "300,1001", "--ss-backends", "1,2",
+                 "--ss-step-duration", "30", "--ss-network-baseline-s", "0", workers=workers)  # fmt: skip
+    (w,) = windows(r)  # one test start/stop: one window holding both steps
+    steps = r["steps"]
+    assert [s["users"] for s in steps] == [5, 20]
+    assert [s["request_count"] for s in steps] == [300, 1001]
+    assert [s["requests"] for s in steps] == [300, 1001]
+    assert [s["server_requests"] for s in steps] == [300, 1001]
+    assert [s["backends"] for s in steps] == [1, 2]
+    for s in steps:
+        assert s["failures"] == 0 and 0 < s["elapsed_s"] < 30 and s["rps"] == s["requests"] / s["elapsed_s"]
+        assert len(s["generator_cpu_pct"]) == max(1, workers)
+    assert w["server_requests"] == w["successes"] == 1301 and r["ingress"]["exact"] is True
+    assert not [f for f in r["points"][0]["iterations"][0]["flags"] if f.startswith("count-incomplete")]
+    if workers:
+        blobs = w["recorders"]
+        assert sorted(blobs) == ["w1-n1", "w2-n1"]
+        assert sorted(b["steps"]["1"]["requests"] for b in blobs.values()) == [500, 501]
+
+
+@needs_root
+def test_locustfile_timed_steps_reload_onto_each_steps_backends(tmp_path: pathlib.Path) -> None:
+    """locust -f with timed steps and --ss-backends 2,1: the target's worker reloads the LB at
+    the step boundary; the replicas in each row are the ones the LB was reloaded onto."""
+    r = locust_f(tmp_path, "--ss-steps", "5,5", "--ss-backends", "2,1", "--ss-step-duration", "2",
+                 "--ss-network-baseline-s", "0")  # fmt: skip
+    assert [s["backends"] for s in r["steps"]] == [2, 1]
+    assert all(s["requests"] > 50 and s["failures"] == 0 for s in r["steps"])
+    (w,) = windows(r)
+    assert w["server_requests"] == w["successes"]
+
+
+def test_network_baseline_takes_whole_seconds_only() -> None:
+    """iperf3 reads -t 0.5 as 0, "until killed": refused before anything starts."""
+    from swarmscope.errors import ConfigError, SetupError
+    from swarmscope.kinds.ingress_flood import KIND
+    from swarmscope.targets.ingress.netbase import network_baseline
+
+    with pytest.raises(ConfigError, match="network_baseline_s"):
+        KIND.schema.load(env={}, sets=["network_baseline_s=0.5"])
+    assert KIND.schema.load(env={}, sets=["network_baseline_s=0"]).network_baseline_s == 0
+    with pytest.raises(SetupError, match="whole number"):
+        network_baseline("ss-none", "127.0.0.1", seconds=0.5)  # type: ignore[arg-type]

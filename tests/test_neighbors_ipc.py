@@ -1,0 +1,200 @@
+"""The control plane's Unix-socket fast path: shared log, put/get/watch, the agent on a real map.
+
+Real parts: the control plane process (SQLite + gRPC + the Unix socket), a real BPF hash map
+programmed by the agent, the agent as its own process opening that map by id.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from neighbors_util import TOKEN, needs_root
+
+from swarmscope.errors import LoadGenError
+from swarmscope.probes.map_update import MapUpdateTracer
+from swarmscope.sys import bpf
+from swarmscope.targets.neighbors import records as R
+from swarmscope.targets.neighbors.agent_proc import AgentProcess, _MapTarget, digest
+from swarmscope.targets.neighbors.ipc import IpcClient
+from swarmscope.targets.neighbors.ipc_agent import IpcAgent
+from swarmscope.targets.neighbors.server import ControlPlane, start_server, stop
+from swarmscope.targets.neighbors.shmlog import HEADER_SIZE, LogFull, LogReader, LogWriter
+from swarmscope.workers.neighbor_writer import write_ipc
+
+
+@contextmanager
+def plane(tmp_path: Path) -> Iterator[ControlPlane]:
+    cp = start_server(str(tmp_path / "n.db"), TOKEN, socket_path=str(tmp_path / "cp" / "s"))
+    try:
+        yield cp
+    finally:
+        stop(cp.proc)
+
+
+@contextmanager
+def hash_map(max_entries: int = 1 << 14) -> Iterator[_MapTarget]:
+    """A fresh BPF hash map of neighbor records, as the agent process opens it (by id)."""
+    fd = bpf.map_create(1, "ss_test_ipc", R.KEY_SIZE, R.VALUE_SIZE, max_entries)
+    t = _MapTarget(bpf.map_info(fd).id)
+    try:
+        yield t
+    finally:
+        t.close()
+        os.close(fd)
+
+
+def state(keys: bytes, values: bytes) -> dict[bytes, bytes]:
+    return {keys[i : i + 4]: values[i // 4 * 12 : i // 4 * 12 + 12] for i in range(0, len(keys), 4)}
+
+
+def test_shared_log_records_in_order_and_bounded() -> None:
+    w = LogWriter(capacity=4096)
+    r = LogReader(w.reader_fd())
+    try:
+        k, v = R.make_entries(10)
+        assert r.tail() == HEADER_SIZE
+        w.append(1, k, v)
+        w.append(2, b"", b"", k[:8])
+        recs = list(r.records(HEADER_SIZE, r.tail()))
+        assert [(x.revision, x.n, x.nd) for x in recs] == [(1, 10, 0), (2, 0, 2)]
+        assert r.revision() == 2 and recs[-1].end == r.tail() == w.tail
+        import ctypes
+
+        assert ctypes.string_at(recs[0].keys, 40) == k and ctypes.string_at(recs[0].values, 120) == v
+        big_k, big_v = R.make_entries(300)  # 4800 bytes: more than is left
+        with pytest.raises(LogFull):
+            w.append(3, big_k, big_v)
+        with pytest.raises(LogFull):  # and it stays full: no record after a hole
+            w.append(4, k[:4], v[:12])
+        assert r.tail() == w.tail  # nothing half-written became visible
+    finally:
+        r.close()
+        w.close()
+
+
+def test_put_get_watch_and_token(tmp_path: Path) -> None:
+    with plane(tmp_path) as cp:
+        with pytest.raises(LoadGenError, match="refused"):
+            IpcClient(cp.socket, "not-the-token")
+        assert oct(os.stat(cp.socket).st_mode & 0o777) == "0o600"
+        c = IpcClient(cp.socket, TOKEN)
+        watcher = IpcClient(cp.socket, TOKEN)
+        log = LogReader(watcher.log_fd)
+        try:
+            assert watcher.watch() == (0, HEADER_SIZE)
+            k, v = R.make_entries(7)
+            rev, ns = c.put_batch(k, v)
+            assert rev == 1 and ns > 0
+            note = watcher.note()
+            assert note is not None and note[0] == 1
+            (rec,) = log.records(HEADER_SIZE, note[1])
+            assert (rec.revision, rec.n) == (1, 7)
+            assert c.get(k[4:8]) == (v[12:24], 1)
+            assert c.get(R.make_keys(1, 100)) is None
+            assert c.put_batch(b"", b"", k[:4])[0] == 2  # a delete is a transaction too
+            assert watcher.note() == (2, log.tail())
+            assert c.get(k[:4]) is None
+            with pytest.raises(LoadGenError, match="malformed"):
+                c._call("P", b"\x01\x00\x00\x00\x00\x00\x00\x00abc", "p")
+        finally:
+            log.close()
+            watcher.close()
+            c.close()
+
+
+def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
+    """2500 entries in 3 transactions listed with page 1000: exactly 3 update calls (full pages
+    across records), every entry in the map; then a watch applies puts and a delete in order."""
+    tracer = MapUpdateTracer([os.getpid()])
+    tracer.load()
+    try:
+        with hash_map() as t, plane(tmp_path) as cp:
+            c = IpcClient(cp.socket, TOKEN)
+            k, v = R.make_entries(2500)
+            write_ipc(c, k, v, batch=1000)
+            a = IpcAgent(cp.socket, TOKEN, t)
+            tracer.events()
+            assert a.list_and_program(page_size=1000) == (3, 2500)
+            calls = [e for e in tracer.events() if e.processed]
+            assert [e.processed for e in calls] == [1000, 1000, 500]
+            assert bpf.map_read_all(t.fd) == state(k, v) and t.rev == 3
+            done = threading.Event()
+            th = threading.Thread(target=lambda: (a.watch(ready=lambda _r: done.set()), None), daemon=True)
+            th.start()
+            assert done.wait(10)
+            k2, v2 = R.make_entries(10, start=5000, gen=1)
+            r1, _ = c.put_batch(k2, v2)
+            r2, _ = c.put_batch(b"", b"", k[: 4 * 5])  # delete the first 5
+            assert a.wait_revision(r2, 10) and r2 == r1 + 1
+            want = state(k, v) | state(k2, v2)
+            for i in range(5):
+                del want[k[i * 4 : i * 4 + 4]]
+            assert bpf.map_read_all(t.fd) == want
+            assert [(rev, n) for rev, n, _ in a.received] == [(r1, 10), (r2, 0)]
+            a.cancel()
+            th.join(5)
+            a.close()
+            c.close()
+    finally:
+        tracer.close()
+
+
+def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
+    with plane(tmp_path) as cp:
+        c = IpcClient(cp.socket, TOKEN)
+        k, v = R.make_entries(300)
+        write_ipc(c, k, v, batch=100)
+        c.close()
+    with plane(tmp_path) as cp:  # the same db: a new process, a new shared log
+        c = IpcClient(cp.socket, TOKEN)
+        log = LogReader(c.log_fd)
+        try:
+            recs = list(log.records(HEADER_SIZE, log.tail()))
+            assert [(x.revision, x.n) for x in recs] == [(3, 300)]
+        finally:
+            log.close()
+            c.close()
+
+
+def test_agent_process_programs_the_map_by_id(tmp_path: Path) -> None:
+    """The agent as its own process: lists into the map it opened by id, a watch-only list
+    receives everything without one update call, and a watch reaches the writer's revision."""
+    meta = bpf.map_create(2, "ss_test_meta", 4, 8, 4)
+    agent = AgentProcess()
+    tracer = MapUpdateTracer([agent.pid])
+    tracer.load()
+    try:
+        with hash_map() as t, plane(tmp_path) as cp:
+            maps = {"map_id": bpf.map_info(t.fd).id, "meta_id": bpf.map_info(meta).id}
+            c = IpcClient(cp.socket, TOKEN)
+            k, v = R.make_entries(1200)
+            write_ipc(c, k, v, batch=500)
+            tracer.events()
+            r = agent.call(op="watch_only", socket=cp.socket, token=TOKEN, **maps)
+            assert r["received"] == 1200 and r["digest"] == digest(k, v) and r["t_user"] >= r["t0"]
+            assert tracer.events() == [] and bpf.map_read_all(t.fd) == {}
+            r = agent.call(op="list", socket=cp.socket, token=TOKEN, page=65536, **maps)
+            assert r["programmed"] == 1200 and bpf.map_read_all(t.fd) == state(k, v)
+            evs = tracer.events()
+            # the prime's scratch-map write, one page, then the revision (meta)
+            assert [e.processed for e in evs] == [1, 1200, 1]
+            assert bpf.map_lookup_elem(meta, bytes(4), 8) == (3).to_bytes(8, "little")
+            agent.call(op="watch", socket=cp.socket, token=TOKEN, **maps)
+            k2, v2 = R.make_entries(50, start=9000)
+            rev, _ = c.put_batch(k2, v2)
+            w = agent.call(op="wait", revision=rev, timeout=10)
+            assert [x[:2] for x in w["received"]] == [[rev, 50]]
+            assert bpf.map_read_all(t.fd) == state(k, v) | state(k2, v2)
+            c.close()
+    finally:
+        tracer.close()
+        agent.close()
+        os.close(meta)
+
+
+pytestmark = [needs_root, pytest.mark.bpf]
