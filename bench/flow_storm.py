@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/flow_storm.py                      # 20000 flows, 100K..2K + 500
     sudo .venv/bin/python bench/flow_storm.py --flows 50000 --cache 100000,50000,10000,2000,500 --json
+    sudo .venv/bin/python bench/flow_storm.py --exporters softflowd,pmacctd --cache ""   # exporters only
 
 Runs ``swarmscope run scenarios/flow_storm.yaml`` (the reference agent, cacheTimeout 1 s) for
 one fixed number of flows and the write-up's cacheMaxFlows sweep plus one undersized map, and
@@ -10,7 +11,9 @@ prints per point: flows/s (distinct 5-tuples generated per second), evictions pe
 reported against kernel packets and bytes, and the agent's CPU and RSS (procstat), each next to
 the write-up's own figure where it has one: memory 400 MB -> 250 MB from 100K to 50K, CPU +40 %
 at 2K against 10K, +457 % in the runaway (against 10K), and the 0.05 ratio line. Also checks
-generated == kernel per flow.
+generated == kernel per flow. ``--exporters`` adds, before the sweep, one run per real exporter
+(softflowd, pmacctd) over ``--exporter-flows``: reported against kernel packets and frame bytes
+per flow count, and flows exported exactly / missing / split / short, with the named losses.
 
 Caveats: the write-up measured a Go agent on six cluster nodes over hours; this is a Python
 user space on a shared 2-core VM over seconds, so compare directions and ratios, not absolute
@@ -36,12 +39,15 @@ REF_CPU_RUNAWAY_VS_10K = 4.57
 RATIO_LINE = 0.05
 
 
-def run(flows: int, caches: list[int], ppf: int, rate: float) -> dict[str, Any]:
+def run(
+    flows: int | str, caches: list[int], ppf: int, rate: float, agent: str = "reference"
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ss-fs-bench-") as out:
         cmd = [
             str(pathlib.Path(sys.executable).parent / "swarmscope"), "run", "scenarios/flow_storm.yaml",
             "--set", f"flows={flows}", "--set", f"cache_max_flows={','.join(map(str, caches))}",
-            "--set", f"packets_per_flow={ppf}", "--set", f"rate_pps={rate}", "--out", out,
+            "--set", f"packets_per_flow={ppf}", "--set", f"rate_pps={rate}", "--set", f"agent={agent}",
+            "--out", out,
         ]  # fmt: skip
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
         if p.returncode != 0:
@@ -63,7 +69,13 @@ def main() -> int:
     ap.add_argument("--packets-per-flow", type=int, default=5)
     ap.add_argument("--rate", type=float, default=30000, help="packets/s (windows of flows*ppf/rate s)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--exporters", default="", help="also: real exporters (softflowd,pmacctd) per flow count")
+    ap.add_argument("--exporter-flows", default="1000,10000,20000", help="flow counts for --exporters")
     a = ap.parse_args()
+    for name in filter(None, a.exporters.split(",")):
+        exporter_rows(name, a.exporter_flows, a.packets_per_flow, a.rate)
+    if a.exporters and not a.cache:
+        return 0
     caches = [int(c) for c in a.cache.split(",")]
     rep = run(a.flows, caches, a.packets_per_flow, a.rate)
     pts = {int(q["cache_max_flows"]): q for q in rep["flow_storm"]["points"]}
@@ -102,6 +114,30 @@ def main() -> int:
         print(f"CPU runaway ({caches[-1]}) vs 10K: {_pct(cpu[caches[-1]], cpu[10_000])} here; "
               f"write-up +{REF_CPU_RUNAWAY_VS_10K * 100:.0f} %")  # fmt: skip
     return 0
+
+
+def exporter_rows(name: str, flows: str, ppf: int, rate: float) -> None:
+    """A real exporter (NetFlow v9 to swarmscope's collector): reported against kernel per flow
+    count, frame bytes (its L3 octets + 14 per packet) against the kernel's, and flows per flow."""
+    rep = run(flows, [100_000], ppf, rate, agent=name)
+    print(
+        f"{name}: {flows} flows x {ppf} packets at {rate:.0f}/s, run {rep['run_id']}, status {rep['status']}"
+    )
+    head = ("flows", "generated", "kernel", "reported", "rep/kern bytes", "exact", "missing", "split",
+            "short", "pcap drop", "lost dgrams", "CPU %", "RSS MiB")  # fmt: skip
+    print(" | ".join(head))
+    for q in rep["flow_storm"]["points"]:
+        if "reported" not in q:  # no reconciled window (see the flags)
+            print(f"{q['flows']:>6,} | {q['generated']:,} | {q['kernel']:,} | no agent report")
+            continue
+        cells = (
+            f"{q['flows']:>6,}", f"{q['generated']:,}", f"{q['kernel']:,}", f"{q['reported']:,}",
+            f"{q['reported_bytes']:,}/{q['kernel_bytes']:,}", f"{q['exact_flows']:,}",
+            str(q["missing_flows"]), str(q["split_flows"]), str(q["short_flows"]), str(q["pcap_dropped"]),
+            str(q["lost_export_packets"]),
+            f"{q['agent_cpu_pct'] or 0:.1f}", f"{q['agent_rss_mib'] or 0:.1f}",
+        )  # fmt: skip
+        print(" | ".join(cells))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ mounted under containerd's state dir. Teardown deletes the pods, stops the kubel
 removes what containerd still runs, stops containerd, unmounts what is left under the node's
 dirs, removes the cgroups and the network namespace: `leftovers()` lists anything that survived.
 
-Caveats: there is no kube-proxy (no iptables here), so Service IPs do not route from pods; the
-kubelet's API (logs/exec) listens on the host end of the veth without authentication, reachable
+Services: kube-proxy (nftables mode) runs inside the node's network namespace, where the pods'
+bridge is, so its rules never touch the host's; the node IP serves the cluster DNS
+(tests/clusterdns.py, Service name -> ClusterIP) that the kubelet writes into pods' resolv.conf.
+
+Caveats: the kubelet's API (logs/exec) listens on the host end of the veth without authentication, reachable
 from this machine only. Every wait is bounded.
 """
 
@@ -35,16 +38,20 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster import BUILD, Cluster, Proc, _wait, free_port, stop
+from clusterdns import ClusterDNS
+from tcpforward import forward
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 START_TIMEOUT = 90.0  # containerd serving / the node turning Ready
 POD_TIMEOUT = 120.0  # a pod being deleted at teardown
+IMPORT_TIMEOUT = 600.0  # `ctr images import` of one archive
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # Fixed paths the kubelet and containerd's shims use whatever they are told; removed at teardown
 # (only when empty) if the node created them.
@@ -60,34 +67,38 @@ GLOBAL_DIRS = (
 @dataclass(frozen=True)
 class NodeTools:
     kubelet: Path
+    kube_proxy: Path
     containerd_bin: Path  # containerd, containerd-shim-runc-v2, ctr
     runc: Path
     cni_bin: Path
     pause_tar: Path
     busybox_tar: Path
+    jaeger_tar: Path  # the chart's Jaeger (docker.io/jaegertracing/jaeger:2.13.0)
 
 
 def build_node_tools() -> NodeTools:
     """Build (or find cached) the node's binaries and base images; prints what it builds."""
     t0 = time.monotonic()
-    print(f"realnode: ensuring kubelet, containerd, runc, cni, nodeimages via {BUILD}", flush=True)
+    print(f"realnode: ensuring kubelet, kubeproxy, containerd, runc, cni, images via {BUILD}", flush=True)
     out = subprocess.run(
-        [str(BUILD), "kubelet", "containerd", "runc", "cni", "nodeimages"],
+        [str(BUILD), "kubelet", "kubeproxy", "containerd", "runc", "cni", "nodeimages", "jaegerimage"],
         check=False,
         stdout=subprocess.PIPE,
         text=True,
     )
     if out.returncode != 0:
         raise RuntimeError(f"{BUILD} failed (rc={out.returncode}); its log is above")
-    kubelet, containerd, runc, cni, images = (Path(p) for p in out.stdout.split())
+    kubelet, kube_proxy, containerd, runc, cni, images, jaeger = (Path(p) for p in out.stdout.split())
     print(f"realnode: tools ready in {time.monotonic() - t0:.1f} s", flush=True)
     return NodeTools(
         kubelet=kubelet / "bin" / "kubelet",
+        kube_proxy=kube_proxy / "bin" / "kube-proxy",
         containerd_bin=containerd / "bin",
         runc=runc / "bin" / "runc",
         cni_bin=cni / "bin",
         pause_tar=images / "pause.tar",
         busybox_tar=images / "busybox.tar",
+        jaeger_tar=jaeger / "jaeger.tar",
     )
 
 
@@ -112,8 +123,8 @@ def _rm_cgroup_tree(d: Path) -> None:
         d.rmdir()
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+def _run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed (rc={r.returncode}): {r.stderr.strip()}")
     return r
@@ -169,6 +180,9 @@ class RealNode:
     procs: list[Proc] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     absent: list[Path] = field(default_factory=list)  # GLOBAL_DIRS that did not exist at start
+    dns: ClusterDNS | None = None
+    api_port: int = 0  # the API server's port on the node IP (tests/tcpforward.py)
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
     def cgroup_root(self) -> str:
@@ -178,10 +192,10 @@ class RealNode:
     def containerd_sock(self) -> Path:
         return self.run / "containerd.sock"
 
-    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def ctr(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return _run(
             str(self.tools.containerd_bin / "ctr"), "--address", str(self.containerd_sock),
-            "-n", "k8s.io", *args, check=check,
+            "-n", "k8s.io", *args, check=check, timeout=timeout,
         )  # fmt: skip
 
     def import_image(self, tar: Path, repo: str) -> str:
@@ -190,7 +204,8 @@ class RealNode:
         The image gets exactly that one fully qualified name (`--base-name`): the CRI resolves
         an image by id to one of its names, and `--index-name` would add a second
         docker.io/library/import-<date> name that the CRI then fails to find."""
-        self.ctr("images", "import", "--base-name", repo, str(tar))
+        # The project's image is ~1.5 GB unpacked: minutes on a busy machine.
+        self.ctr("images", "import", "--base-name", repo, str(tar), timeout=IMPORT_TIMEOUT)
         names = [n for n in self.ctr("images", "ls", "-q").stdout.split() if n.startswith(repo + ":")]
         if len(names) != 1:
             raise RuntimeError(f"realnode: importing {tar} as {repo} gave {names}")
@@ -232,6 +247,10 @@ class RealNode:
         self.net.up()
         for h in cgroup_hierarchies():
             (h / self.name).mkdir()
+        self.dns = self._stack.enter_context(ClusterDNS.serve(self.cluster.api, self.net.host_ip))
+        api = urllib.parse.urlsplit(self.cluster.api.server)
+        target = (api.hostname or "127.0.0.1", api.port or 443)
+        self.api_port = self._stack.enter_context(forward(self.net.host_ip, target))
         self.timings["net+cgroups"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -247,6 +266,12 @@ class RealNode:
         if self.import_image(self.tools.pause_tar, PAUSE_IMAGE.split(":")[0]) != PAUSE_IMAGE:
             raise RuntimeError(f"realnode: {self.tools.pause_tar} is not {PAUSE_IMAGE}")
         self.timings["containerd"] = time.monotonic() - t
+
+        # kube-proxy in the node's netns: Service ClusterIPs route for the pods on its bridge.
+        self._spawn("kube-proxy", [
+            "nsenter", f"--net=/run/netns/{self.net.netns}", "--",
+            str(self.tools.kube_proxy), f"--config={self.dir / 'kube-proxy.yaml'}", "--v=1",
+        ])  # fmt: skip
 
         t = time.monotonic()
         self._spawn("kubelet", [
@@ -337,6 +362,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
             "podLogsDir": str(d / "pod-logs"),
             "failSwapOn": False,
             "resolvConf": "",
+            "clusterDNS": [self.net.host_ip],
+            "clusterDomain": "cluster.local",
             # No eviction or image GC: a busy shared disk must not evict test pods or delete
             # the imported images (they cannot be pulled back: no registry).
             "evictionHard": {"memory.available": "0%", "nodefs.available": "0%",
@@ -351,6 +378,23 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
             "localStorageCapacityIsolation": False,
         }  # fmt: skip
         (d / "kubelet.yaml").write_text(json.dumps(kubelet))
+        # kube-proxy's kubeconfig: the admin one, through the forwarder on the node IP.
+        kc = json.loads(self.cluster.kubeconfig.read_text())
+        kc["clusters"][0]["cluster"]["server"] = f"https://{self.net.host_ip}:{self.api_port}"
+        kc["clusters"][0]["cluster"]["tls-server-name"] = "127.0.0.1"
+        (d / "node.kubeconfig").write_text(json.dumps(kc))
+        (d / "node.kubeconfig").chmod(0o600)
+        (d / "kube-proxy.yaml").write_text(json.dumps({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "mode": "nftables",
+            "clientConnection": {"kubeconfig": str(d / "node.kubeconfig")},
+            "hostnameOverride": self.name, "clusterCIDR": self.net.pod_subnet,
+            # Its own netns: loopback ports collide with nobody.
+            "healthzBindAddress": "127.0.0.1:10256", "metricsBindAddress": "127.0.0.1:10249",
+            # Leave the machine's conntrack sysctls alone (they are not per-netns to set here).
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
+                          "tcpCloseWaitTimeout": "0s"},
+        }))  # fmt: skip
 
     # ---- teardown -------------------------------------------------------------------------
 
@@ -360,7 +404,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
         if kubelet and kubelet.popen.poll() is None:
             with contextlib.suppress(Exception):
                 self._delete_pods()
-        stop([p for p in self.procs if p.name == "kubelet"])
+        stop([p for p in self.procs if p.name in ("kubelet", "kube-proxy")])
+        self._stack.close()
         containerd = next((p for p in self.procs if p.name == "containerd"), None)
         if containerd and containerd.popen.poll() is None:
             self._kill_containers()
@@ -479,3 +524,18 @@ def pod_on(node: str, name: str, image: str, command: list[str]) -> dict[str, An
             "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}],
         },
     }
+
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, cond: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
+    """Poll ``cond`` until it returns something truthy (returned); AssertionError at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r})")

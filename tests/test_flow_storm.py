@@ -17,7 +17,10 @@ from helpers import free_port, is_root, load_report, only_run_dir, run_cli
 
 from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo
 from swarmscope.kinds import load_scenario
+from swarmscope.kinds.flow_storm.perflow import sent_digest
 from swarmscope.kinds.flow_storm.results import expected_hist, reconcile, shares
+from swarmscope.probes.flowdigest import flow_digest
+from swarmscope.workers.flow_gen import flow_key
 
 
 def root(fn: Any) -> Any:
@@ -47,6 +50,7 @@ def _exact(rep: dict, flows: list[int], ppf: int, frame: int) -> list[dict]:
                 assert row["kernel"]["bytes"] == row["bytes"] == frame * row["generated"]
                 assert row["kernel"]["flows"] == row["kernel"]["seen"] == row["flows"]
                 assert row["kernel"]["drops"] == 0 and row["problems"] == []
+                assert row["kernel"]["digest"] == row["digest"] > 0  # flow by flow (probes/flowdigest.py)
                 want = {str(k): v for k, v in expected_hist(row).items()}
                 assert row["kernel"]["hist"] == want
                 total += row["flows"]
@@ -117,11 +121,18 @@ def _window(nodes: list[str]) -> WindowInfo:
 
 
 def _reading(
-    node: str, dev: str, packets: int, nbytes: int, flows: int, drops: int, hist: dict[int, int]
+    node: str,
+    dev: str,
+    packets: int,
+    nbytes: int,
+    flows: int,
+    drops: int,
+    hist: dict[int, int],
+    digest: int = 0,
 ) -> ProbeReading:
     c = {"packets": packets, "bytes": nbytes, "flows": flows, "drops": drops, "other": 0}
     counters = {**{f"flow.{k}": v for k, v in c.items()}, **{f"flow.dev.{dev}.{k}": v for k, v in c.items()}}
-    gauges = {f"flow.dev.{dev}.seen": float(sum(hist.values()))}
+    gauges = {f"flow.dev.{dev}.seen": float(sum(hist.values())), f"flow.dev.{dev}.digest": float(digest)}
     gauges.update({f"flow.dev.{dev}.hist.{k}": float(v) for k, v in hist.items()})
     return ProbeReading(probe_id="p", node=node, counters=counters, gauges=gauges)
 
@@ -132,17 +143,34 @@ def test_reconcile_rule() -> None:
     gen = {"generated": 25, "bytes": 25 * 128, "flows": 10, "flows_asked": 10, "rounds": 2, "partial": 5,
            "dev": "d1", "rate": 1.0, "elapsed_s": 1.0}  # fmt: skip
     assert expected_hist(gen) == {3: 5, 2: 5}
+    gen["digest"] = d = sent_digest(gen, 0, 10, 128)
+    sent = [(flow_key(i), 3 if i < 5 else 2, (3 if i < 5 else 2) * 128) for i in range(10)]
+    assert d == flow_digest(sent) and 0 < d < 2**52
     ok = reconcile(
-        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5})], []
+        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5}, d)], []
     )
     assert ok.flags == [] and ok.per_node[0].kernel == 25 and ok.extra["flows"]["n1"]["problems"] == []
+    # Same totals and the same histogram, but flows 0 and 9 swapped counts: only the per-flow
+    # digest tells.
+    swapped = [(k, 5 - p, (5 - p) * 128) if i in (0, 9) else (k, p, b) for i, (k, p, b) in enumerate(sent)]
+    sw = flow_digest(swapped)
+    bad_flow = reconcile(
+        cfg,
+        _window(["n1"]),
+        point,
+        {"n1": gen},
+        [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5}, sw)],
+        [],
+    )
+    assert bad_flow.flags == ["harness-mismatch:n1"]
+    assert bad_flow.extra["flows"]["n1"]["problems"] == [f"per-flow digest: sent {d}, kernel {sw}"]
     # Same totals, but one flow got a packet of another: the histogram tells.
     bad = reconcile(
         cfg,
         _window(["n1"]),
         point,
         {"n1": gen},
-        [_reading("n1", "d1", 25, 3200, 10, 0, {3: 6, 2: 3, 1: 1})],
+        [_reading("n1", "d1", 25, 3200, 10, 0, {3: 6, 2: 3, 1: 1}, d)],
         [],
     )
     assert bad.flags == ["harness-mismatch:n1"]
@@ -151,12 +179,12 @@ def test_reconcile_rule() -> None:
     ]
     # A full kernel table: drops are a failure, and the flows it could not hold are missing.
     full = reconcile(
-        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 20, 2560, 8, 5, {3: 4, 2: 4})], []
+        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 20, 2560, 8, 5, {3: 4, 2: 4}, d)], []
     )
     assert full.flags == ["kernel-drops:n1", "harness-mismatch:n1"]
     # Another interface's counts (a worker sharing the cgroup) are not this node's.
     other = reconcile(
-        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d2", 25, 3200, 10, 0, {3: 5, 2: 5})], []
+        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d2", 25, 3200, 10, 0, {3: 5, 2: 5}, d)], []
     )
     assert other.per_node[0].kernel is None and other.flags == ["missing:n1:probe"]
     missing = reconcile(cfg, _window(["n1", "n2"]), point, {"n1": gen}, [], ["p"])

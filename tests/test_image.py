@@ -1,15 +1,23 @@
-"""The container image's install script, tested on the host (there is no Docker engine here).
+"""The container image: its install script checked on the host, and the image itself built here.
 
     .venv/bin/python -m pytest tests/test_image.py
 
 `tools/image-install.sh --check` verifies on this Debian host what the Dockerfile's build
-would need: every apt package has a candidate, python3 is 3.11, the entry point runs.
+would need: every apt package has a candidate, python3 is 3.11, the entry point runs. The slow
+test builds the real image (tools/build_image.py, no Docker engine; cached by content), unpacks
+it and runs it the way the chart's worker pod does: uid 10001 on a read-only root filesystem,
+where the exec helpers must already be built.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import tarfile
 from pathlib import Path
+
+import pytest
+from imagebuild import build_swarmscope_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,3 +60,44 @@ def test_image_install_dry_run_uses_setup_sh() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "FROM debian:bookworm" in dockerfile
     assert "tools/image-install.sh" in dockerfile
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # a cold build takes minutes
+def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
+    archive = build_swarmscope_image()
+    layout, bundle = tmp_path / "oci", tmp_path / "bundle"
+    layout.mkdir()
+    with tarfile.open(archive) as t:
+        t.extractall(layout, filter="tar")
+    index = json.loads((layout / "index.json").read_text())
+    refs = [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]]
+    assert refs == ["0.1.0"]  # the chart's appVersion: imported as ghcr.io/swarmscope/swarmscope:0.1.0
+    subprocess.run(["umoci", "unpack", "--image", f"{layout}:0.1.0", str(bundle)], check=True)
+    proc = json.loads((bundle / "config.json").read_text())["process"]
+    assert (proc["user"]["uid"], proc["args"]) == (10001, ["swarmscope", "--help"])
+    assert proc["cwd"] == "/opt/swarmscope"
+    rootfs = bundle / "rootfs"
+    assert not (rootfs / "tmp" / "wheels").exists()  # the build's wheelhouse is not kept
+    native = rootfs / "var/cache/swarmscope/native"
+    prebuilt = sorted(str(p.relative_to(rootfs)) for p in native.glob("*/*"))
+    assert [p.rsplit("/", 1)[1] for p in prebuilt] == ["execstorm", "tiny"], prebuilt
+
+    # As the worker pod runs: uid 10001, the root filesystem read-only, no home directory.
+    env = " ".join(f"{k}={v}" for k, v in (e.split("=", 1) for e in proc["env"]))
+    script = (
+        "from swarmscope.workers.native import ensure_built; t = ensure_built(); print(t.tiny, t.execstorm)"
+    )
+    r = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-ec", f"""
+        mount --bind {rootfs} {rootfs}; mount -o remount,bind,ro {rootfs}
+        mount --bind /dev {rootfs}/dev; mount -t proc proc {rootfs}/proc
+        env -i {env} HOME=/nonexistent /usr/sbin/chroot --userspec=10001:10001 {rootfs} sh -c '
+          cd /opt/swarmscope && swarmscope --help >/dev/null
+          touch /opt/swarmscope/x 2>/dev/null && echo WRITABLE
+          python -c "{script}"'
+        """],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["/" + p for p in reversed(prebuilt)]  # found prebuilt, not compiled

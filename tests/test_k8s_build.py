@@ -91,6 +91,9 @@ def test_node_tools_are_cached_by_version(tmp_path: Path) -> None:
     r = run_build(env, "--path", "node")
     tools = tmp_path / "root" / "tools"
     names = [Path(p).name for p in r.stdout.split()]
-    assert names[:4] == ["kubelet-v1.36.3", "containerd-v2.1.4", "runc-v1.3.0-seccomp", "cni-v1.7.1"]
-    assert names[4].startswith("nodeimages-r2-3.10-v1.36.3-busybox-")
+    assert names[:5] == [
+        "kubelet-v1.36.3", "kubeproxy-v1.36.3", "containerd-v2.1.4", "runc-v1.3.0-seccomp", "cni-v1.7.1",
+    ]  # fmt: skip
+    assert names[5].startswith("nodeimages-r2-3.10-v1.36.3-busybox-")
+    assert names[6] == "jaegerimage-r2-v1.76.0-2.13.0"  # Jaeger v2.13.0 is module v1.76.0
     assert all(Path(p).parent == tools for p in r.stdout.split())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from swarmscope.errors import ProbeError
+from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.flow_count import FlowCount, flow_gauges, parse_target
 from swarmscope.workers.flow_gen import flow_key, sent_per_flow
@@ -63,8 +64,10 @@ def test_per_flow_counts_equal_what_was_sent() -> None:
     tot = {"packets": 15000, "bytes": 1_500_000, "flows": 5000, "drops": 0, "other": 0}
     dev = f"flow.dev.{net.dst_dev}."
     assert d == {**{f"flow.{k}": v for k, v in tot.items()}, **{dev + k: v for k, v in tot.items()}}
-    n1 = {"flow.seen": 5000.0, "flow.hist.3": 5000.0, dev + "seen": 5000.0, dev + "hist.3": 5000.0}
-    assert gauges == {"n1": n1, "other": {"flow.seen": 0.0}}
+    dg = float(flow_digest((k, p, b) for k, (p, b) in want.items()))  # what was sent, flow by flow
+    n1 = {"flow.seen": 5000.0, "flow.hist.3": 5000.0, "flow.digest": dg}
+    n1.update({dev + "seen": 5000.0, dev + "hist.3": 5000.0, dev + "digest": dg})
+    assert gauges == {"n1": n1, "other": {"flow.seen": 0.0, "flow.digest": 0.0}}
     assert res2["generated"] == 10
     assert got2 == {flow_key(70000 + i): (1, 64) for i in range(10)}
     assert gauges2["n1"]["flow.seen"] == 10.0 and gauges2["n1"]["flow.hist.1"] == 10.0
@@ -96,8 +99,10 @@ def test_targets_and_options() -> None:
     prog = get_program("flow_count")
     with pytest.raises(ProbeError, match="not per-window"):
         prog.configure({"flow_count.nope": 1})  # type: ignore[attr-defined]
-    assert flow_gauges({("a", "b", 1, 2, 17): (3, 9), ("a", "b", 1, 3, 17): (1, 3)}) == {
+    two = {("a", "b", 1, 2, 17): (3, 9), ("a", "b", 1, 3, 17): (1, 3)}
+    assert flow_gauges(two) == {
         "flow.seen": 2.0,
+        "flow.digest": float(flow_digest([(("a", "b", 1, 2, 17), 3, 9), (("a", "b", 1, 3, 17), 1, 3)])),
         "flow.hist.3": 1.0,
         "flow.hist.1": 1.0,
     }

@@ -2,7 +2,7 @@
 
     python3 tools/build_image.py            # prints the OCI archive (cached by content)
     python3 tools/build_image.py --plan     # prints the steps read from the Dockerfile only
-    ctr -n k8s.io images import --index-name ghcr.io/swarmscope/swarmscope:0.1.0 ARCHIVE
+    ctr -n k8s.io images import --base-name ghcr.io/swarmscope/swarmscope ARCHIVE   # -> :0.1.0
 
 The Dockerfile is the single source: this reads it and maps each instruction to Debian tools,
 so the two cannot drift (tests/test_image_build.py also checks the mapping covers every line):
@@ -15,9 +15,15 @@ so the two cannot drift (tests/test_image_build.py also checks the mapping cover
 The archive lands in $SWARMSCOPE_CACHE/images/swarmscope-<key>.tar where key hashes the
 Dockerfile and every file of the context: an edit builds a new one, a rerun returns at once.
 
-Caveats: root only (mmdebstrap's root mode); the RUN step downloads Debian packages and the
-pinned wheels, so a cold build takes minutes. Instructions other than the ones above are
-refused, not ignored.
+The pinned wheels are fetched on the build host first (`pip download` with constraints.txt,
+cached under $SWARMSCOPE_CACHE/wheels/<hash of pyproject.toml + constraints.txt>) and the RUN
+step installs from them with PIP_NO_INDEX: pip inside the chroot never goes to the network (a
+TLS-inspecting proxy broke that here) and a rebuild installs the same files. `docker build`
+fetches the same pins from PyPI.
+
+Caveats: root only (mmdebstrap's root mode); the host's python must be the image's (3.11,
+x86-64, glibc >= the wheels' manylinux tag). The RUN step downloads Debian packages, so a cold
+build takes minutes. Instructions other than the ones above are refused, not ignored.
 """
 
 from __future__ import annotations
@@ -31,11 +37,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope")) / "images"
+WHEELS = CACHE.parent / "wheels"
+# hatchling's extra requirement for an editable build (`pip install -e .` in setup.sh): it asks
+# for editables~=0.3 at build time, which `pip download .` does not fetch.
+EDITABLE_BACKEND = ["editables==0.5"]
 BASES = {"debian:bookworm-slim": ("bookworm", "minbase")}  # FROM -> (suite, mmdebstrap variant)
 # The Debian base image's environment, which `ENV X=...$PATH` expands against.
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -125,6 +136,11 @@ def context_files(root: Path) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         dirnames[:] = [d for d in dirnames if not ignored(os.path.normpath(os.path.join(rel_dir, d)))]
+        # A symlinked directory (swarmscope/workers -> ../workers) is copied as the link, like
+        # Docker's COPY does; os.walk lists it as a directory and does not descend into it.
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        out += [Path(os.path.normpath(os.path.join(rel_dir, d))) for d in links]
+        dirnames[:] = [d for d in dirnames if d not in links]
         for f in filenames:
             rel = os.path.normpath(os.path.join(rel_dir, f))
             if not ignored(rel):
@@ -134,6 +150,7 @@ def context_files(root: Path) -> list[Path]:
 
 def cache_key(root: Path, files: list[Path]) -> str:
     h = hashlib.sha256((root / "Dockerfile").read_bytes())
+    h.update(Path(__file__).read_bytes())  # this builder is not in the context (.dockerignore)
     for f in files:
         h.update(f"\0{f}\0".encode())
         h.update((root / f).read_bytes() if not (root / f).is_symlink() else os.readlink(root / f).encode())
@@ -150,19 +167,14 @@ def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
         hooks = []
         for dst in p.copies:
             hooks += [f'--customize-hook=mkdir -p "$1{dst}"', f"--customize-hook=copy-in {ctx}/. {dst}"]
-        # A build host behind a TLS-inspecting proxy trusts an extra CA (its SSL_CERT_FILE /
-        # PIP_CERT): the RUN steps get that bundle for their downloads, and it is removed again,
-        # so the image keeps Debian's own trust store.
-        ca = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or ""
-        ca_env = ""
-        if ca and Path(ca).is_file():
-            hooks.append(f"--customize-hook=upload {ca} /tmp/build-ca.crt")
-            ca_env = "PIP_CERT=/tmp/build-ca.crt SSL_CERT_FILE=/tmp/build-ca.crt "
+        # The pinned wheels, fetched on the host, installed offline by the RUN steps and removed.
+        wh = wheelhouse(root)
+        hooks.append(f'--customize-hook=cp -a {wh} "$1/tmp/wheels"')
+        pip_env = "PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/wheels "
         for cwd, cmd in p.runs:
-            inner = f"cd {shlex.quote(cwd)} && env -u PIP_FIND_LINKS {ca_env}sh -c {shlex.quote(cmd)}"
+            inner = f"cd {shlex.quote(cwd)} && env {pip_env}sh -c {shlex.quote(cmd)}"
             hooks.append(f'--customize-hook=chroot "$1" sh -c {shlex.quote(inner)}')
-        if ca_env:
-            hooks.append('--customize-hook=rm -f "$1/tmp/build-ca.crt"')
+        hooks.append('--customize-hook=rm -rf "$1/tmp/wheels"')
         rootfs_tar = wd / "rootfs.tar"
         try:
             # mmdebstrap's own temp dir goes under wd, so a failed run's leftover mounts (it
@@ -174,7 +186,9 @@ def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
             )
         finally:
             _unmount_under(wd)
-        oci = f"{wd / 'oci'}:swarmscope"
+        # Tagged with the project's version, the chart's default appVersion tag.
+        version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+        oci = f"{wd / 'oci'}:{version}"
         subprocess.run(["umoci", "init", "--layout", str(wd / "oci")], check=True)
         subprocess.run(["umoci", "new", "--image", oci], check=True)
         subprocess.run(["umoci", "unpack", "--image", oci, str(wd / "bundle")], check=True)
@@ -190,6 +204,25 @@ def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
         tmp = out.with_suffix(".tmp")
         subprocess.run(["tar", "-C", str(wd / "oci"), "-cf", str(tmp), "."], check=True)
         tmp.rename(out)
+
+
+def wheelhouse(root: Path) -> Path:
+    """The pinned runtime wheels plus the build backend, downloaded once per pin set."""
+    h = hashlib.sha256((root / "pyproject.toml").read_bytes() + (root / "constraints.txt").read_bytes())
+    d = WHEELS / h.hexdigest()[:16]
+    if (d / ".complete").exists():
+        return d
+    backend = tomllib.loads((root / "pyproject.toml").read_text())["build-system"]["requires"]
+    backend += EDITABLE_BACKEND
+    tmp = d.with_name(d.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}  # the host's own wheel dir
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(tmp)]
+    cmd += ["-c", str(root / "constraints.txt"), str(root), *backend]
+    subprocess.run(cmd, check=True, env=env)
+    (tmp / ".complete").touch()
+    tmp.rename(d)
+    return d
 
 
 def _unmount_under(d: Path) -> None:

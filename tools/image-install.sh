@@ -34,7 +34,7 @@ case "$MODE" in
   dry-run)
     echo "apt-get install --no-install-recommends ${PKGS[*]}"
     echo "useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope"
-    echo "PYTHON=$PY tools/setup.sh --no-apt --no-dev   # venv at $(pwd)/.venv, kernel header tree"
+    echo "PYTHON=$PY tools/setup.sh --no-apt --no-dev --no-mounts   # venv at $(pwd)/.venv, kernel header tree"
     echo ".venv/bin/python -c 'from swarmscope.workers.native import ensure_built; ensure_built()'"
     echo "rm -rf /var/lib/apt/lists/* /root/.cache/pip"
     ;;
@@ -77,7 +77,8 @@ case "$MODE" in
     apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
     id -u swarmscope >/dev/null 2>&1 || \
       useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope
-    PYTHON=$PY tools/setup.sh --no-apt --no-dev
+    # --no-mounts: BPF filesystems are the pod's (the chart mounts them), not the image's.
+    PYTHON=$PY tools/setup.sh --no-apt --no-dev --no-mounts
     # The exec-storm helpers, prebuilt into /var/cache/swarmscope/native: worker pods run as uid
     # 10001 with a read-only root filesystem and find them there instead of compiling.
     .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; print(ensure_built())'

@@ -4,6 +4,8 @@
 #   tools/setup.sh            # system packages, kernel header tree, mounts, .venv
 #   tools/setup.sh --no-apt   # skip apt (e.g. inside an image that already has them)
 #   tools/setup.sh --no-dev   # runtime dependencies only (the container image)
+#   tools/setup.sh --no-mounts  # leave tracefs/debugfs/bpffs alone (an image build's chroot:
+#                               # mounting them there leaves its /sys busy)
 #   tools/setup.sh --print-packages   # list the Debian packages and exit (tools/image-install.sh)
 #
 # Caveats: needs root for apt, mounts and the header tree (CI and these machines are root).
@@ -12,11 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT=1
+MOUNTS=1
 EXTRAS='[dev]'
 PRINT=0
 for a in "$@"; do
   case "$a" in
     --no-apt) APT=0 ;;
+    --no-mounts) MOUNTS=0 ;;
     --no-dev) EXTRAS='' ;;
     --print-packages) PRINT=1 ;;
   esac
@@ -27,18 +31,23 @@ done
 # helpers, nginx and sysstat for the ingress scenario and pidstat comparisons, iperf3 for its
 # network baseline (the write-up's netperf). libbpf1 is the
 # shared libbpf that swarmscope/sys/bpf.py calls through ctypes for every raw bpf() command.
-# chromium: pages (report.html, the Locust web UI tab) are checked in a real headless browser.
-# umoci, busybox-static, libseccomp-dev, pkg-config: the real test node (docs/realnode.md) --
-# its pause/busybox images and a seccomp-enabled runc. stress-ng: the exec storm's `load: stress-ng`
-# (the published scaling test's load generator).
+# stress-ng: the exec storm's `load: stress-ng` (the published scaling test's load generator).
+# softflowd, pmacct: the real flow exporters a flow storm measures
+# (targets/flow_agent/exporters.py; pmacct gives pmacctd).
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk iperf3 chromium
-      umoci busybox-static libseccomp-dev pkg-config stress-ng)
+      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk iperf3 stress-ng
+      softflowd pmacct)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
 # build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through
-# the Go module proxy (Debian 12's Go is 1.19).
-if [ -n "$EXTRAS" ]; then PKGS+=(golang-go); fi
+# the Go module proxy (Debian 12's Go is 1.19). chromium: pages (report.html, the Locust web UI
+# tab) are checked in a real headless browser. umoci, busybox-static, libseccomp-dev, pkg-config:
+# the real test node (docs/realnode.md) -- its pause/busybox images and a seccomp-enabled runc.
+# mmdebstrap: the image built without a Docker engine (tools/build_image.py). nftables: the
+# `nft` that kube-proxy (nftables mode) runs inside the real node's network namespace.
+if [ -n "$EXTRAS" ]; then
+  PKGS+=(golang-go chromium umoci busybox-static libseccomp-dev pkg-config mmdebstrap nftables)
+fi
 if [ "$APT" = 1 ]; then
   missing=()
   for p in "${PKGS[@]}"; do
@@ -70,9 +79,11 @@ if [ -n "$amd" ]; then
 fi
 
 # Mounts BPF tooling expects (missing on these VMs until someone mounts them).
-mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
-mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+if [ "$MOUNTS" = 1 ]; then
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
+  mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
+  mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+fi
 
 # The venv: pinned direct deps (pyproject) + pinned transitive ones (constraints.txt).
 PY=${PYTHON:-python3}

@@ -28,6 +28,7 @@ class FlowStormUser(User):
         self.flows = int(cfg.flows[0])
         self.params = {
             "packets_per_flow": cfg.packets_per_flow,
+            "proto": cfg.proto,
             "frame_bytes": cfg.frame_bytes,
             "rate_pps": cfg.rate_pps,
             "max_s": cfg.max_s,

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import LoadGenError
+from swarmscope.errors import LoadGenError, SetupError
 from swarmscope.sys import cgroups
 
 ROOT_NAME = "swarmscope"
@@ -51,6 +51,9 @@ class SimNode:
     pids_path: pathlib.Path | None
     pids_max: int | None = None
     group: str | None = None
+    # The v2 cgroup path announced when this process cannot see the v2 hierarchy (cgroup_id 0):
+    # the node's probe resolves it to the id (a pod on a hybrid-layout host, see own_cgroup_node).
+    announce_path: str = ""
 
     def describe(self, host: str, comm: str = "") -> dict[str, Any]:
         """The node as a worker announces it to the master (swarmscope:nodes)."""
@@ -58,7 +61,7 @@ class SimNode:
             "name": self.name,
             "host": host,
             "cgroup_id": int(self.cgroup_id),
-            "cgroup_path": str(self.cgroup_path or ""),
+            "cgroup_path": str(self.cgroup_path or self.announce_path),
             "comm": comm,
         }
 
@@ -220,9 +223,15 @@ def destroy_sim_nodes(group: str | Iterable[SimNode], timeout_s: float = 5.0) ->
 
 
 def cleanup_stale() -> list[str]:
-    """Destroy groups left by crashed runs (owner process gone); return their names."""
+    """Destroy groups left by crashed runs (owner process gone); return their names.
+
+    Without a cgroup v2 mount (a container on a host with the hybrid layout: the runtime
+    mounts only the v1 hierarchies) no run of ours can have made a group: nothing to sweep."""
     found: set[str] = set()
-    roots = [cgroups.cgroup2_mount()]
+    try:
+        roots = [cgroups.cgroup2_mount()]
+    except SetupError:
+        return []
     pids_root = cgroups.pids_v1_mount()
     if pids_root is not None:
         roots.append(pids_root)
@@ -248,7 +257,13 @@ def own_cgroup_node(name: str) -> SimNode:
     The storm's children stay in the worker's cgroup (its pod's), so the probe on the node can
     count exactly them: the cgroup id is the inode of that cgroup's directory, which is the
     same number inside a cgroup namespace (where /proc/self/cgroup says "/") and on the host.
-    Without cgroup v2 it falls back to the whole host (cgroup id 0), where other processes'
-    execs are counted too.
+    In a container on a hybrid-layout host the runtime mounts only the v1 hierarchies, so the id
+    cannot be read here; the worker then announces its v2 path (from /proc/self/cgroup, a host
+    path: no cgroup namespace on such hosts) and the node's probe, which mounts the host's
+    cgroupfs, resolves it. Without cgroup v2 at all it falls back to the whole host (cgroup id
+    0), where other processes' execs are counted too.
     """
-    return SimNode(name=name, cgroup_path=None, cgroup_id=cgroups.pid_cgroup_id("self"), pids_path=None)
+    cid = cgroups.pid_cgroup_id("self")
+    rel = None if cid else cgroups.pid_cgroup_rel("self")
+    path = "" if rel is None else "/" + rel
+    return SimNode(name=name, cgroup_path=None, cgroup_id=cid, pids_path=None, announce_path=path)

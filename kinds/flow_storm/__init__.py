@@ -38,6 +38,9 @@ FLOW_FIELDS: list[Field] = [
         min=1,
         max=1_000_000,
     ),
+    Field(
+        "proto", str, "udp", "transport of every flow: udp datagrams or tcp segments", choices=("udp", "tcp")
+    ),
     Field("packets_per_flow", int, 2, "rounds over all flows: packets each flow gets", min=1, max=1000),
     Field(
         "frame_bytes",
@@ -78,6 +81,7 @@ class FlowStormConfig(RunConfig):
     """A flow storm's validated options (fields: :meth:`FlowStorm.fields`)."""
 
     flows: list[int]
+    proto: str
     packets_per_flow: int
     frame_bytes: int
     rate_pps: float
@@ -106,7 +110,7 @@ def table_size(cfg: FlowStormConfig) -> int:
 class FlowStorm(Kind[FlowStormConfig]):
     name = "flow_storm"
     metric = "flow.packets"
-    description = "UDP over N distinct 5-tuples between namespaces; per-flow kernel truth"
+    description = "UDP or TCP over N distinct 5-tuples between namespaces; per-flow kernel truth"
     config_cls = FlowStormConfig
 
     def fields(self) -> list[Field]:
@@ -123,8 +127,11 @@ class FlowStorm(Kind[FlowStormConfig]):
         }
         progs = {"flow_count": opts}
         if cfg.agent != "none":  # the agents' CPU and RSS (listed before set-up too: the probe loads it)
-            pids = shared.get("agent_pids") or []
-            progs["procstat"] = {"pids": ",".join(str(p) for p in pids)} if pids else {}
+            pids, comms = shared.get("agent_pids") or [], shared.get("agent_comms") or []
+            if comms:  # a real exporter, restarted per point: followed by name in the node's cgroup
+                progs["procstat"] = {"names": ",".join(comms)}
+            else:
+                progs["procstat"] = {"pids": ",".join(str(p) for p in pids)} if pids else {}
         return progs
 
     def points(self, cfg: FlowStormConfig) -> list[PointInfo]:
@@ -143,7 +150,8 @@ class FlowStorm(Kind[FlowStormConfig]):
         nodes = sorted(str(i["node"]) for i in infos.values() if "node" in i)
         targets = sorted(str(i["target"]) for i in infos.values() if "target" in i)
         pids = sorted(int(i["agent_pid"]) for i in infos.values() if i.get("agent_pid"))
-        return {"nodes": nodes, "targets": targets, "agent_pids": pids}
+        comms = sorted({str(i["agent_comm"]) for i in infos.values() if i.get("agent_comm")})
+        return {"nodes": nodes, "targets": targets, "agent_pids": pids, "agent_comms": comms}
 
     def payload(
         self, cfg: FlowStormConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
@@ -153,6 +161,7 @@ class FlowStorm(Kind[FlowStormConfig]):
         return {
             "shares": shares(int(point.params["flows"]), list(shared.get("nodes", []))),
             "packets_per_flow": cfg.packets_per_flow,
+            "proto": cfg.proto,
             "frame_bytes": cfg.frame_bytes,
             "rate_pps": cfg.rate_pps,
             "max_s": cfg.max_s,

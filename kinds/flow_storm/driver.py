@@ -47,7 +47,9 @@ class FlowDriver:
         self.pid = os.getpid()
         self.current_window = ""
         self.net = FlowNetns().__enter__()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one generator at a time
+        self._tally = threading.Lock()  # the locust -f window tallies (record/take): a burst cut
+        # by test stop records while it still holds _lock, so the two must not be one lock
         self._free: dict[str, dict[str, Any]] = {}
         self.agent: Any = None
         self._agent_cfg: tuple[int, float] = (0, 0.0)
@@ -71,6 +73,7 @@ class FlowDriver:
             "pid": self.pid,
             "target": target,
             "agent_pid": getattr(self.agent, "pid", 0),
+            "agent_comm": getattr(self.agent, "comm", ""),
         }
 
     def close(self) -> None:
@@ -90,7 +93,7 @@ class FlowDriver:
         cmd = [
             sys.executable, "-m", "swarmscope.workers.flow_gen", "--flows", str(count), "--first", str(first),
             "--packets-per-flow", str(p["packets_per_flow"]), "--frame-bytes", str(p["frame_bytes"]),
-            "--rate", str(p["rate_pps"]), "--max-s", str(p["max_s"]),
+            "--rate", str(p["rate_pps"]), "--max-s", str(p["max_s"]), "--proto", str(p.get("proto", "udp")),
         ]  # fmt: skip
         with self._lock:  # one generator at a time: they share the source address and port
             dropped = self.net.dropped()
@@ -130,6 +133,12 @@ class FlowDriver:
                 exc = e
                 res = {"generated": 0, "errors": [f"{type(e).__name__}: {e}"]}
         res["flows_asked"] = int(count)
+        if "rounds" in res:  # the per-flow fingerprint of what was sent (reconcile: == kernel's)
+            from swarmscope.kinds.flow_storm.perflow import sent_digest
+
+            res["digest"] = sent_digest(
+                res, int(first), int(count), int(payload["frame_bytes"]), payload["proto"]
+            )
         res["dev"] = self.net.dst_dev  # the probe counts per receiving interface
         if environment is not None:
             environment.events.request.fire(
@@ -153,11 +162,17 @@ class FlowDriver:
         self.agent.start_window()
         res = self.burst(first, count, p)
         res["agent"] = {"cache_max_flows": want[0], "cache_timeout_s": want[1], **self.agent.flush()}
+        if "per_flow" in res["agent"]:  # a real exporter: its records against each flow sent
+            from swarmscope.kinds.flow_storm.perflow import per_flow_check
+
+            res["agent"]["per_flow"] = per_flow_check(
+                res["agent"], res, first, count, int(p["frame_bytes"]), str(p["proto"])
+            )
         return res
 
     # -- free-running tests (locust -f) ------------------------------------------------------
     def record(self, window_id: str, res: dict[str, Any]) -> None:
-        with self._lock:
+        with self._tally:
             t = self._free.setdefault(window_id, {"bursts": 0, **dict.fromkeys(SUMMED, 0)})
             t["bursts"] += 1
             for k in SUMMED:
@@ -167,6 +182,6 @@ class FlowDriver:
         """A burst records when its generator has exited: nothing is in flight to count."""
 
     def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
-        with self._lock:
+        with self._tally:
             t = self._free.pop(window_id, None) or {"bursts": 0, **dict.fromkeys(SUMMED, 0)}
         return {self.name: {"free": True, "dev": self.net.dst_dev, **t}}

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.report import SectionHTML, register_section, render_generic
+from swarmscope.probes.flowdigest import DIGEST_BITS
 
 if TYPE_CHECKING:
     from swarmscope.kinds.flow_storm import FlowStormConfig
 
 GEN_FIELDS = ("generated", "bytes", "flows", "flows_asked", "rounds", "partial", "stopped", "rate",
-              "elapsed_s", "retries", "veth_dropped", "dev")  # fmt: skip
+              "elapsed_s", "retries", "veth_dropped", "dev", "digest", "free", "bursts")  # fmt: skip
 
 
 def shares(n: int, nodes: list[str]) -> dict[str, list[int]]:
@@ -54,7 +55,7 @@ def kernel_view(rs: Sequence[ProbeReading], dev: str) -> dict[str, Any]:
     pre = f"flow.dev.{dev}."
     out: dict[str, Any] = {"packets": None, "bytes": None, "flows": None, "drops": 0, "other": 0}
     hist: dict[int, int] = {}
-    seen = 0
+    seen = digest = 0
     for r in rs:
         for c, v in r.counters.items():
             if c.startswith(pre) and c[len(pre) :] in out:
@@ -65,7 +66,9 @@ def kernel_view(rs: Sequence[ProbeReading], dev: str) -> dict[str, Any]:
                 hist[k] = hist.get(k, 0) + int(x)
             elif g == pre + "seen":
                 seen += int(x)
-    out.update(hist=hist, seen=seen)
+            elif g == pre + "digest":
+                digest = (digest + int(x)) % (1 << DIGEST_BITS)
+    out.update(hist=hist, seen=seen, digest=digest)
     return out
 
 
@@ -94,6 +97,8 @@ def check_node(gen: Mapping[str, Any], k: Mapping[str, Any]) -> list[str]:
     want = expected_hist(gen)
     if k["hist"] != want:
         p.append(f"packets per flow: sent {want}, kernel {k['hist']}")
+    if k["digest"] != int(gen.get("digest", -1)):  # flow by flow (probes/flowdigest.py)
+        p.append(f"per-flow digest: sent {gen['digest']}, kernel {k['digest']}")
     if k["seen"] != int(gen["flows"]):
         p.append(f"kernel table held {k['seen']} flows, {gen['flows']} sent")
     if k["drops"]:
@@ -156,7 +161,7 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
     points: list[dict[str, Any]] = []
     for r in results:
         rows = [v for v in r.extra.get("flows", {}).values() if v.get("kernel") and "generated" in v]
-        elapsed = max((float(v["elapsed_s"]) for v in rows), default=0.0)
+        elapsed = max((float(v.get("elapsed_s") or 0) for v in rows), default=0.0)  # none: locust -f
         flows = sum(int(v["flows"]) for v in rows)
         points.append(
             {
@@ -169,7 +174,8 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
                 "kernel_flows": sum(int(v["kernel"]["flows"] or 0) for v in rows),
                 "kernel_drops": sum(int(v["kernel"]["drops"]) for v in rows),
                 "flows_per_s": flows / elapsed if elapsed else 0.0,
-                "packets_per_s": sum(float(v["rate"]) for v in rows),
+                "elapsed_s": elapsed,
+                "packets_per_s": sum(float(v.get("rate") or 0) for v in rows),
                 "per_flow_ok": bool(rows) and not any(v["problems"] for v in rows),
                 **agent_point(rows),
             }
@@ -184,35 +190,58 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
 
 
 def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The agents' figures of one window, summed over nodes (the write-up's dashboard)."""
+    """The agents' figures of one window, summed over nodes (the write-up's dashboard); a real
+    exporter (no map, no ring buffer) has its per-flow counts and named losses instead."""
     ags = [(v["agent"], v.get("agent_proc") or {}) for v in rows if v.get("agent")]
     if not ags:
         return {}
-    hm = sum(a["evicted_flows"]["hashmap"] for a, _ in ags)
-    rb = sum(a["evicted_flows"]["accounter"] for a, _ in ags)
+
+    def total(*path: str) -> int:
+        out = 0
+        for a, _ in ags:
+            x: Any = a
+            for k in path:
+                x = x.get(k, 0) if isinstance(x, Mapping) else 0
+            out += int(x or 0)
+        return out
+
+    hm, rb = total("evicted_flows", "hashmap"), total("evicted_flows", "accounter")
     procs = [p for _, p in ags if p]
-    return {
+    out: dict[str, Any] = {
         "cache_max_flows": ags[0][0]["cache_max_flows"],
-        "reported": sum(int(a["packets"]) for a, _ in ags),
-        "reported_bytes": sum(int(a["bytes"]) for a, _ in ags),
-        "reported_flows": sum(int(a["flows"]) for a, _ in ags),
-        "flow_records": sum(int(a["records"]) for a, _ in ags),
-        "hashmap_evictions": sum(a["evictions"]["hashmap"] for a, _ in ags),
-        "early_evictions": sum(a["early_hashmap_evictions"] for a, _ in ags),
-        "hashmap_flows": hm,
-        "ringbuf_flows": rb,
-        "ringbuf_hashmap_ratio": rb / hm if hm else None,
-        "dropped_flows": sum(int(a["dropped_flows"]) for a, _ in ags),
+        "reported": total("packets"),
+        "reported_bytes": total("bytes"),
+        "reported_flows": total("flows"),
+        "flow_records": total("records"),
         "agent_cpu_pct": sum(p["cpu_pct"] for p in procs) if procs else None,
         "agent_rss_mib": sum(p["rss_kib"] for p in procs) / 1024 if procs else None,
     }
+    if any("per_flow" in a for a, _ in ags):
+        out.update(
+            {
+                f"{k}_flows": total("per_flow", k)
+                for k in ("missing", "split", "short", "over", "extra", "exact")
+            }
+        )
+        out.update({k: total(k) for k in ("l3_bytes", "pcap_dropped", "lost_export_packets", "unparsed")})
+        return out
+    out.update({
+        "hashmap_evictions": total("evictions", "hashmap"),
+        "early_evictions": total("early_hashmap_evictions"),
+        "hashmap_flows": hm,
+        "ringbuf_flows": rb,
+        "ringbuf_hashmap_ratio": rb / hm if hm else None,
+        "dropped_flows": total("dropped_flows"),
+    })  # fmt: skip
+    return out
 
 
 COLUMNS = (
     "flows", "iteration", "generated", "kernel", "bytes", "kernel_bytes", "kernel_flows",
     "kernel_drops", "flows_per_s", "packets_per_s", "per_flow_ok", "cache_max_flows", "reported",
     "reported_bytes", "flow_records", "hashmap_evictions", "early_evictions", "ringbuf_hashmap_ratio",
-    "dropped_flows", "agent_cpu_pct", "agent_rss_mib",
+    "dropped_flows", "missing_flows", "split_flows", "short_flows", "exact_flows", "pcap_dropped",
+    "lost_export_packets", "agent_cpu_pct", "agent_rss_mib",
 )  # fmt: skip
 
 
@@ -224,4 +253,9 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     )
     rows = [{c: p.get(c) for c in COLUMNS if c in p} for p in order]
     table = render_generic(name, rows, report) if rows else SectionHTML("<p>no windows</p>")
-    return SectionHTML(html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html)
+    from swarmscope.kinds.flow_storm.plots import flow_plots
+
+    return SectionHTML(
+        html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html,
+        plots=flow_plots(points),
+    )

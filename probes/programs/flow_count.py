@@ -5,7 +5,8 @@
     prog.configure({"flow_count.targets": ["4242:ss-fs-ab12-dst:fsab12d"], "flow_count.max_flows": 2**18})
     prog.snapshot()      # {4242: {"flow.packets": n, "flow.bytes": b, "flow.flows", ".drops", ".other",
                          #         "flow.dev.fsab12cdd.packets": n, ...}}
-    prog.window_gauges(t0, t1, nodes)   # per node: flows seen, packets-per-flow histogram; drained
+    prog.window_gauges(t0, t1, nodes)   # per node: flows seen, packets-per-flow histogram, per-flow
+                                        # digest (flow_digest); drained
     prog.take_flows()    # {("10.98.0.1", "10.200.0.0", 40000, 20000, 17): (packets, bytes), ...}
     prog.close()
 
@@ -35,6 +36,7 @@ from typing import Any
 from swarmscope.config import Field, list_of
 from swarmscope.errors import ProbeError
 from swarmscope.probes import bcc_env
+from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import NodeLike, Snapshot
 from swarmscope.probes.programs.params import startup_values
 from swarmscope.probes.programs.pkt_count import XDP_FLAGS_SKB_MODE, in_netns
@@ -229,7 +231,10 @@ class FlowCount:
 
 
 def flow_gauges(flows: Mapping[FlowKey, tuple[int, int]]) -> dict[str, float]:
-    g: dict[str, float] = {"flow.seen": float(len(flows))}
+    g: dict[str, float] = {
+        "flow.seen": float(len(flows)),
+        "flow.digest": float(flow_digest((k, p, b) for k, (p, b) in flows.items())),
+    }
     for p, _b in flows.values():
         key = f"flow.hist.{p}"
         g[key] = g.get(key, 0.0) + 1

@@ -8,7 +8,11 @@ interface, and speaks to it as its collector: ``start_window`` before a window's
 ``flush`` after it (every flow evicted now), which returns the agent's own account of the
 window (packets, bytes, flows, evictions per component, ring buffer / hashmap ratio, buffer
 sizes, dropped flows). Registered in ``AGENTS``; the kind's ``agent`` option's choices are its
-names ("none": no agent). Only the reference eBPF agent (agent.py) ships so far.
+names ("none": no agent): the reference eBPF agent (agent.py), and the real exporters
+``softflowd`` and ``pmacctd`` (exporters.py, NetFlow v9 to swarmscope's collector). ``comm``
+names the process the probe's procstat samples: empty for the reference agent (its ``pid`` is
+the agent itself), the daemon's name for a real exporter (restarted per point, so followed by
+name within the worker's cgroup).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from swarmscope.errors import LoadGenError
 class AgentProcess:
     """A flow agent subprocess with its stdin (commands) and stdout (exported records)."""
 
-    def __init__(self, cmd: list[str], timeout_s: float = 60.0) -> None:
+    def __init__(self, cmd: list[str], timeout_s: float = 60.0, comm: str = "") -> None:
+        self.comm = comm
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.pid = self.proc.pid  # `ip netns exec` execs the agent: the same pid
         self.timeout_s = timeout_s
@@ -82,7 +87,23 @@ def _reference(netns: str, dev: str, cache_max_flows: int, cache_timeout_s: floa
     return AgentProcess(cmd)
 
 
-AGENTS: dict[str, Callable[[str, str, int, float], AgentProcess]] = {"reference": _reference}
+def _exporter(name: str) -> Callable[[str, str, int, float], AgentProcess]:
+    def start(netns: str, dev: str, cache_max_flows: int, cache_timeout_s: float) -> AgentProcess:
+        cmd = [
+            "ip", "netns", "exec", netns, sys.executable, "-m", "swarmscope.targets.flow_agent.exporters",
+            "--exporter", name, "--dev", dev, "--cache-max-flows", str(cache_max_flows),
+            "--cache-timeout", str(cache_timeout_s),
+        ]  # fmt: skip
+        return AgentProcess(cmd, comm=name)
+
+    return start
+
+
+AGENTS: dict[str, Callable[[str, str, int, float], AgentProcess]] = {
+    "reference": _reference,
+    "softflowd": _exporter("softflowd"),
+    "pmacctd": _exporter("pmacctd"),
+}
 AGENT_CHOICES = ("none", *AGENTS)
 
 

@@ -2,7 +2,8 @@
 # build.sh — build (once) the Kubernetes tools the chart tests run, cached by version.
 #
 #   tools/k8s/build.sh all                # helm etcd kube kwok (prints a path per tool)
-#   tools/k8s/build.sh node               # kubelet containerd runc cni nodeimages (real node)
+#   tools/k8s/build.sh node               # kubelet kube-proxy containerd runc cni nodeimages
+#                                         # jaegerimage (real node)
 #   tools/k8s/build.sh helm               # -> /var/cache/swarmscope/tools/helm-v3.22.0/bin/helm
 #   tools/k8s/build.sh --path kube        # print the cache dir only, build nothing
 #
@@ -29,6 +30,10 @@ CONTAINERD_VERSION=v2.1.4
 RUNC_VERSION=v1.3.0
 CNI_VERSION=v1.7.1
 PAUSE_VERSION=3.10  # the sandbox image name kubelet v1.36 and containerd v2.1 expect
+# The chart's Jaeger (values.yaml jaeger.image.tag) is Jaeger v2.13.0, released together with
+# the Go module version v1.76.0 that tools/build_jaeger.sh builds (same source tree).
+JAEGER_MODULE_VERSION=v1.76.0
+JAEGER_IMAGE_TAG=2.13.0
 BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[^A-Za-z0-9._-]/_/g')
 GO=${GO:-$("$(dirname "$0")/../go.sh")}  # new enough; fetched through the module proxy if not
 export GOFLAGS=${GOFLAGS:--mod=mod}
@@ -45,7 +50,9 @@ dir_of() {
     runc) echo "$CACHE/runc-$RUNC_VERSION-seccomp" ;;
     cni) echo "$CACHE/cni-$CNI_VERSION" ;;
     nodeimages) echo "$CACHE/nodeimages-r2-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
-    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet containerd runc cni all node)" >&2; return 2 ;;
+    kubeproxy) echo "$CACHE/kubeproxy-$KUBE_VERSION" ;;
+    jaegerimage) echo "$CACHE/jaegerimage-r2-$JAEGER_MODULE_VERSION-$JAEGER_IMAGE_TAG" ;;
+    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet kubeproxy containerd runc cni jaegerimage all node)" >&2; return 2 ;;
   esac
 }
 
@@ -154,6 +161,10 @@ build_kube() {
 # build_kubelet OUT: same wrapper, its own cache dir (so the control plane's cache stays valid).
 build_kubelet() { kube_wrapper "$1" kubelet='NewKubeletCommand(context.Background())'; }
 
+# build_kubeproxy OUT: kube-proxy for the real node's Services (run inside the node's network
+# namespace, so its nftables rules never touch the host's); its own cache dir, like the kubelet.
+build_kubeproxy() { kube_wrapper "$1" kube-proxy='NewProxyCommand()'; }
+
 # build_containerd OUT: the daemon, its runc shim and ctr, static (no cgo); the btrfs and
 # devmapper snapshotters are left out (overlayfs is what the node uses). containerd's go.mod has
 # exclude directives, so `go install pkg@version` refuses it: a wrapper module holds copies of
@@ -205,6 +216,8 @@ build_kwok() {
 
 # oci_image OUT NAME TAG ROOTFS ENTRYPOINT...: OUT/NAME.tar, an OCI image archive (umoci, no
 # Docker engine) of one layer holding ROOTFS, tagged TAG, for `ctr images import --base-name`.
+# Extra `umoci config` flags (env, user) come from the array OCI_CONFIG.
+OCI_CONFIG=()
 oci_image() (
   local out=$1 file=$2 name=$3 rootfs=$4 w
   shift 4
@@ -216,7 +229,7 @@ oci_image() (
   umoci repack --image "$w/oci:$name" "$w/bundle"
   local ep=()
   for a in "$@"; do ep+=(--config.entrypoint "$a"); done
-  umoci config --image "$w/oci:$name" --os linux --architecture amd64 "${ep[@]}"
+  umoci config --image "$w/oci:$name" --os linux --architecture amd64 "${OCI_CONFIG[@]}" "${ep[@]}"
   umoci gc --layout "$w/oci"
   tar -C "$w/oci" -cf "$out/$file.tar" .
 )
@@ -240,6 +253,24 @@ build_nodeimages() (
   for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$r/busybox/bin/$a"; done
   chmod 1777 "$r/busybox/tmp"
   oci_image "$out" busybox "${BUSYBOX_VERSION%%-*}" "$r/busybox" /bin/sh
+)
+
+# build_jaegerimage OUT: OUT/jaeger.tar, the chart's Jaeger image from the Go module build
+# (tools/build_jaeger.sh, static, cached by version), laid out as upstream's cmd/jaeger/Dockerfile
+# does: the binary at /cmd/jaeger/jaeger-linux with sampling-strategies.json beside it, a sticky
+# /tmp, JAEGER_LISTEN_HOST=0.0.0.0 (the built-in config listens on localhost otherwise), uid 10001.
+# Import with `--base-name docker.io/jaegertracing/jaeger` (-> :2.13.0, the chart's default).
+build_jaegerimage() (
+  local out=$1 bin r src
+  bin=$(JAEGER_VERSION=$JAEGER_MODULE_VERSION "$(dirname "$0")/../build_jaeger.sh")
+  src=$("$GO" mod download -json "github.com/jaegertracing/jaeger@$JAEGER_MODULE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+  r=$(mktemp -d); trap 'rm -rf "$r"' EXIT
+  mkdir -p "$r/tmp" "$r/cmd/jaeger"; chmod 1777 "$r/tmp"
+  cp "$bin" "$r/cmd/jaeger/jaeger-linux"
+  cp "$src/cmd/jaeger/sampling-strategies.json" "$r/cmd/jaeger/"
+  chmod -R u+w,go-w "$r/cmd"
+  OCI_CONFIG=(--config.env JAEGER_LISTEN_HOST=0.0.0.0 --config.user 10001)
+  oci_image "$out" jaeger "$JAEGER_IMAGE_TAG" "$r" /cmd/jaeger/jaeger-linux
 )
 
 ensure() {
@@ -270,7 +301,7 @@ for a in "$@"; do
   case "$a" in
     --path) PATH_ONLY=1 ;;
     all) tools+=(etcd kwok helm kube) ;;
-    node) tools+=(kubelet containerd runc cni nodeimages) ;;
+    node) tools+=(kubelet kubeproxy containerd runc cni nodeimages jaegerimage) ;;
     *) tools+=("$a") ;;
   esac
 done

@@ -1,0 +1,153 @@
+"""`helm install` with the default values onto a real node: every pod runs, not privileged.
+
+    .venv/bin/python -m pytest tests/test_realnode_chart.py -v -s   # -s: build/start timings, pods
+
+The image is built here (tools/build_image.py: the Dockerfile's steps with mmdebstrap + umoci,
+the pinned wheels installed offline; cached by content) and imported into the real node's
+containerd under the chart's default name, as is Jaeger's (from its Go module, tools/k8s/build.sh
+jaegerimage). A kwok node stays beside the real one, cordoned, so the Deployments land on the
+real node while the probe DaemonSet (it tolerates everything) runs on both. The chart is
+installed unmodified; Service names resolve through the node's cluster DNS and route through
+kube-proxy in the node's network namespace (tests/realnode.py).
+
+Checked on the real node: the controller, the worker, Jaeger and the probe are Running with all
+containers ready; the probe loaded its BPF programs with BPF + PERFMON only and said that the
+run-time statistics it lacks CAP_SYS_ADMIN for are off; the worker runs as uid 10001 on a
+read-only root filesystem and the exec helpers were prebuilt in the image, not compiled.
+A cold machine builds the image first (minutes; see docs/realnode.md for the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster, build_tools, fake_node
+from imagebuild import build_swarmscope_image
+from realnode import RealNode, build_node_tools, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "ssrn"
+RELEASE = "rn"
+IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
+JAEGER_REPO = "docker.io/jaegertracing/jaeger"  # values.yaml jaeger.image.repository
+RUNNING_TIMEOUT = 300.0
+# After `--`: Locust's own flags, one short headless run with the one worker pod.
+HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"]
+
+
+def pods_wide(pods: list[dict[str, Any]]) -> str:
+    """`kubectl get pods -o wide`, from the API objects (there is no kubectl here)."""
+    rows = [("NAME", "READY", "STATUS", "RESTARTS", "IP", "NODE")]
+    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        cs = p["status"].get("containerStatuses") or []
+        ready = f"{sum(c['ready'] for c in cs)}/{len(p['spec']['containers'])}"
+        restarts = str(sum(c.get("restartCount", 0) for c in cs))
+        rows.append((p["metadata"]["name"], ready, p["status"].get("phase", ""), restarts,
+                     p["status"].get("podIP", ""), p["spec"].get("nodeName", "")))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
+    tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
+    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
+        kwok = fake_node("kwok-node-0")
+        kwok["spec"]["unschedulable"] = True
+        c.api.post("/api/v1/nodes", kwok)
+        t = time.monotonic()
+        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
+        assert node.import_image(node_tools.jaeger_tar, JAEGER_REPO) == f"{JAEGER_REPO}:2.13.0"
+        print(f"images imported in {time.monotonic() - t:.1f} s", flush=True)
+
+        t = time.monotonic()
+        c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace")
+
+        def all_running() -> list[dict[str, Any]] | None:
+            pods = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+            ok = len(pods) == 5 and all(
+                p["status"].get("phase") == "Running"
+                and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+                for p in pods
+            )
+            return pods if ok else None
+
+        try:
+            pods = wait_for("every pod Running and ready", all_running, RUNNING_TIMEOUT)
+        finally:
+            now = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+            print(pods_wide(now), flush=True)
+        print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+
+        by_component: dict[str, list[dict[str, Any]]] = {}
+        for p in pods:
+            comp = p["metadata"]["labels"]["app.kubernetes.io/component"]
+            by_component.setdefault(comp, []).append(p)
+        assert sorted((k, len(v)) for k, v in by_component.items()) == [
+            ("controller", 1), ("jaeger", 1), ("probes", 2), ("workers", 1),
+        ]  # fmt: skip
+        for comp in ("controller", "jaeger", "workers"):
+            assert by_component[comp][0]["spec"]["nodeName"] == node.name
+        probe = next(p for p in by_component["probes"] if p["spec"]["nodeName"] == node.name)
+        sc = probe["spec"]["containers"][0]["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
+        assert sc["privileged"] is False
+        log = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe['metadata']['name']}/log")
+        print("probe log:\n" + log, flush=True)
+        assert "CAP_SYS_ADMIN" in log  # the statistics it cannot have, said once
+
+        worker = by_component["workers"][0]
+        wsc = worker["spec"]["containers"][0]["securityContext"]
+        assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (10001, True, True)
+
+        # The exec storm through the chart's controller: the same release, its controller told to
+        # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
+        t = time.monotonic()
+        ctrl_uid = _exec_storm_upgrade(c)
+        results = node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
+
+        def report() -> Path | None:
+            done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+            return done[0] if done else None
+
+        rep = json.loads(wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
+        print(
+            f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True
+        )
+        iterations = rep["points"][0]["iterations"]
+        assert iterations
+        for it in iterations:
+            (n,) = it["per_node"]
+            print(f"  window {it.get('index', '?')}: {n}", flush=True)
+            assert n["node"] == node.name
+            assert n["generated"] == n["kernel"] > 0, n
+        # Uninstall first: the node's teardown would otherwise wait out pods the Deployments
+        # keep recreating (250 s measured here, against seconds).
+        c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
+
+
+def _exec_storm_upgrade(c: Cluster) -> str:
+    """helm upgrade: the controller runs one headless exec storm; returns its new pod's uid."""
+    old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
+    c.helm(
+        "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
+        "--set", "scenario.config.burst_s=0.3",
+        "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}",
+    )  # fmt: skip
+
+    def new_pod() -> str | None:
+        uids = [p["metadata"]["uid"] for p in _pods(c, "controller") if p["status"].get("phase") == "Running"]
+        fresh = [u for u in uids if u not in old]
+        return fresh[0] if fresh else None
+
+    return wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
+
+
+def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
+    sel = f"app.kubernetes.io/component={component}"
+    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])
