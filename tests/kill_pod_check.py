@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from test_realnode import _wait_for as wait  # the same bounded poll
+from realnode import wait_for as wait  # the same bounded poll
 
 from swarmscope.controller.faults import make_fault
 from swarmscope.errors import SwarmscopeError
