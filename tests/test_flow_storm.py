@@ -217,3 +217,34 @@ def test_reference_agent_cache_sweep(tmp_path: pathlib.Path) -> None:
         assert q["agent_rss_mib"] > 0 and q["agent_cpu_pct"] is not None
     rows = [it["extra"]["flows"]["n1"] for pt in rep["points"] for it in pt["iterations"]]
     assert all(r["agent_proc"]["ticks"] >= 1 for r in rows)  # 3 s windows, 1 s procstat ticks
+
+
+def test_killed_flow_storm_leaves_namespaces_that_the_next_run_sweeps() -> None:
+    """A worker SIGKILLed inside FlowNetns leaves both namespaces and their claims; the next
+    run's sweep (lifecycle.sweep_stale) deletes exactly those two."""
+    import signal
+    import subprocess
+    import sys
+
+    from swarmscope import lifecycle
+
+    code = (
+        "import sys, time\n"
+        "from swarmscope.workers.flow_netns import FlowNetns\n"
+        "net = FlowNetns().__enter__()\n"
+        "print(net.src, net.dst, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        src, dst = proc.stdout.readline().split()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert {src, dst} <= {line.split()[0] for line in listed.splitlines() if line.strip()}
+    swept = lifecycle.sweep_stale()
+    assert {src, dst} <= set(swept.get("netns", []))
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert not {src, dst} & {line.split()[0] for line in listed.splitlines() if line.strip()}

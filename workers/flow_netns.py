@@ -20,6 +20,7 @@ import subprocess
 from types import TracebackType
 
 from swarmscope.errors import LoadGenError
+from swarmscope.sys import owners
 from swarmscope.targets.neighbors.netns import ip
 
 SRC_ADDR, DST_ADDR = "10.98.0.1", "10.98.0.2"
@@ -33,6 +34,10 @@ class FlowNetns:
         self.src_dev, self.dst_dev = f"fs{tag}s", f"fs{tag}d"
 
     def __enter__(self) -> FlowNetns:
+        # Claimed before `ip netns add`: a worker killed mid-run leaves claims the next run's
+        # sweep (lifecycle.sweep_stale) follows to delete both namespaces (and the veth in them).
+        owners.claim("netns", self.src)
+        owners.claim("netns", self.dst)
         try:
             ip("netns", "add", self.src)
             ip("netns", "add", self.dst)
@@ -104,6 +109,8 @@ class FlowNetns:
     def close(self) -> None:
         ip("netns", "del", self.src, check=False)  # takes the veth pair with it
         ip("netns", "del", self.dst, check=False)
+        owners.release("netns", self.src)
+        owners.release("netns", self.dst)
 
     def __exit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
