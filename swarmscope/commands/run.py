@@ -75,6 +75,9 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 4
+    if report.get("status") == "failed":  # e.g. no kernel count anywhere: what was kept is reported
+        print("swarmscope: the run failed (status failed): see the report's flags", file=sys.stderr)
+        return 1
     bad_checks = failed(report.get("checks"))
     if bad_checks:
         names = "; ".join(c["check"] for c in bad_checks)
