@@ -20,6 +20,7 @@ by ``workers.http_stats.downtime`` — the injector only records *when* it struc
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -143,7 +144,9 @@ class KillPod(_Scheduled):
                 config.load_incluster_config()
             except config.ConfigException:
                 try:
-                    config.load_kube_config()
+                    # $KUBECONFIG read now: the client reads it once, when it is first imported
+                    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+                    config.load_kube_config(config_file=kubeconfig)
                 except (config.ConfigException, OSError) as e:
                     raise SwarmscopeError(
                         f"kill-pod: no cluster to talk to (in-cluster or kubeconfig): {e}"

@@ -113,9 +113,13 @@ def test_swarmscope_controller_binds_narrowly_behind_login(tmp_path: Path) -> No
                 ).read_text()
                 time.sleep(0.3)
         assert r.status_code == 302 and "/login" in r.headers["Location"]
+        # The fleet runs in a child process of the controller (controller/fleet_proc.py: grpc.aio
+        # cannot run in a gevent-patched process), so its socket is the child's.
+        procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
         listening = {
             c.laddr.port: c.laddr.ip.removeprefix("::ffff:")  # v4-mapped on a dual-stack socket
-            for c in psutil.Process(p.pid).net_connections(kind="tcp")
+            for proc in procs
+            for c in proc.net_connections(kind="tcp")
             if c.status == psutil.CONN_LISTEN
         }
         assert listening[ports["locust"]] == "127.0.0.2"
