@@ -233,6 +233,14 @@ def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "ringbuf_hashmap_ratio": rb / hm if hm else None,
         "dropped_flows": total("dropped_flows"),
     })  # fmt: skip
+    if all("evictions" in a.get("scraped", {}) for a, _ in ags):  # its /metrics, scraped
+        shm = total("scraped", "evicted_flows", "hashmap")
+        srb = total("scraped", "evicted_flows", "accounter")
+        out.update({
+            "scraped_hashmap_evictions": total("scraped", "evictions", "hashmap"),
+            "scraped_ringbuf_hashmap_ratio": srb / shm if shm else None,
+            "scraped_dropped_flows": total("scraped", "dropped_flows"),
+        })  # fmt: skip
     return out
 
 
