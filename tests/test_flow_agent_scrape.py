@@ -3,7 +3,9 @@
 A real short `swarmscope run` (agent=reference, a map that holds every flow and one of 300
 that does not): per window, the figures scraped from the agent's Prometheus ``/metrics``
 (evictions and evicted flows per component, dropped flows, buffer sizes, the ring buffer /
-hashmap ratio) equal, exactly, the ones the agent gives directly in its window summary.
+hashmap ratio) equal, exactly, the ones the agent gives directly in its window summary. The
+same run checks the reference agent per flow (kinds/flow_storm/perflow.py) from the flow
+records it exported: exact, missing, split.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def test_window_metrics_is_the_counters_increase_and_the_gauges_at_the_end() -> 
 @root
 def test_reference_agent_metrics_scraped_equal_its_own_counters(tmp_path: pathlib.Path) -> None:
     rep = _run(tmp_path, "flows=3000", "packets_per_flow=2", "cache_max_flows=100000,300", "rate_pps=20000",
-               "cache_timeout_s=30")  # fmt: skip
+               "cache_timeout_s=60")  # fmt: skip
     rows = _exact(rep, [3000, 3000], 2, 128)
     assert len(rows) == 2
     for row in rows:
@@ -55,9 +57,21 @@ def test_reference_agent_metrics_scraped_equal_its_own_counters(tmp_path: pathli
         assert q["scraped_hashmap_evictions"] == q["hashmap_evictions"]
         assert q["scraped_dropped_flows"] == q["dropped_flows"]
         assert q["scraped_ringbuf_hashmap_ratio"] == q["ringbuf_hashmap_ratio"]
-    # a 30 s timeout: the big map is evicted once, at the flush; the small one early, and more
+    # a 60 s timeout: the big map is evicted once, at the flush; the small one early, and more
     assert big["hashmap_evictions"] == 1 and big["ringbuf_hashmap_ratio"] == 0
     assert small["early_evictions"] > 0 and small["ringbuf_hashmap_ratio"] > 0
+    # per flow, from the records the agent exported: the big map's one eviction after the
+    # traffic holds every flow whole (2 packets, 2 x 128 frame bytes), one record each
+    assert rows[0]["agent"]["cache_max_flows"] == 100000
+    assert rows[0]["agent"]["per_flow"] == {"missing": 0, "split": 0, "short": 0, "over": 0, "extra": 0,
+                                            "exact": 3000}  # fmt: skip
+    assert rows[0]["agent"]["records"] == 3000 and big["exact_flows"] == 3000 and big["split_flows"] == 0
+    # the small map evicts mid-traffic: every flow is classified once, none is made up, and a
+    # flow in several records is split (records = flows + the extra records of split flows)
+    pf = rows[1]["agent"]["per_flow"]
+    assert pf["exact"] + pf["short"] + pf["over"] + pf["missing"] == 3000 and pf["extra"] == 0
+    assert pf["split"] > 0 and rows[1]["agent"]["records"] > 3000
+    assert (small["exact_flows"], small["split_flows"]) == (pf["exact"], pf["split"])
 
 
 @root

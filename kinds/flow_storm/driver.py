@@ -168,7 +168,7 @@ class FlowDriver:
         res["agent"] = {"cache_max_flows": want[0], "cache_timeout_s": want[1], **self.agent.flush()}
         if url:  # its exported metrics, scraped, beside what it said directly
             res["agent"]["scraped"] = scraped_window(url, before)
-        if "per_flow" in res["agent"]:  # a real exporter: its records against each flow sent
+        if "per_flow" in res["agent"]:  # its exported records against each flow sent
             from swarmscope.kinds.flow_storm.perflow import per_flow_check
 
             res["agent"]["per_flow"] = per_flow_check(

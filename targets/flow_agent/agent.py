@@ -8,7 +8,8 @@ cacheMaxFlows flows, and a ring buffer for packets whose flow a full map cannot 
 evicts the map every ``--cache-timeout`` seconds, and early when the ring buffer shows it is
 full (the write-up's "hashmap evictions above the timeout rate"); ring-buffer records go to
 the accounter, a user-space cache evicted on the same tick. Evicted flows go to the exporter:
-here, one JSON line per eviction on stdout, read by the collector (the flow storm's worker).
+here, one JSON line per eviction on stdout, its flows in ``records`` ([dst, dport, proto,
+packets, frame bytes] each), read by the collector (the flow storm's worker).
 
 Control, one line on stdin: ``config <cacheMaxFlows> <cacheTimeout>`` reloads the datapath with
 a new map (same process: the probe's procstat keeps sampling its pid), ``start`` begins a
@@ -32,6 +33,8 @@ import errno
 import json
 import os
 import select
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -84,6 +87,10 @@ def drain(table: Any) -> list[tuple[Any, Any]]:
                 return out  # the whole map walked
             raise OSError(err, f"BPF_MAP_LOOKUP_AND_DELETE_BATCH: {os.strerror(err)}")
     return out
+
+
+def _ip(addr: int) -> str:
+    return socket.inet_ntoa(struct.pack("=I", addr))  # as read from the map: back to its bytes
 
 
 class Window:
@@ -195,6 +202,8 @@ class FlowAgent:
             "flows": len(flows),
             "packets": p,
             "bytes": b,
+            # the flows themselves, one record each: [dst address, dst port, proto, packets, frame bytes]
+            "records": [[_ip(k[1]), k[3], k[4], v[0], v[1]] for k, v in flows.items()],
         }
         print(json.dumps(out), flush=True)
 
