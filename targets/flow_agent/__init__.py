@@ -19,9 +19,11 @@ Prometheus text (the reference agent, on a loopback port of this namespace; empt
 from __future__ import annotations
 
 import json
+import queue
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -48,13 +50,24 @@ class AgentProcess:
         self.pid = self.proc.pid  # `ip netns exec` execs the agent: the same pid
         self.timeout_s = timeout_s
         self.records: list[dict[str, Any]] = []
+        # read all the time, not only at flush: an agent whose exports fill the pipe (64 KiB)
+        # would block in its write and stop polling its ring buffer (a stall of the collector's
+        # making, seen as dropped flows)
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, name="flow-agent-stdout", daemon=True).start()
         self._until(lambda m: bool(m.get("ready")))
 
-    def _until(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    def _read(self) -> None:
         assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put("")  # EOF
+
+    def _until(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         while True:
-            line = self.proc.stdout.readline()
+            line = self._lines.get()
             if not line:
+                self._lines.put("")  # stays at EOF for the next caller
                 raise LoadGenError(f"the flow agent exited ({self.proc.poll()})")
             msg = json.loads(line)
             if done(msg):
