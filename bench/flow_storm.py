@@ -8,7 +8,8 @@ Runs ``swarmscope run scenarios/flow_storm.yaml`` (the reference agent, cacheTim
 one fixed number of flows and the write-up's cacheMaxFlows sweep plus one undersized map, and
 prints per point: flows/s (distinct 5-tuples generated per second), evictions per component
 (hashmap, early = map full, ring buffer), the ring buffer / hashmap ratio, records exported,
-reported against kernel packets and bytes, and the agent's CPU and RSS (procstat), each next to
+reported against kernel packets and bytes, flows exact / missing / split / short, whether the
+scraped /metrics equal the agent's own figures, and the agent's CPU and RSS (procstat), each next to
 the write-up's own figure where it has one: memory 400 MB -> 250 MB from 100K to 50K, CPU +40 %
 at 2K against 10K, +457 % in the runaway (against 10K), and the 0.05 ratio line. Also checks
 generated == kernel per flow. ``--exporters`` adds, before the sweep, one run per real exporter
@@ -37,6 +38,7 @@ REF_MEM_MB = {100_000: 400.0, 50_000: 250.0}
 REF_CPU_2K_VS_10K = 0.40
 REF_CPU_RUNAWAY_VS_10K = 4.57
 RATIO_LINE = 0.05
+SCRAPED = ("hashmap_evictions", "ringbuf_hashmap_ratio", "dropped_flows")  # the agent's /metrics
 
 
 def run(
@@ -88,7 +90,8 @@ def main() -> int:
     print(f"status {rep['status']}; generated == kernel per flow at every point: "
           f"{all(q['per_flow_ok'] for q in pts.values())}")  # fmt: skip
     head = ("cacheMaxFlows", "flows/s", "hm evict", "early", "rb flows", "RB/HM", "records", "rep/kern pkts",
-            "rep/kern bytes", "dropped", "CPU %", "RSS MiB", "write-up")  # fmt: skip
+            "rep/kern bytes", "dropped", "exact/miss/split/short", "scraped == own", "CPU %", "RSS MiB",
+            "write-up")  # fmt: skip
     print(" | ".join(head))
     for c in caches:
         q = pts[c]
@@ -99,6 +102,8 @@ def main() -> int:
             f"{q['ringbuf_flows']:,}", f"{ratio:.3f}{' >0.05' if ratio and ratio > RATIO_LINE else ''}",
             f"{q['flow_records']:,}", f"{q['reported']:,}/{q['kernel']:,}",
             f"{q['reported_bytes']:,}/{q['kernel_bytes']:,}", f"{q['dropped_flows']:,}",
+            f"{q['exact_flows']:,}/{q['missing_flows']:,}/{q['split_flows']:,}/{q['short_flows']:,}",
+            str(all(q.get("scraped_" + k, "?") == q[k] for k in SCRAPED)),
             f"{q['agent_cpu_pct'] or 0:.1f}", f"{q['agent_rss_mib'] or 0:.1f}", ref,
         )  # fmt: skip
         print(" | ".join(cells))

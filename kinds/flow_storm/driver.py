@@ -160,9 +160,15 @@ class FlowDriver:
             self.agent.configure(*want)
             self._agent_cfg = want
         self.agent.start_window()
+        url = getattr(self.agent, "metrics_url", "")
+        from swarmscope.kinds.flow_storm.scrape import scraped_window, start_scrape
+
+        before = start_scrape(url) if url else ""
         res = self.burst(first, count, p)
         res["agent"] = {"cache_max_flows": want[0], "cache_timeout_s": want[1], **self.agent.flush()}
-        if "per_flow" in res["agent"]:  # a real exporter: its records against each flow sent
+        if url:  # its exported metrics, scraped, beside what it said directly
+            res["agent"]["scraped"] = scraped_window(url, before)
+        if "per_flow" in res["agent"]:  # its exported records against each flow sent
             from swarmscope.kinds.flow_storm.perflow import per_flow_check
 
             res["agent"]["per_flow"] = per_flow_check(

@@ -5,9 +5,11 @@
     # {"missing": 0, "split": 12, "short": 0, "over": 0, "extra": 0, "exact": 9988}
 
 ``agent_window["per_flow"]`` maps "dst:dport:proto" to [packets, L3 bytes, records] (the
-collector's view, targets/flow_agent/collector.py). The generator's flows are known by
-construction (workers/flow_gen.py: flow i's address and the packets it got), and the kernel
-equals them flow by flow (the flow_count reconcile), so "sent" here is the kernel's count too.
+collector's view, targets/flow_agent/collector.py), or frame bytes when ``per_flow_bytes`` is
+"frame" (the reference agent's exported records, folded by targets/flow_agent.fold_records).
+The generator's flows are known by construction (workers/flow_gen.py: flow i's address and the
+packets it got), and the kernel equals them flow by flow (the flow_count reconcile), so "sent"
+here is the kernel's count too.
 A flow is ``missing`` when it was sent and never exported, ``split`` when it was exported in
 more than one record (more than one eviction: maxlife, cache full), ``short`` / ``over`` when
 its records add up to fewer / more packets or bytes than it got, ``extra`` when a record names
@@ -42,7 +44,8 @@ def per_flow_check(
     proto: str = "udp",
 ) -> dict[str, int]:
     rows: dict[str, list[int]] = dict(agent.get("per_flow") or {})
-    l3 = frame_bytes - ETH_HLEN
+    # the real exporters count IPv4 total length; the reference agent counts frames (skb->len)
+    l3 = frame_bytes - (0 if agent.get("per_flow_bytes") == "frame" else ETH_HLEN)
     out = dict.fromkeys(("missing", "split", "short", "over", "extra", "exact"), 0)
     for i in range(count):
         want = sent_per_flow(dict(gen), i)

@@ -190,8 +190,9 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
 
 
 def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The agents' figures of one window, summed over nodes (the write-up's dashboard); a real
-    exporter (no map, no ring buffer) has its per-flow counts and named losses instead."""
+    """The agents' figures of one window, summed over nodes (the write-up's dashboard), with
+    every agent's per-flow counts; a real exporter (no map, no ring buffer) has its named
+    losses instead of the map's figures."""
     ags = [(v["agent"], v.get("agent_proc") or {}) for v in rows if v.get("agent")]
     if not ags:
         return {}
@@ -223,6 +224,7 @@ def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 for k in ("missing", "split", "short", "over", "extra", "exact")
             }
         )
+    if any("l3_bytes" in a for a, _ in ags):  # a real exporter: named losses, no map or ring buffer
         out.update({k: total(k) for k in ("l3_bytes", "pcap_dropped", "lost_export_packets", "unparsed")})
         return out
     out.update({
@@ -233,6 +235,14 @@ def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "ringbuf_hashmap_ratio": rb / hm if hm else None,
         "dropped_flows": total("dropped_flows"),
     })  # fmt: skip
+    if all("evictions" in a.get("scraped", {}) for a, _ in ags):  # its /metrics, scraped
+        shm = total("scraped", "evicted_flows", "hashmap")
+        srb = total("scraped", "evicted_flows", "accounter")
+        out.update({
+            "scraped_hashmap_evictions": total("scraped", "evictions", "hashmap"),
+            "scraped_ringbuf_hashmap_ratio": srb / shm if shm else None,
+            "scraped_dropped_flows": total("scraped", "dropped_flows"),
+        })  # fmt: skip
     return out
 
 

@@ -8,16 +8,20 @@ cacheMaxFlows flows, and a ring buffer for packets whose flow a full map cannot 
 evicts the map every ``--cache-timeout`` seconds, and early when the ring buffer shows it is
 full (the write-up's "hashmap evictions above the timeout rate"); ring-buffer records go to
 the accounter, a user-space cache evicted on the same tick. Evicted flows go to the exporter:
-here, one JSON line per eviction on stdout, read by the collector (the flow storm's worker).
+here, one JSON line per eviction on stdout, its flows in ``records`` ([dst, dport, proto,
+packets, frame bytes] each), read by the collector (the flow storm's worker).
 
 Control, one line on stdin: ``config <cacheMaxFlows> <cacheTimeout>`` reloads the datapath with
 a new map (same process: the probe's procstat keeps sampling its pid), ``start`` begins a
-window (counters zeroed), ``flush`` evicts everything now and prints the window's summary,
+window (counters zeroed; answered ``{"started": true}``), ``flush`` evicts everything now and
+prints the window's summary,
 ``{"window": {...}}``: packets, bytes, flow records exported, distinct flows, evictions and
 evicted flows per component (hashmap, accounter, exporter), the ring buffer / hashmap ratio,
 buffer sizes (largest map and accounter occupancy seen at an eviction) and dropped flows (ring
 buffer full). Caveat: as in the write-up's agent, a packet that updates a map entry while user
 space evicts it can be lost or counted in the next record; the reconcile shows it.
+With ``--metrics-fd`` (a listening socket), the same figures are served as Prometheus text
+under the write-up's names (metrics.py), for the flow storm to scrape.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import errno
 import json
 import os
 import select
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -83,6 +89,10 @@ def drain(table: Any) -> list[tuple[Any, Any]]:
     return out
 
 
+def _ip(addr: int) -> str:
+    return socket.inet_ntoa(struct.pack("=I", addr))  # as read from the map: back to its bytes
+
+
 class Window:
     def __init__(self) -> None:
         self.packets = self.bytes = self.records = 0
@@ -118,8 +128,14 @@ class FlowAgent:
         self.bpf: Any = None
         self.accounter: dict[FlowKey, list[int]] = {}
         self.win = Window()
+        # cumulative over the agent's life: what its /metrics counters serve (metrics.py)
+        self.totals: dict[str, Any] = {
+            "evictions": dict.fromkeys(("hashmap", "accounter", "exporter"), 0),
+            "evicted_flows": dict.fromkeys(("hashmap", "accounter", "exporter"), 0),
+            "dropped": 0,
+        }
         self.full = False
-        self._dropped0 = 0
+        self._dropped0 = self._dropped_seen = 0
         self.configure(cache_max_flows, cache_timeout_s)
 
     def configure(self, cache_max_flows: int, cache_timeout_s: float) -> None:
@@ -133,7 +149,7 @@ class FlowAgent:
         self.cache_max_flows, self.timeout = int(cache_max_flows), float(cache_timeout_s)
         flags = [f"-DCACHE_MAX_FLOWS={self.cache_max_flows}", f"-DRINGBUF_PAGES={int(self.ringbuf_pages)}"]
         self.bpf = bcc_env.load_program("flow_agent", cflags=flags)
-        self._dropped0 = 0
+        self._dropped0 = self._dropped_seen = 0  # a new program: its drop counter starts at 0
         self.bpf[b"direct_flows"].open_ring_buffer(self._on_record)
         self._attach()
 
@@ -177,12 +193,17 @@ class FlowAgent:
         w.flows.update(flows)
         w.evictions["exporter"] += 1
         w.evicted_flows["exporter"] += len(flows)
+        for c in (component, "exporter"):
+            self.totals["evictions"][c] += 1
+            self.totals["evicted_flows"][c] += len(flows)
         out = {
             "component": component,
             "t_ns": time.monotonic_ns(),
             "flows": len(flows),
             "packets": p,
             "bytes": b,
+            # the flows themselves, one record each: [dst address, dst port, proto, packets, frame bytes]
+            "records": [[_ip(k[1]), k[3], k[4], v[0], v[1]] for k, v in flows.items()],
         }
         print(json.dumps(out), flush=True)
 
@@ -202,6 +223,8 @@ class FlowAgent:
         stats = self.bpf[b"agent_stats"]
         dropped = sum(int(v) for v in stats[stats.Key(1)])
         self.win.dropped = dropped - self._dropped0
+        self.totals["dropped"] += dropped - self._dropped_seen
+        self._dropped_seen = dropped
         self.full = False
 
     def run(self, fd: int = 0) -> None:
@@ -229,6 +252,7 @@ class FlowAgent:
             self.win = Window()
             stats = self.bpf[b"agent_stats"]
             self._dropped0 = sum(int(v) for v in stats[stats.Key(1)])
+            print(json.dumps({"started": True}), flush=True)  # a scrape from now on is the window's
         elif cmd.startswith("config "):
             cmf, timeout = cmd.split()[1:3]
             self.configure(int(cmf), float(timeout))
@@ -246,8 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache-max-flows", type=int, default=100_000)
     ap.add_argument("--cache-timeout", type=float, default=1.0)
     ap.add_argument("--ringbuf-pages", type=int, default=64)
+    ap.add_argument("--metrics-fd", type=int, default=-1, help="a listening socket: serve /metrics on it")
     a = ap.parse_args(argv)
     agent = FlowAgent(a.dev, a.cache_max_flows, a.cache_timeout, a.ringbuf_pages)
+    if a.metrics_fd >= 0:
+        from swarmscope.targets.flow_agent.metrics import serve
+
+        serve(agent, a.metrics_fd)
     print(json.dumps({"ready": True}), flush=True)
     try:
         agent.run()

@@ -261,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 elif cmd == ["start"]:
                     exp.mark()
                     coll.reset()
+                    print(json.dumps({"started": True}), flush=True)
                 elif cmd == ["flush"]:
                     extra = exp.flush(coll)
                     print(json.dumps({"window": window_summary(coll, extra)}), flush=True)
