@@ -285,7 +285,15 @@ class IngressDriver:
         if keep and self._fault is None:
             from swarmscope.controller.faults import make_fault
 
-            self._fault = make_fault(cfg.fault, at_s=cfg.fault_at, target=self.target, stall_s=cfg.stall_s)
+            self._fault = make_fault(
+                cfg.fault,
+                at_s=cfg.fault_at,
+                target=self.target,
+                stall_s=cfg.stall_s,
+                grace_period_s=cfg.grace_period_s,
+                namespace=cfg.fault_namespace,
+                label_selector=cfg.fault_selector,
+            )
             self._fault.arm(t0)  # fault_at counts from the first step's start
         return self.active
 

@@ -211,3 +211,9 @@ podSelector:
     defaultMode: {{ ternary "0440" "0400" (eq .role "controller") }}
 {{- end }}
 {{- end -}}
+
+{{/* "true" when the workers run the kill-pod fault (the ingress flood's target worker deletes
+     the pod): they then get the fault Role and a mounted token; "" otherwise. */}}
+{{- define "swarmscope.workersKillPods" -}}
+{{- if and .Values.rbac.create (eq (toString .Values.scenario.config.fault) "kill-pod") -}}true{{- end -}}
+{{- end -}}
