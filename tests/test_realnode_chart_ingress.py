@@ -101,40 +101,70 @@ def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path:
         assert ing["requests"] == ing["successes"] == sum(COUNTS)
         assert ing["target_requests"] == sum(COUNTS) + ing["preflight_requests"] == served
 
-        # 2. kill-pod with the grace period, from the worker pod through the API server.
-        t = time.monotonic()
-        watch = _PodWatch(c)
-        watch.start()
-        try:
-            rep = _run_headless(c, node, [
-                "--set", "scenario.config.fault=kill-pod", "--set", "scenario.config.fault_at=5",
-                "--set", f"scenario.config.grace_period_s={GRACE_S}",
-                "--set", "scenario.config.step_duration=75", "--set", "scenario.config.steps={4}",
-                "--set", "scenario.config.requests=null",
-            ])  # fmt: skip
-        finally:
-            watch.stop()
-        print(f"kill-pod run: report in {time.monotonic() - t:.1f} s", flush=True)
-        _scale(c, "controller", 0)  # no second run (and no second kill) once the report is in
-        (f,) = rep["faults"]
-        print("  fault: " + json.dumps({k: f.get(k) for k in (
-            "detail", "downtime_s", "failed_requests", "recovery_s", "first_success_after", "at")}),
-            flush=True)  # fmt: skip
-        assert "error" not in f, f
-        assert f["detail"] == {"pod": target["metadata"]["name"], "namespace": NS, "grace_period_s": GRACE_S}
-        seen = watch.figures(target["metadata"]["name"], f["at"])
-        print(f"  downtime {f['downtime_s']:.1f} s: last success {f['last_success_before'] - f['at']:.1f} s, "
-              f"first success {f['first_success_after'] - f['at']:.1f} s after the fault; {seen}; {SEED}",
-              flush=True)  # fmt: skip
-        assert f["failed_requests"] > 0
+        # 2. kill-pod with the grace period, from the worker pod through the API server, with
+        # the seed's settings (installed above): the grace period is the outage's floor.
+        victim = target["metadata"]["name"]
+        f, seen = _kill_run(c, node, victim, "seed settings")
         # Nothing serves between the LB's exit and the end of the grace period: the outage
         # covers (last success, fault + grace] at least, and ends within BOUND_S after.
         assert f["first_success_after"] - f["at"] >= GRACE_S
         assert f["last_success_before"] < f["at"] + GRACE_S
         assert f["downtime_s"] <= GRACE_S + BOUND_S
         assert seen["terminating_s"] >= GRACE_S
-        assert seen["replacement"] != target["metadata"]["name"]
+
+        # 3. The same kill, with a target that exits on SIGTERM and holds no node port: the
+        # grace period no longer forces anything; the outage is the replacement's start.
+        before = {p["metadata"]["uid"] for p in _pods(c, "target")}
+        c.helm("upgrade", RELEASE, CHART, "-n", NS, "--reuse-values", "--set-json", "controller.extraArgs=[]",
+               "--set", "target.hostPort=null", "--set", "target.backendsHoldSigterm=false")  # fmt: skip
+
+        def new_target() -> dict[str, Any] | None:
+            ps = _pods(c, "target")  # Recreate: the old pods go first
+            ready = [
+                p
+                for p in ps
+                if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+            ]
+            return ready[0] if len(ps) == 1 and ready and ready[0]["metadata"]["uid"] not in before else None
+
+        victim = wait_for("the target without the seed's settings", new_target, TIMEOUT)["metadata"]["name"]
+        f, seen = _kill_run(c, node, victim, "exits on SIGTERM, no node port")
+        assert f["first_success_after"] - f["at"] < GRACE_S
+        assert f["downtime_s"] <= BOUND_S
         c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
+
+
+def _kill_run(c: Cluster, node: RealNode, victim: str, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One headless run whose kill-pod fault deletes ``victim``; its fault record (with the
+    worker's downtime) and what the API server showed of the victim and its replacement."""
+    t = time.monotonic()
+    watch = _PodWatch(c)
+    watch.start()
+    try:
+        rep = _run_headless(c, node, [
+            "--set", "scenario.config.fault=kill-pod", "--set", "scenario.config.fault_at=5",
+            "--set", f"scenario.config.grace_period_s={GRACE_S}",
+            "--set", "scenario.config.step_duration=75", "--set", "scenario.config.steps={4}",
+            "--set", "scenario.config.requests=null",
+        ])  # fmt: skip
+    finally:
+        watch.stop()
+    _scale(c, "controller", 0)  # no second run (and no second kill) once the report is in
+    print(f"kill-pod run ({what}): report in {time.monotonic() - t:.1f} s", flush=True)
+    (f,) = rep["faults"]
+    assert "error" not in f, f
+    assert f["detail"] == {"pod": victim, "namespace": NS, "grace_period_s": GRACE_S}
+    seen = watch.figures(victim, f["at"])
+    last, first = f["last_success_before"] - f["at"], f["first_success_after"] - f["at"]
+    print(
+        f"  downtime {f['downtime_s']:.1f} s ({f['failed_requests']} failed requests): last success "
+        f"{last:.1f} s, first success {first:.1f} s after the fault, recovery {f['recovery_s']} s; "
+        f"API server: {seen}; {SEED}",
+        flush=True,
+    )
+    assert f["failed_requests"] > 0
+    assert seen["replacement"] not in (None, victim)
+    return f, seen
 
 
 def _run_headless(c: Cluster, node: RealNode, sets: list[str]) -> dict[str, Any]:
