@@ -56,6 +56,14 @@ COUNTS = [150, 250]  # requests per step (boom's -n): exact, whatever the machin
 # Keys of the chart's default scenario (an exec storm) that an ingress flood does not take: null
 # removes them from the merged values.
 NOT_INGRESS = {"iterations": None, "burst_s": None, "concurrency": None}
+# The kill-pod runs: one step of 4 users for 75 s, the fault 5 s in (room for the outage and
+# the recovery after it).
+KILL = [
+    "--set", "scenario.config.fault=kill-pod", "--set", "scenario.config.fault_at=5",
+    "--set", f"scenario.config.grace_period_s={GRACE_S}",
+    "--set", "scenario.config.step_duration=75", "--set", "scenario.config.steps={4}",
+    "--set", "scenario.config.requests=null",
+]  # fmt: skip
 
 
 def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
@@ -72,81 +80,95 @@ def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path:
         # Installed idle (no --headless: the controller waits for the web UI), so the target is
         # Ready before any worker sends its preflight.
         t = time.monotonic()
-        values = tmp_path / "values.json"
-        values.write_text(json.dumps({
-            "target": {"enabled": True, "hostPort": HOST_PORT, "backendsHoldSigterm": True,
-                       "terminationGracePeriodSeconds": GRACE_S},
-            "scenario": {"config": {**NOT_INGRESS, "scenario": "ingress_flood", "steps": [1, 2],
-                                    "requests": COUNTS, "step_duration": 60}},
-        }))  # fmt: skip
+        # Every upgrade passes the whole values file, not --reuse-values: with it Helm brings the
+        # chart's exec-storm defaults that the file sets to null back (an ingress flood refuses
+        # them as unknown keys).
+        seed = {"enabled": True, "hostPort": HOST_PORT, "backendsHoldSigterm": True,
+                "terminationGracePeriodSeconds": GRACE_S}  # fmt: skip
+        values = _values(tmp_path / "values.json", seed)
         c.helm("install", RELEASE, CHART, "-n", NS, "--create-namespace", "-f", str(values))
-        wait_for("every pod Running and ready", lambda: _all_ready(c, 5), TIMEOUT)
-        print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
-        (target,) = _pods(c, "target")
-        assert target["spec"]["nodeName"] == node.name
-
-        # 1. The flood: requests == access-log lines.
-        t = time.monotonic()
-        rep = _run_headless(c, node, [])
-        print(f"flood through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True)
-        ing = rep["ingress"]
-        log = _volume(node, target, "logs") / "access.log"
-        # Lines up to the run's end: a restarted controller (the Deployment restarts it after
-        # its headless run) may already be sending the next run's preflight.
-        end = rep["finished_ns"] / 1e9
-        lines = [float(x.split()[0]) for x in log.read_text().splitlines()]
-        served = sum(1 for ts in lines if ts <= end)
-        print(f"  worker requests {ing['requests']} (+{ing['preflight_requests']} preflight), "
-              f"access log {served}", flush=True)  # fmt: skip
-        assert ing["requests"] == ing["successes"] == sum(COUNTS)
-        assert ing["target_requests"] == sum(COUNTS) + ing["preflight_requests"] == served
-
-        # 2. kill-pod with the grace period, from the worker pod through the API server, with
-        # the seed's settings (installed above): the grace period is the outage's floor.
-        victim = target["metadata"]["name"]
-        f, seen = _kill_run(c, node, victim, "seed settings")
-        # Nothing serves between the LB's exit and the end of the grace period: the outage
-        # covers (last success, fault + grace] at least, and ends within BOUND_S after.
-        assert f["first_success_after"] - f["at"] >= GRACE_S
-        assert f["last_success_before"] < f["at"] + GRACE_S
-        assert f["downtime_s"] <= GRACE_S + BOUND_S
-        assert seen["terminating_s"] >= GRACE_S
-
-        # 3. The same kill, with a target that exits on SIGTERM and holds no node port: the
-        # grace period no longer forces anything; the outage is the replacement's start.
-        before = {p["metadata"]["uid"] for p in _pods(c, "target")}
-        c.helm("upgrade", RELEASE, CHART, "-n", NS, "--reuse-values", "--set-json", "controller.extraArgs=[]",
-               "--set", "target.hostPort=null", "--set", "target.backendsHoldSigterm=false")  # fmt: skip
-
-        def new_target() -> dict[str, Any] | None:
-            ps = _pods(c, "target")  # Recreate: the old pods go first
-            ready = [
-                p
-                for p in ps
-                if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-            ]
-            return ready[0] if len(ps) == 1 and ready and ready[0]["metadata"]["uid"] not in before else None
-
-        victim = wait_for("the target without the seed's settings", new_target, TIMEOUT)["metadata"]["name"]
-        f, seen = _kill_run(c, node, victim, "exits on SIGTERM, no node port")
-        assert f["first_success_after"] - f["at"] < GRACE_S
-        assert f["downtime_s"] <= BOUND_S
-        c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
+        try:
+            _runs(c, node, tmp_path, values, seed, t)
+        finally:
+            # Uninstalled first: the node's teardown would otherwise wait out the pods the
+            # Deployments keep recreating.
+            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
 
 
-def _kill_run(c: Cluster, node: RealNode, victim: str, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[str, Any], t: float) -> None:
+    """The three headless runs on the installed release (see the module docstring)."""
+    wait_for("every pod Running and ready", lambda: _all_ready(c, 5), TIMEOUT)
+    print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+    (target,) = _pods(c, "target")
+    assert target["spec"]["nodeName"] == node.name
+
+    # 1. The flood: requests == access-log lines.
+    t = time.monotonic()
+    rep = _run_headless(c, node, values, [])
+    print(f"flood through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True)
+    ing = rep["ingress"]
+    log = _volume(node, target, "logs") / "access.log"
+    # Lines up to the run's end: a restarted controller (the Deployment restarts it after
+    # its headless run) may already be sending the next run's preflight.
+    end = rep["finished_ns"] / 1e9
+    lines = [float(x.split()[0]) for x in log.read_text().splitlines()]
+    served = sum(1 for ts in lines if ts <= end)
+    print(f"  worker requests {ing['requests']} (+{ing['preflight_requests']} preflight), "
+          f"access log {served}", flush=True)  # fmt: skip
+    assert ing["requests"] == ing["successes"] == sum(COUNTS)
+    assert ing["target_requests"] == sum(COUNTS) + ing["preflight_requests"] == served
+
+    # 2. kill-pod with the grace period, from the worker pod through the API server, with
+    # the seed's settings (installed above): the grace period is the outage's floor.
+    victim = target["metadata"]["name"]
+    f, seen = _kill_run(c, node, values, victim, "seed settings")
+    # Nothing serves between the LB's exit and the end of the grace period: the outage
+    # covers (last success, fault + grace] at least, and ends within BOUND_S after.
+    assert f["first_success_after"] - f["at"] >= GRACE_S
+    assert f["last_success_before"] < f["at"] + GRACE_S
+    assert f["downtime_s"] <= GRACE_S + BOUND_S
+    assert seen["terminating_s"] >= GRACE_S
+
+    # 3. The same kill, with a target that exits on SIGTERM and holds no node port: the
+    # grace period no longer forces anything; the outage is the replacement's start.
+    before = {p["metadata"]["uid"] for p in _pods(c, "target")}
+    values = _values(tmp_path / "plain.json", {**seed, "hostPort": None, "backendsHoldSigterm": False})
+    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *KILL)
+
+    def new_target() -> dict[str, Any] | None:
+        ps = _pods(c, "target")  # Recreate: the old pods go first
+        ready = [
+            p
+            for p in ps
+            if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        ]
+        return ready[0] if len(ps) == 1 and ready and ready[0]["metadata"]["uid"] not in before else None
+
+    victim = wait_for("the target without the seed's settings", new_target, TIMEOUT)["metadata"]["name"]
+    f, seen = _kill_run(c, node, values, victim, "exits on SIGTERM, no node port")
+    assert f["first_success_after"] - f["at"] < GRACE_S
+    assert f["downtime_s"] <= BOUND_S
+
+
+def _values(path: Path, target: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({
+        "target": target,
+        "scenario": {"config": {**NOT_INGRESS, "scenario": "ingress_flood", "steps": [1, 2],
+                                "requests": COUNTS, "step_duration": 60}},
+    }))  # fmt: skip
+    return path
+
+
+def _kill_run(
+    c: Cluster, node: RealNode, values: Path, victim: str, what: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One headless run whose kill-pod fault deletes ``victim``; its fault record (with the
     worker's downtime) and what the API server showed of the victim and its replacement."""
     t = time.monotonic()
     watch = _PodWatch(c)
     watch.start()
     try:
-        rep = _run_headless(c, node, [
-            "--set", "scenario.config.fault=kill-pod", "--set", "scenario.config.fault_at=5",
-            "--set", f"scenario.config.grace_period_s={GRACE_S}",
-            "--set", "scenario.config.step_duration=75", "--set", "scenario.config.steps={4}",
-            "--set", "scenario.config.requests=null",
-        ])  # fmt: skip
+        rep = _run_headless(c, node, values, KILL)
     finally:
         watch.stop()
     _scale(c, "controller", 0)  # no second run (and no second kill) once the report is in
@@ -167,10 +189,10 @@ def _kill_run(c: Cluster, node: RealNode, victim: str, what: str) -> tuple[dict[
     return f, seen
 
 
-def _run_headless(c: Cluster, node: RealNode, sets: list[str]) -> dict[str, Any]:
+def _run_headless(c: Cluster, node: RealNode, values: Path, sets: list[str]) -> dict[str, Any]:
     """helm upgrade: the controller runs the scenario once, headless; returns its report."""
     old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
-    c.helm("upgrade", RELEASE, CHART, "-n", NS, "--reuse-values", *sets,
+    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets,
            "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}")  # fmt: skip
 
     def new_pod() -> dict[str, Any] | None:
