@@ -173,6 +173,11 @@ def _kill_run(
         watch.stop()
     _scale(c, "controller", 0)  # no second run (and no second kill) once the report is in
     print(f"kill-pod run ({what}): report in {time.monotonic() - t:.1f} s", flush=True)
+    if len(rep["faults"]) != 1:
+        brief = {k: rep.get(k) for k in ("status", "flags", "faults", "ingress")}
+        raise AssertionError(
+            f"one fault record expected: {json.dumps(brief, default=str)[:3000]}\n{_logs(node)}"
+        )
     (f,) = rep["faults"]
     assert "error" not in f, f
     assert f["detail"] == {"pod": victim, "namespace": NS, "grace_period_s": GRACE_S}
@@ -245,6 +250,16 @@ class _PodWatch:
             "pending_s": round(pending[-1] - pending[0], 1) if pending else 0.0,
             "running_after_s": None if running is None else round(running - fault_at, 1),
         }
+
+
+def _logs(node: RealNode, lines: int = 40) -> str:
+    """The last lines of the controller's and workers' container logs (diagnosis)."""
+    out = []
+    for f in sorted((node.dir / "pod-logs").glob(f"{NS}_*/*/*.log")):
+        if "controller" in f.parts[-2] or "worker" in f.parts[-2]:
+            tail = [x[:300] for x in f.read_text(errors="replace").splitlines() if x.strip()[-1:] != "F"]
+            out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
+    return "\n".join(out)
 
 
 def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
