@@ -129,6 +129,9 @@ class IngressDriver:
             out["error"] = self.error
         if self.index == 0:
             out["url"] = self.base_url
+            # Whether this worker has a log to count at each step's end (workers.step_sync): a
+            # remote host has none, and the master would wait for a count that never comes.
+            out["local_target"] = self.target is not None
             out["lb_pids"] = self._lb_pids_settled()
             out["preflight_requests"] = self.preflight_requests
         return out
