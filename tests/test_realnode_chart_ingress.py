@@ -195,7 +195,24 @@ def _kill_run(
 
 
 def _run_headless(c: Cluster, node: RealNode, values: Path, sets: list[str]) -> dict[str, Any]:
-    """helm upgrade: the controller runs the scenario once, headless; returns its report."""
+    """helm upgrade: the controller runs the scenario once, headless; returns its report.
+
+    Two upgrades: the values first with an idle controller, until exactly one worker pod of the
+    new spec is left (a worker whose spec changed, e.g. its token for kill-pod, rolls; a master
+    starting meanwhile could take the old worker), then the same values made headless, which
+    restarts only the controller."""
+    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets)
+
+    def settled() -> bool:
+        ws = _pods(c, "workers")
+        ready = [
+            p
+            for p in ws
+            if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        ]
+        return len(ws) == 1 and len(ready) == 1 and len(_pods(c, "controller")) == 1
+
+    wait_for("one worker of the new spec", settled, TIMEOUT)
     old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
     c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets,
            "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}")  # fmt: skip
