@@ -49,6 +49,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -283,13 +284,23 @@ def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) ->
             inner = f"cd {shlex.quote(cwd)} && sh -c {shlex.quote(cmd)}"
             sh.append(f"env -i {env} chroot {wd}/merged sh -c {shlex.quote(inner)}")
         w.run(["unshare", "--mount", "--propagation", "private", "sh", "-ec", "\n".join(sh)])
-        # /dev and /proc were mount points only: their (empty) copies in upper are the base's.
+        # /dev and /proc were mounted over, so nothing of theirs is in upper: it holds only what
+        # the steps wrote. A deletion of a base file would be an overlay whiteout (a 0/0 char
+        # device), which an OCI layer spells differently: refused rather than mistranslated.
+        whiteouts = [
+            f"{d}/{n}"
+            for d, dirs, names in os.walk(wd / "upper")
+            for n in dirs + names
+            if stat.S_ISCHR(os.lstat(f"{d}/{n}").st_mode) and os.lstat(f"{d}/{n}").st_rdev == 0
+        ]
+        if whiteouts:
+            raise SystemExit(f"build_image: a step after `COPY .` deleted base files: {whiteouts[:5]}")
         layer = wd / "layer.tar"
         w.run(["tar", "-C", str(wd / "upper"), "--numeric-owner", "-cf", str(layer), "."])
         # The base layout's blobs are content-addressed and never rewritten: hard links suffice.
         w.run(["cp", "-al", str(base / "oci" / "blobs"), str(wd / "oci" / "blobs")])
-        for f in ("index.json", "oci-layout"):
-            shutil.copy2(base / "oci" / f, wd / "oci" / f)
+        for name in ("index.json", "oci-layout"):
+            shutil.copy2(base / "oci" / name, wd / "oci" / name)
         version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
         oci = f"{wd / 'oci'}:{version}"  # tagged with the chart's default appVersion tag
         w.run(["umoci", "raw", "add-layer", "--image", f"{wd / 'oci'}:base", "--tag", version, str(layer)])
