@@ -99,9 +99,16 @@ def test_next_start_cleans_what_a_sigkill_left(tmp_path: Path) -> None:
 
 def test_a_live_builders_work_dir_is_not_swept(tmp_path: Path) -> None:
     with build_image_work.WorkDir(tmp_path) as w:
+        # an older builder's dir (no owner file), busy a minute ago: maybe running, left alone
+        legacy = tmp_path / f"{build_image_work.PREFIX}legacy"
+        legacy.mkdir()
+        os.utime(legacy, (time.time() - 60, time.time() - 60))
         assert build_image_work.sweep_stale(tmp_path) == []
-        assert w.path.is_dir()
-    assert not w.path.exists()
+        assert w.path.is_dir() and legacy.is_dir()
+        idle = time.time() - build_image_work.LEGACY_IDLE_S - 60
+        os.utime(legacy, (idle, idle))
+        assert build_image_work.sweep_stale(tmp_path) == [legacy]
+    assert not w.path.exists() and not legacy.exists()
 
 
 def test_prune_keeps_the_most_recently_used(tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ PREFIX = "swarmscope-image."
 OWNER = "owner.pid"
 GRACE_S = 10.0  # SIGTERM -> SIGKILL for a child that ignores SIGTERM
 MAX_STALE = 20  # work dirs swept per start (bounded, even after many killed builds)
+# A work dir without an owner file is from a builder before this one (another branch's build may
+# be running in it right now): swept only when idle this long with nothing running in it.
+LEGACY_IDLE_S = 3 * 3600.0
 
 
 class Interrupted(Exception):
@@ -105,9 +108,15 @@ def clean(d: Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _stale(d: Path) -> bool:
+    if (d / OWNER).exists():
+        return not _owner_alive(d)
+    return time.time() - d.stat().st_mtime > LEGACY_IDLE_S and not processes_under(d)
+
+
 def sweep_stale(cache: Path) -> list[Path]:
     """Clean the work dirs of builders that died without cleaning up; return them."""
-    stale = [d for d in sorted(cache.glob(f"{PREFIX}*")) if d.is_dir() and not _owner_alive(d)]
+    stale = [d for d in sorted(cache.glob(f"{PREFIX}*")) if d.is_dir() and _stale(d)]
     for d in stale[:MAX_STALE]:
         clean(d)
     return stale[:MAX_STALE]
