@@ -279,7 +279,9 @@ def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) ->
         for dst in p.copies:
             sh.append(f"mkdir -p {wd}/merged{dst} && cp -a {ctx}/. {wd}/merged{dst}/")
         sh += [f"mount --bind /dev {wd}/merged/dev", f"mount -t proc proc {wd}/merged/proc"]
-        env = " ".join(shlex.quote(f"{k}={v}") for k, v in {**BASE_ENV, "HOME": "/root"}.items())
+        # No bytecode written by the step's imports: the image had none before the layering.
+        step_env = {**BASE_ENV, "HOME": "/root", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = " ".join(shlex.quote(f"{k}={v}") for k, v in step_env.items())
         for cwd, cmd in p.runs:
             inner = f"cd {shlex.quote(cwd)} && sh -c {shlex.quote(cmd)}"
             sh.append(f"env -i {env} chroot {wd}/merged sh -c {shlex.quote(inner)}")
