@@ -39,11 +39,15 @@ _EXEC_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in e
 _NE_KEY = struct.Struct("<IIQ16s")  # struct ne_key {tgid, kind, cgroup, dev} in neigh_events.bpf.c
 _NE_TOTAL = struct.Struct("<QQQ")  # struct ne_total {count, first_ns, last_ns}
 _SC_KEY = struct.Struct("<QQ")  # struct sc_key {cgroup, nr} in syscall_count.bpf.c
+# exec_count's maps as its readers decode them (this module's, and the native reader's).
+EXEC_COUNT_LAYOUT = {
+    "exec_count": (_U64.size, _EXEC_STAT.size),
+    "exec_open": (_U64.size, _U64.size),
+    "exec_open_any": (_U32.size, _U64.size),
+}
 
 
-def _load_checked(
-    program: str, cflags: list[str], layouts: dict[str, tuple[int, int]]
-) -> pinned.PinnedObject:
+def load_checked(program: str, cflags: list[str], layouts: dict[str, tuple[int, int]]) -> pinned.PinnedObject:
     """``program`` loaded and pinned by the loader, its maps checked against the readers' layouts."""
     obj = pinned.load(program, cflags)
     try:
@@ -60,15 +64,7 @@ class LightExecCount(ExecCount):
 
     def load(self) -> None:
         if self._bpf is None:
-            self._bpf = _load_checked(
-                self.name,
-                [],
-                {
-                    "exec_count": (_U64.size, _EXEC_STAT.size),
-                    "exec_open": (_U64.size, _U64.size),
-                    "exec_open_any": (_U32.size, _U64.size),
-                },
-            )
+            self._bpf = load_checked(self.name, [], EXEC_COUNT_LAYOUT)
 
     def open_window(self, nodes: Iterable[NodeLike]) -> None:
         if self._bpf is None:
@@ -98,7 +94,7 @@ class _LightNeighCounter(NeighEventCounter):
 
     def load(self) -> None:
         cflags = ["-DSS_FAMILY=2"] if self.ipv4_only else []
-        self.bpf = _load_checked("neigh_events", cflags, {"ne_totals": (_NE_KEY.size, _NE_TOTAL.size)})
+        self.bpf = load_checked("neigh_events", cflags, {"ne_totals": (_NE_KEY.size, _NE_TOTAL.size)})
 
     def snapshot_full(self) -> dict[NeighKey, NeighTotal]:
         if self.bpf is None:
@@ -140,7 +136,7 @@ class LightSyscallCount(SyscallCount):
         layouts = {"syscall_count": (_SC_KEY.size, _U64.size), "syscall_filter": (_U32.size, 1)}
         if self.filter is None:  # the unfiltered build never reads the filter: not in its maps
             del layouts["syscall_filter"]
-        self._bpf = _load_checked(self.name, cflags, layouts)
+        self._bpf = load_checked(self.name, cflags, layouts)
         for nr in self.filter or ():
             self._filter_slot(nr, True)
 

@@ -1,0 +1,147 @@
+// Command swarmscope-probe-reader is the native light probe's long-lived process: it reads the
+// maps the BCC loader pinned and serves the controller's ProbeControl fleet (probe.proto) as
+// the Python agent (probes/agent.py) does: Hello/Register with the token's mutual HMAC
+// challenge, one Session stream, heartbeats with its own CPU and RSS, OpenWindow / CloseWindow
+// with exact counter deltas per node, the exec.window samples, and the window span as OTLP
+// bytes in WindowDone (and over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+//
+//	swarmscope probe --mode native --controller 127.0.0.1:7070 --programs exec_count
+//	# the Python CLI checks the settings, runs the loader, then execs:
+//	swarmscope-probe-reader --controller ADDR --node n1 --pins exec_count=/sys/fs/bpf/ss-probe-... \
+//	    --claim /run/swarmscope/owners/pindir/probe-... [--tls-ca F --tls-cert F --tls-key F]
+//
+// The token comes from --token-file, else $SWARMSCOPE_TOKEN (never argv). Caveats: it carries
+// exec_count only (probes/native.py refuses the rest before loading); the process is the
+// Python CLI's own after exec, so the pin claim (pid + start time) stays valid and the pins are
+// removed at exit, or swept as any dead light probe's if it is SIGKILLed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	controller, node, probeID, version, tokenFile string
+	tlsCA, tlsCert, tlsKey, tlsServerName         string
+	pins                                          map[string]string // program -> pin dir
+	claims                                        []string          // owner claim files, removed at exit
+	heartbeat                                     time.Duration
+	retries                                       int
+	token                                         string
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func parseArgs(args []string) (*config, error) {
+	fs := flag.NewFlagSet("swarmscope-probe-reader", flag.ContinueOnError)
+	c := &config{pins: map[string]string{}}
+	var pins, claims multiFlag
+	var hb float64
+	host, _ := os.Hostname()
+	fs.StringVar(&c.controller, "controller", "", "controller HOST:PORT")
+	fs.StringVar(&c.node, "node", host, "node name")
+	fs.StringVar(&c.probeID, "probe-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "probe id")
+	fs.StringVar(&c.version, "version", "0", "swarmscope version reported at Register")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the token (else $SWARMSCOPE_TOKEN)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "CA of the controller's certificate (turns TLS on)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "client certificate (mTLS)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "key of --tls-cert")
+	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "name checked in the controller's certificate")
+	fs.Var(&pins, "pins", "PROGRAM=PIN_DIR (repeatable)")
+	fs.Var(&claims, "claim", "owner claim file removed at exit (repeatable)")
+	fs.Float64Var(&hb, "heartbeat", 1.0, "heartbeat seconds if the controller sets none")
+	fs.IntVar(&c.retries, "retries", 5, "reconnect attempts before giving up")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var problems []string
+	for _, p := range pins {
+		name, dir, ok := strings.Cut(p, "=")
+		if !ok || dir == "" {
+			problems = append(problems, fmt.Sprintf("--pins %q: want PROGRAM=DIR", p))
+			continue
+		}
+		c.pins[name] = dir
+	}
+	c.claims = claims
+	c.heartbeat = time.Duration(hb * float64(time.Second))
+	if c.controller == "" {
+		problems = append(problems, "--controller is required")
+	}
+	if len(c.pins) == 0 {
+		problems = append(problems, "--pins: at least one program")
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		problems = append(problems, "--tls-cert needs --tls-key (and the other way round)")
+	}
+	if c.tlsCert != "" && c.tlsCA == "" {
+		problems = append(problems, "a client certificate needs --tls-ca (the controller's CA)")
+	}
+	tok := os.Getenv("SWARMSCOPE_TOKEN")
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("cannot read token file: %v", err))
+		}
+		tok = string(b)
+	}
+	c.token = strings.TrimSpace(tok)
+	if c.token == "" && c.tokenFile == "" {
+		problems = append(problems, "no token: pass --token-file or set SWARMSCOPE_TOKEN")
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	return c, nil
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	c, err := parseArgs(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: error: %v\n", err)
+		return 2
+	}
+	// The pins are this process's (the claim names its pid): removed on every way out but
+	// SIGKILL, which the next light probe's or run's sweep covers.
+	defer removePins(c)
+	progs, err := openPrograms(c.pins)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: error: %v\n", err)
+		return 1
+	}
+	defer closePrograms(progs)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	a := newAgent(c, progs)
+	if err := a.runForever(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func removePins(c *config) {
+	for _, dir := range c.pins {
+		if strings.HasPrefix(dir, "/sys/fs/bpf/ss-") {
+			_ = os.RemoveAll(dir) // unpins: links detach, maps and programs are freed
+		}
+	}
+	for _, f := range c.claims {
+		_ = os.Remove(f)
+	}
+}

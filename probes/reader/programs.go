@@ -1,0 +1,250 @@
+package main
+
+// The programs the native reader carries, read from the loader's pins: exec_count only (the
+// Python module probes/programs/exec_count.py documents the semantics this mirrors: counts
+// per cgroup, first/last exec time since the cgroup's window opened, the open time written
+// into exec_open / exec_open_any before the open snapshot).
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// snapshot: cgroup id -> counter -> cumulative value.
+type snapshot map[uint64]map[string]uint64
+
+type sample struct {
+	series     string
+	start, end uint64
+}
+
+type program interface {
+	name() string
+	counters() []string
+	openWindow(nodes []node) error
+	snapshot() (snapshot, error)
+	samples(startUnixNs uint64, nodes []node) map[string][]sample
+	close()
+}
+
+type node struct {
+	name     string
+	cgroupID uint64
+}
+
+// struct exec_stat {count, first, last} in bpf/exec_count.bpf.c.
+type execStat struct{ Count, First, Last uint64 }
+
+type execCount struct {
+	counts, open, openAny *ebpf.Map
+	opens                 map[uint64]uint64      // cgroup id (0 = host) -> open time, CLOCK_MONOTONIC
+	times                 map[uint64][][2]uint64 // per-CPU (first, last) as the last snapshot read
+}
+
+func openPrograms(pins map[string]string) (map[string]program, error) {
+	out := map[string]program{}
+	for name, dir := range pins {
+		if name != "exec_count" {
+			closePrograms(out)
+			return nil, fmt.Errorf("program %q is not carried by the native reader (exec_count only)", name)
+		}
+		p, err := openExecCount(dir)
+		if err != nil {
+			closePrograms(out)
+			return nil, err
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+func closePrograms(progs map[string]program) {
+	for _, p := range progs {
+		p.close()
+	}
+}
+
+func pinnedMap(dir, name string, keySize, valueSize uint32) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "map_"+name), nil)
+	if err != nil {
+		return nil, fmt.Errorf("exec_count: opening pinned map %s: %w", name, err)
+	}
+	// A C struct changed without its reader must fail loudly, not read garbage.
+	if m.KeySize() != keySize || m.ValueSize() != valueSize {
+		m.Close()
+		return nil, fmt.Errorf("map %s: kernel layout key %d / value %d bytes, reader expects %d / %d",
+			name, m.KeySize(), m.ValueSize(), keySize, valueSize)
+	}
+	return m, nil
+}
+
+func openExecCount(dir string) (*execCount, error) {
+	e := &execCount{opens: map[uint64]uint64{}, times: map[uint64][][2]uint64{}}
+	var err error
+	if e.counts, err = pinnedMap(dir, "exec_count", 8, 24); err != nil {
+		return nil, err
+	}
+	if e.open, err = pinnedMap(dir, "exec_open", 8, 8); err != nil {
+		e.close()
+		return nil, err
+	}
+	if e.openAny, err = pinnedMap(dir, "exec_open_any", 4, 8); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *execCount) name() string       { return "exec_count" }
+func (e *execCount) counters() []string { return []string{"exec"} }
+
+func monotonicNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // the BPF clock: bpf_ktime_get_ns
+	return uint64(ts.Nano())
+}
+
+func (e *execCount) openWindow(nodes []node) error {
+	now := monotonicNs()
+	for _, n := range nodes {
+		var err error
+		if n.cgroupID == 0 { // the host: every cgroup without an open time of its own
+			err = e.openAny.Update(uint32(0), now, ebpf.UpdateAny)
+		} else {
+			err = e.open.Update(n.cgroupID, now, ebpf.UpdateAny)
+		}
+		if err != nil {
+			return fmt.Errorf("exec_count: writing the open time failed: %w", err)
+		}
+		e.opens[n.cgroupID] = now
+	}
+	return nil
+}
+
+func (e *execCount) snapshot() (snapshot, error) {
+	out := snapshot{}
+	times := map[uint64][][2]uint64{}
+	var key uint64
+	var vals []execStat // one per possible CPU
+	it := e.counts.Iterate()
+	for it.Next(&key, &vals) {
+		var total uint64
+		ts := make([][2]uint64, 0, len(vals))
+		for _, v := range vals {
+			total += v.Count
+			ts = append(ts, [2]uint64{v.First, v.Last})
+		}
+		out[key] = map[string]uint64{"exec": total}
+		times[key] = ts
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("exec_count: reading the map failed: %w", err)
+	}
+	e.times = times
+	return out, nil
+}
+
+// samples: one exec.window sample (first, last exec time) per node with an exec in the window.
+func (e *execCount) samples(startUnixNs uint64, nodes []node) map[string][]sample {
+	out := map[string][]sample{}
+	for _, n := range nodes {
+		opened, ok := e.opens[n.cgroupID]
+		if !ok {
+			opened = startUnixNs - (uint64(time.Now().UnixNano()) - monotonicNs())
+		}
+		var cpus [][2]uint64
+		if n.cgroupID == 0 {
+			keys := make([]uint64, 0, len(e.times))
+			for k := range e.times {
+				keys = append(keys, k)
+			}
+			sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+			for _, k := range keys {
+				cpus = append(cpus, e.times[k]...)
+			}
+		} else {
+			cpus = e.times[n.cgroupID]
+		}
+		if first, last, ok := windowTimes(cpus, opened); ok {
+			out[n.name] = []sample{{"exec.window", first, last}}
+		}
+	}
+	return out
+}
+
+// windowTimes: (first, last) over per-CPU times of execs at or after opened. A CPU whose last
+// exec is before opened ran none in the window; one whose first is before it but last is not
+// missed the restart (exec_count.py's caveat): its last is its first.
+func windowTimes(cpus [][2]uint64, opened uint64) (uint64, uint64, bool) {
+	var first, last uint64
+	found := false
+	for _, c := range cpus {
+		if c[1] < opened {
+			continue
+		}
+		f := c[0]
+		if f < opened {
+			f = c[1]
+		}
+		if !found || f < first {
+			first = f
+		}
+		if !found || c[1] > last {
+			last = c[1]
+		}
+		found = true
+	}
+	return first, last, found
+}
+
+func (e *execCount) close() {
+	for _, m := range []*ebpf.Map{e.counts, e.open, e.openAny} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// deltaByNode mirrors probes/programs/base.py delta_by_node: a node with a cgroup id gets that
+// key's delta, cgroup 0 (the host) the delta of the sums; every counter is present.
+func deltaByNode(before, after snapshot, nodes []node, names []string) (map[string]map[string]uint64, error) {
+	total := func(s snapshot) map[string]uint64 {
+		t := map[string]uint64{}
+		for _, cs := range s {
+			for k, v := range cs {
+				t[k] += v
+			}
+		}
+		return t
+	}
+	out := map[string]map[string]uint64{}
+	for _, n := range nodes {
+		var b, a map[string]uint64
+		what := fmt.Sprintf("node %s (cgroup %d)", n.name, n.cgroupID)
+		if n.cgroupID == 0 {
+			b, a, what = total(before), total(after), fmt.Sprintf("node %s (host)", n.name)
+		} else {
+			b, a = before[n.cgroupID], after[n.cgroupID]
+		}
+		d := map[string]uint64{}
+		for k, v := range a {
+			if v < b[k] {
+				return nil, errors.New(what + ": counter " + k + " went backwards")
+			}
+			d[k] = v - b[k]
+		}
+		for _, c := range names {
+			if _, ok := d[c]; !ok {
+				d[c] = 0
+			}
+		}
+		out[n.name] = d
+	}
+	return out, nil
+}

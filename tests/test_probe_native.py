@@ -1,0 +1,162 @@
+"""The native light probe (``swarmscope probe --mode native``): the BCC loader pins exec_count,
+then the CLI process becomes the compiled reader (probes/reader, Go). Real BPF, the real
+controller fleet over real gRPC with mTLS, real execs in a throw-away cgroup, the reader built
+by tools/build_probe_reader.sh (cached by source hash)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from probe_helpers import exec_in_cgroup, temp_cgroup
+from tls_helpers import make_pki
+
+from swarmscope.controller.fleet import Fleet
+from swarmscope.probes import native, pinned
+from swarmscope.sys import otlpjson, owners
+from swarmscope.tls import TLSFiles
+from swarmscope.v1 import probe_pb2 as pb
+
+TOKEN = "native-probe-token-0123"
+ROOT = Path(__file__).resolve().parent.parent
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.fixture(scope="module")
+def reader() -> str:
+    p = subprocess.run(
+        ["bash", str(native.BUILD)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHON=sys.executable),
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def _native(
+    reader: str, address: str, node: str, *extra: str, token: str = TOKEN
+) -> Iterator[subprocess.Popen[str]]:
+    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", address, "--node", node]
+    cmd += ["--mode", "native", *extra]
+    env = {**os.environ, "SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def _claims(pid: int) -> dict[str, dict]:
+    return {n: d for n, d in owners.claims("pindir") if d.get("pid") == pid}
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
+    reader: str, tmp_path: Path
+) -> None:
+    pki = make_pki(tmp_path)
+    fleet = Fleet(TOKEN, tls=TLSFiles(cert=pki["server.crt"], key=pki["server.key"], ca=pki["ca.crt"]))
+    fleet.start()
+    node = f"native-{os.getpid()}"
+    tls = ["--tls-ca", pki["ca.crt"], "--tls-cert", pki["client.crt"], "--tls-key", pki["client.key"]]
+    try:
+        with _native(reader, fleet.address, node, *tls) as proc, temp_cgroup("nat") as cg:
+            fleet.wait_for_probes(hosts={node}, timeout_s=120)  # the loader compiles first
+            # The long-lived process is the reader itself (same pid, after execve): no Python.
+            assert os.readlink(f"/proc/{proc.pid}/exe") == reader
+            maps = Path(f"/proc/{proc.pid}/maps").read_text()
+            assert "libpython" not in maps and "libbcc" not in maps and "LLVM" not in maps
+            (claim,) = _claims(proc.pid).values()  # the CLI's claim holds across the exec
+            assert os.path.exists(f"{claim['path']}/map_exec_count")
+            # By path only: the reader resolves the id, as the Python agent does.
+            nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=str(cg))]}
+            counted = []
+            for w, n in (("w1", 37), ("w2", 0), ("w3", 5)):
+                assert fleet.open_window("run", w, nodes, traceparent=PARENT, timeout_s=30) == {}
+                t0 = time.monotonic_ns()
+                exec_in_cgroup(cg, n)
+                t1 = time.monotonic_ns()
+                readings, missing = fleet.close_window("run", w, timeout_s=30)
+                assert missing == []
+                (r,) = readings
+                assert r.node == "n1" and r.error == ""
+                counted.append(r.counters["exec"])
+                if n:
+                    (s,) = r.samples
+                    assert s.series == "exec.window" and t0 <= s.start_ns <= s.end_ns <= t1
+                else:
+                    assert r.samples == []
+            assert counted == [37, 0, 5]
+            (span,) = otlpjson.spans_of(otlpjson.to_json(fleet._spans["w1"]))
+            attrs = otlpjson.attributes(span["attributes"])
+            assert span["name"] == "probe window" and span["traceId"] == PARENT.split("-")[1]
+            assert span["parentSpanId"] == PARENT.split("-")[2]
+            assert attrs["swarmscope.kernel.n1.exec"] == 37 and attrs["swarmscope.window_id"] == "w1"
+            assert [e["name"] for e in span["events"]] == ["reading", "exec.window"]
+            (state,) = [p for p in fleet.probes() if p.host == node]
+            assert state.programs == ["exec_count"] and 0 < state.rss_bytes < 40 << 20
+            fleet.shutdown_probes("test over")
+            assert proc.wait(15) == 0
+            assert _claims(proc.pid) == {} and not os.path.exists(claim["path"])
+    finally:
+        fleet.stop()
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_probe_refuses_a_controller_without_the_token_and_unpins(reader: str) -> None:
+    fleet = Fleet("another-token-456789")
+    fleet.start()
+    try:
+        with _native(reader, fleet.address, f"nat-bad-{os.getpid()}") as proc:
+            assert proc.wait(120) == 1
+            assert proc.stderr is not None
+            err = proc.stderr.read()
+            assert "failed to prove it holds the token" in err, err
+            assert _claims(proc.pid) == {}
+        assert fleet.probes(alive_only=False) == []
+    finally:
+        fleet.stop()
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_killed_native_probe_leaves_pins_that_the_sweep_removes(reader: str) -> None:
+    fleet = Fleet(TOKEN)
+    fleet.start()
+    node = f"nat-kill-{os.getpid()}"
+    try:
+        with _native(reader, fleet.address, node) as proc:
+            fleet.wait_for_probes(hosts={node}, timeout_s=120)
+            (claim,) = _claims(proc.pid).values()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert os.path.exists(claim["path"])  # nothing ran at the kill
+            assert any(n.startswith(f"probe-{proc.pid}-") for n in pinned.sweep_stale())
+            assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
+    finally:
+        fleet.stop()
+
+
+def test_native_mode_refuses_what_it_does_not_carry_naming_each() -> None:
+    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--mode", "native", "--controller", "127.0.0.1:1"]
+    cmd += ["--programs", "exec_count,syscall_count,pkt_count", "--metrics-port", "9"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SWARMSCOPE_TOKEN": TOKEN})
+    assert p.returncode != 0
+    for name in ("syscall_count", "pkt_count", "--metrics-port"):
+        assert name in p.stderr, p.stderr
+    assert "exec_count:" not in p.stderr
