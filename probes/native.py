@@ -3,7 +3,7 @@ compiled reader (probes/reader, Go), so the long-lived process holds no Python, 
 OpenTelemetry.
 
     swarmscope probe --mode native --controller 127.0.0.1:7070 --programs exec_count
-    # what runs: check settings -> loader child pins exec_count -> os.execve(reader, ...)
+    # what runs: check settings -> loader child pins each program -> os.execv(reader, ...)
 
 The reader speaks the same fleet protocol as probes/agent.py (token challenge, TLS/mTLS,
 heartbeats with its own CPU and RSS, windows, WindowDone with the window span as OTLP bytes;
@@ -14,7 +14,8 @@ and a SIGKILLed reader's pins are swept as any dead light probe's.
 
 The binary: ``$SWARMSCOPE_PROBE_READER``, else ``tools/build_probe_reader.sh`` (cached by a hash
 of the reader's source under $SWARMSCOPE_CACHE/tools; a cold build fetches Go modules, ~1 min).
-Caveats: carries ``exec_count`` only (``NATIVE``); the others are refused at start, each with the
+Caveats: carries ``exec_count`` and ``neigh_events`` (``NATIVE``; neigh_events' family is a
+start-up setting, compiled in by the loader); the others are refused at start, each with the
 mode that has it. No ``--metrics-port`` (the self-metrics server is Python's) and no
 ``--once`` (use ``--mode light``).
 """
@@ -30,7 +31,7 @@ from typing import Any, NoReturn
 from swarmscope.errors import ConfigError, Problem, SetupError
 
 ENV_READER = "SWARMSCOPE_PROBE_READER"
-NATIVE = ("exec_count",)
+NATIVE = ("exec_count", "neigh_events")
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = _ROOT / "tools" / "build_probe_reader.sh"
 
@@ -76,37 +77,48 @@ def reader_binary() -> str:
 def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> NoReturn:
     """Load and pin ``programs``, then replace this process with the reader (never returns)."""
     from swarmscope import __version__
-    from swarmscope.probes.programs.light import EXEC_COUNT_LAYOUT, light_factory, load_checked
+    from swarmscope.probes.cli import tls_files
+    from swarmscope.probes.programs.light import light_factory
     from swarmscope.sys import owners
 
+    programs = list(dict.fromkeys(programs))
     binary = reader_binary()  # before loading: a missing reader leaves no pins behind
-    light_factory(programs)  # the loader's machine checks; sweeps dead light probes' pins
-    obj = load_checked("exec_count", [], EXEC_COUNT_LAYOUT)  # the loader child pins it
+    factory = light_factory(programs)  # the loader's machine checks; sweeps dead probes' pins
+    objs: list[Any] = []
+    try:
+        for name in programs:
+            prog = factory(name)
+            prog.load()  # the loader child pins it; the map layouts are checked here
+            objs.append(prog._bpf)  # the PinnedObject (what the self-metrics read as well)
+    except BaseException:
+        _unpin(objs)
+        raise
     argv = [binary, "--controller", controller, "--node", node, "--version", __version__]
-    argv += ["--pins", f"exec_count={obj.path}", "--claim", str(owners.OWNERS_DIR / "pindir" / obj.claim)]
+    for name, obj in zip(programs, objs, strict=True):
+        argv += ["--pins", f"{name}={obj.path}", "--claim", str(owners.OWNERS_DIR / "pindir" / obj.claim)]
     argv += ["--heartbeat", str(args.heartbeat), "--retries", str(args.retries)]
     if args.token_file:
         argv += ["--token-file", args.token_file]
-    from swarmscope.probes.cli import tls_files
-
     tls = tls_files(args)
-    for flag, value in (
-        ("ca", tls.ca),
-        ("cert", tls.cert),
-        ("key", tls.key),
-        ("server-name", tls.server_name),
-    ):
+    tls_args = {"ca": tls.ca, "cert": tls.cert, "key": tls.key, "server-name": tls.server_name}
+    for flag, value in tls_args.items():
         if value:
             argv += [f"--tls-{flag}", value]
     # Our fds on the pins are O_CLOEXEC; closed anyway, the reader opens the pins itself.
-    for fd in [f.fd for f in obj.funcs.values()] + [m.fd for m in obj.maps.values()]:
-        os.close(fd)
+    for obj in objs:
+        for fd in [f.fd for f in obj.funcs.values()] + [m.fd for m in obj.maps.values()]:
+            os.close(fd)
+        obj.funcs.clear()
+        obj.maps.clear()
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execv(binary, argv)
     except OSError as e:
-        obj.funcs.clear()
-        obj.maps.clear()
-        obj.cleanup()
+        _unpin(objs)
         raise SetupError(f"cannot run the native probe reader {binary}: {e.strerror}") from e
+
+
+def _unpin(objs: list[Any]) -> None:
+    for obj in objs:
+        obj.cleanup()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from probe_helpers import exec_in_cgroup, temp_cgroup
+from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
 from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
@@ -72,16 +73,23 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
     fleet = Fleet(TOKEN, tls=TLSFiles(cert=pki["server.crt"], key=pki["server.key"], ca=pki["ca.crt"]))
     fleet.start()
     node = f"native-{os.getpid()}"
-    tls = ["--tls-ca", pki["ca.crt"], "--tls-cert", pki["client.crt"], "--tls-key", pki["client.key"]]
+    args = ["--tls-ca", pki["ca.crt"], "--tls-cert", pki["client.crt"], "--tls-key", pki["client.key"]]
+    args += ["--programs", "exec_count,neigh_events"]
     try:
-        with _native(reader, fleet.address, node, *tls) as proc, temp_cgroup("nat") as cg:
+        with (
+            _native(reader, fleet.address, node, *args) as proc,
+            temp_cgroup("nat") as cg,
+            netns_with_veth() as (ns, dev),
+        ):
             fleet.wait_for_probes(hosts={node}, timeout_s=120)  # the loader compiles first
             # The long-lived process is the reader itself (same pid, after execve): no Python.
             assert os.readlink(f"/proc/{proc.pid}/exe") == reader
             maps = Path(f"/proc/{proc.pid}/maps").read_text()
             assert "libpython" not in maps and "libbcc" not in maps and "LLVM" not in maps
-            (claim,) = _claims(proc.pid).values()  # the CLI's claim holds across the exec
-            assert os.path.exists(f"{claim['path']}/map_exec_count")
+            claims = _claims(proc.pid)  # the CLI's claims hold across the exec
+            assert sorted(n.split("-")[2] for n in claims) == ["exec_count", "neigh_events"]
+            paths = [c["path"] for c in claims.values()]
+            assert all(os.path.exists(p) for p in paths)
             # By path only: the reader resolves the id, as the Python agent does.
             nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=str(cg))]}
             counted = []
@@ -94,6 +102,7 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
                 assert missing == []
                 (r,) = readings
                 assert r.node == "n1" and r.error == ""
+                assert r.counters["neigh.create"] == 0 and r.counters["neigh.update"] == 0
                 counted.append(r.counters["exec"])
                 if n:
                     (s,) = r.samples
@@ -101,6 +110,13 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
                 else:
                     assert r.samples == []
             assert counted == [37, 0, 5]
+            # neigh_events: 23 entries written from the cgroup (one `ip` exec each).
+            assert fleet.open_window("run", "w4", nodes, timeout_s=30) == {}
+            write(cg, ns, dev, 23, "add")
+            (r,), missing = fleet.close_window("run", "w4", timeout_s=30)
+            assert missing == [] and r.error == ""
+            assert r.counters["neigh.create"] == 23 and r.counters[f"neigh.create.dev.{dev}"] == 23
+            assert r.counters["exec"] == 23
             (span,) = otlpjson.spans_of(otlpjson.to_json(fleet._spans["w1"]))
             attrs = otlpjson.attributes(span["attributes"])
             assert span["name"] == "probe window" and span["traceId"] == PARENT.split("-")[1]
@@ -108,10 +124,10 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             assert attrs["swarmscope.kernel.n1.exec"] == 37 and attrs["swarmscope.window_id"] == "w1"
             assert [e["name"] for e in span["events"]] == ["reading", "exec.window"]
             (state,) = [p for p in fleet.probes() if p.host == node]
-            assert state.programs == ["exec_count"] and 0 < state.rss_bytes < 40 << 20
+            assert state.programs == ["exec_count", "neigh_events"] and 0 < state.rss_bytes < 40 << 20
             fleet.shutdown_probes("test over")
             assert proc.wait(15) == 0
-            assert _claims(proc.pid) == {} and not os.path.exists(claim["path"])
+            assert _claims(proc.pid) == {} and not any(os.path.exists(p) for p in paths)
     finally:
         fleet.stop()
 
@@ -154,9 +170,9 @@ def test_killed_native_probe_leaves_pins_that_the_sweep_removes(reader: str) -> 
 
 def test_native_mode_refuses_what_it_does_not_carry_naming_each() -> None:
     cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--mode", "native", "--controller", "127.0.0.1:1"]
-    cmd += ["--programs", "exec_count,syscall_count,pkt_count", "--metrics-port", "9"]
+    cmd += ["--programs", "exec_count,neigh_events,syscall_count,pkt_count", "--metrics-port", "9"]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SWARMSCOPE_TOKEN": TOKEN})
     assert p.returncode != 0
     for name in ("syscall_count", "pkt_count", "--metrics-port"):
         assert name in p.stderr, p.stderr
-    assert "exec_count:" not in p.stderr
+    assert "exec_count:" not in p.stderr and "neigh_events:" not in p.stderr

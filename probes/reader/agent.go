@@ -50,10 +50,8 @@ type agent struct {
 
 func newAgent(c *config, progs map[string]program) *agent {
 	a := &agent{c: c, progs: progs, otlp: newOTLPExporter()}
-	for _, name := range []string{"exec_count"} {
-		if _, ok := progs[name]; ok {
-			a.order = append(a.order, name)
-		}
+	for _, pin := range c.pins {
+		a.order = append(a.order, pin[0])
 	}
 	a.windows = newWindows(a)
 	a.cpu.sample()

@@ -11,7 +11,7 @@
 //	    --claim /run/swarmscope/owners/pindir/probe-... [--tls-ca F --tls-cert F --tls-key F]
 //
 // The token comes from --token-file, else $SWARMSCOPE_TOKEN (never argv). Caveats: it carries
-// exec_count only (probes/native.py refuses the rest before loading); the process is the
+// exec_count and neigh_events (probes/native.py refuses the rest before loading); the process is the
 // Python CLI's own after exec, so the pin claim (pid + start time) stays valid and the pins are
 // removed at exit, or swept as any dead light probe's if it is SIGKILLed.
 package main
@@ -31,8 +31,8 @@ import (
 type config struct {
 	controller, node, probeID, version, tokenFile string
 	tlsCA, tlsCert, tlsKey, tlsServerName         string
-	pins                                          map[string]string // program -> pin dir
-	claims                                        []string          // owner claim files, removed at exit
+	pins                                          [][2]string // (program, pin dir), in --pins order
+	claims                                        []string    // owner claim files, removed at exit
 	heartbeat                                     time.Duration
 	retries                                       int
 	token                                         string
@@ -45,7 +45,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parseArgs(args []string) (*config, error) {
 	fs := flag.NewFlagSet("swarmscope-probe-reader", flag.ContinueOnError)
-	c := &config{pins: map[string]string{}}
+	c := &config{}
 	var pins, claims multiFlag
 	var hb float64
 	host, _ := os.Hostname()
@@ -72,7 +72,7 @@ func parseArgs(args []string) (*config, error) {
 			problems = append(problems, fmt.Sprintf("--pins %q: want PROGRAM=DIR", p))
 			continue
 		}
-		c.pins[name] = dir
+		c.pins = append(c.pins, [2]string{name, dir})
 	}
 	c.claims = claims
 	c.heartbeat = time.Duration(hb * float64(time.Second))
@@ -136,8 +136,8 @@ func run() int {
 }
 
 func removePins(c *config) {
-	for _, dir := range c.pins {
-		if strings.HasPrefix(dir, "/sys/fs/bpf/ss-") {
+	for _, pin := range c.pins {
+		if dir := pin[1]; strings.HasPrefix(dir, "/sys/fs/bpf/ss-") {
 			_ = os.RemoveAll(dir) // unpins: links detach, maps and programs are freed
 		}
 	}

@@ -1,15 +1,18 @@
 package main
 
-// The programs the native reader carries, read from the loader's pins: exec_count only (the
-// Python module probes/programs/exec_count.py documents the semantics this mirrors: counts
-// per cgroup, first/last exec time since the cgroup's window opened, the open time written
-// into exec_open / exec_open_any before the open snapshot).
+// The programs the native reader carries, read from the loader's pins. exec_count: the Python
+// module probes/programs/exec_count.py documents the semantics this mirrors (counts per
+// cgroup, first/last exec time since the cgroup's window opened, the open time written into
+// exec_open / exec_open_any before the open snapshot). neigh_events: as
+// probes/programs/neigh_events.py (creates/updates per writer cgroup, in total and per device;
+// its family filter is compiled in by the loader).
 
 import (
 	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -47,19 +50,24 @@ type execCount struct {
 	times                 map[uint64][][2]uint64 // per-CPU (first, last) as the last snapshot read
 }
 
-func openPrograms(pins map[string]string) (map[string]program, error) {
+func openPrograms(pins [][2]string) (map[string]program, error) {
 	out := map[string]program{}
-	for name, dir := range pins {
-		if name != "exec_count" {
-			closePrograms(out)
-			return nil, fmt.Errorf("program %q is not carried by the native reader (exec_count only)", name)
+	for _, pin := range pins {
+		var p program
+		var err error
+		switch name, dir := pin[0], pin[1]; name {
+		case "exec_count":
+			p, err = openExecCount(dir)
+		case "neigh_events":
+			p, err = openNeighEvents(dir)
+		default:
+			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events)", name)
 		}
-		p, err := openExecCount(dir)
 		if err != nil {
 			closePrograms(out)
 			return nil, err
 		}
-		out[name] = p
+		out[pin[0]] = p
 	}
 	return out, nil
 }
@@ -73,7 +81,7 @@ func closePrograms(progs map[string]program) {
 func pinnedMap(dir, name string, keySize, valueSize uint32) (*ebpf.Map, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "map_"+name), nil)
 	if err != nil {
-		return nil, fmt.Errorf("exec_count: opening pinned map %s: %w", name, err)
+		return nil, fmt.Errorf("opening pinned map %s: %w", name, err)
 	}
 	// A C struct changed without its reader must fail loudly, not read garbage.
 	if m.KeySize() != keySize || m.ValueSize() != valueSize {
@@ -245,6 +253,69 @@ func deltaByNode(before, after snapshot, nodes []node, names []string) (map[stri
 			}
 		}
 		out[n.name] = d
+	}
+	return out, nil
+}
+
+// struct ne_key {tgid, kind, cgroup, dev} and struct ne_total {count, first_ns, last_ns} in
+// bpf/neigh_events.bpf.c.
+type neighKey struct {
+	Tgid, Kind uint32
+	Cgroup     uint64
+	Dev        [16]byte
+}
+
+type neighTotal struct{ Count, First, Last uint64 }
+
+var neighKinds = map[uint32]string{0: "create", 1: "update"}
+
+type neighEvents struct{ totals *ebpf.Map }
+
+func openNeighEvents(dir string) (*neighEvents, error) {
+	m, err := pinnedMap(dir, "ne_totals", 32, 24)
+	if err != nil {
+		return nil, fmt.Errorf("neigh_events: %w", err)
+	}
+	return &neighEvents{m}, nil
+}
+
+func (n *neighEvents) name() string                               { return "neigh_events" }
+func (n *neighEvents) counters() []string                         { return []string{"neigh.create", "neigh.update"} }
+func (n *neighEvents) openWindow([]node) error                    { return nil }
+func (n *neighEvents) samples(uint64, []node) map[string][]sample { return nil }
+func (n *neighEvents) close()                                     { n.totals.Close() }
+
+func (n *neighEvents) snapshot() (snapshot, error) {
+	out := snapshot{}
+	var key neighKey
+	var vals []neighTotal // one per possible CPU
+	it := n.totals.Iterate()
+	for it.Next(&key, &vals) {
+		var count uint64
+		for _, v := range vals {
+			count += v.Count
+		}
+		if count == 0 {
+			continue
+		}
+		kind, ok := neighKinds[key.Kind]
+		if !ok {
+			kind = strconv.FormatUint(uint64(key.Kind), 10)
+		}
+		dev := unix.ByteSliceToString(key.Dev[:])
+		if dev == "" {
+			dev = "?"
+		}
+		cg := out[key.Cgroup]
+		if cg == nil {
+			cg = map[string]uint64{}
+			out[key.Cgroup] = cg
+		}
+		cg["neigh."+kind] += count
+		cg["neigh."+kind+".dev."+dev] += count
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("neigh_events: reading the map failed: %w", err)
 	}
 	return out, nil
 }
