@@ -22,6 +22,7 @@ from tls_helpers import make_pki
 from swarmscope.controller.fleet import Fleet
 from swarmscope.probes import native, pinned
 from swarmscope.sys import otlpjson, owners
+from swarmscope.sys.cgroups import cgroup2_mount
 from swarmscope.tls import TLSFiles
 from swarmscope.v1 import probe_pb2 as pb
 
@@ -90,8 +91,10 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             assert sorted(n.split("-")[2] for n in claims) == ["exec_count", "neigh_events"]
             paths = [c["path"] for c in claims.values()]
             assert all(os.path.exists(p) for p in paths)
-            # By path only: the reader resolves the id, as the Python agent does.
-            nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=str(cg))]}
+            # By a path relative to the v2 mount only: the reader resolves the id, as the Python
+            # agent does (on a hybrid host the mount is /sys/fs/cgroup/unified).
+            rel = os.path.relpath(cg, cgroup2_mount())
+            nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=rel)]}
             counted = []
             for w, n in (("w1", 37), ("w2", 0), ("w3", 5)):
                 assert fleet.open_window("run", w, nodes, traceparent=PARENT, timeout_s=30) == {}

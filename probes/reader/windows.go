@@ -55,10 +55,33 @@ func joinErrors(m map[string]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// resolveCgroup: the id (inode) of a cgroup path under the v2 mount; one that leaves the
-// mount is refused (swarmscope.sys.cgroups.resolve_cgroup_id).
+// cgroup2Mount: where cgroup v2 is mounted, the shortest such path (/sys/fs/cgroup, or
+// /sys/fs/cgroup/unified on a hybrid host), as swarmscope.sys.cgroups.cgroup2_mount.
+func cgroup2Mount() (string, error) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "", err
+	}
+	best := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[2] == "cgroup2" && (best == "" || len(f[1]) < len(best)) {
+			best = f[1]
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("cgroup v2 is not mounted")
+	}
+	return best, nil
+}
+
+// resolveCgroup: the id (inode) of a cgroup path, absolute under the v2 mount or relative to
+// it; one that leaves the mount is refused (swarmscope.sys.cgroups.resolve_cgroup_id).
 func resolveCgroup(p string) (uint64, error) {
-	base := "/sys/fs/cgroup"
+	base, err := cgroup2Mount()
+	if err != nil {
+		return 0, err
+	}
 	full := p
 	if p != base && !strings.HasPrefix(p, base+"/") {
 		full = filepath.Join(base, strings.TrimLeft(p, "/"))
