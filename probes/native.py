@@ -14,10 +14,12 @@ and a SIGKILLed reader's pins are swept as any dead light probe's.
 
 The binary: ``$SWARMSCOPE_PROBE_READER``, else ``tools/build_probe_reader.sh`` (cached by a hash
 of the reader's source under $SWARMSCOPE_CACHE/tools; a cold build fetches Go modules, ~1 min).
-Caveats: carries ``exec_count`` and ``neigh_events`` (``NATIVE``; neigh_events' family is a
-start-up setting, compiled in by the loader); the others are refused at start, each with the
-mode that has it. No ``--metrics-port`` (the self-metrics server is Python's) and no
-``--once`` (use ``--mode light``).
+Caveats: carries ``exec_count``, ``neigh_events`` and ``syscall_count`` (``NATIVE``), with their
+start-up settings only: neigh_events' family is compiled in by the loader, syscall_count's
+filter ($SWARMSCOPE_SYSCALLS) is written into its pinned map here; a per-window filter would
+need the BCC loader again, so the reader fails a window that asks for one, naming the key. The
+other programs are refused at start, each with the mode that has it. No ``--metrics-port`` (the
+self-metrics server is Python's) and no ``--once`` (use ``--mode light``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, NoReturn
 from swarmscope.errors import ConfigError, Problem, SetupError
 
 ENV_READER = "SWARMSCOPE_PROBE_READER"
-NATIVE = ("exec_count", "neigh_events")
+NATIVE = ("exec_count", "neigh_events", "syscall_count")
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = _ROOT / "tools" / "build_probe_reader.sh"
 
@@ -85,11 +87,14 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
     binary = reader_binary()  # before loading: a missing reader leaves no pins behind
     factory = light_factory(programs)  # the loader's machine checks; sweeps dead probes' pins
     objs: list[Any] = []
+    filter_nrs: list[int] | None = None
     try:
         for name in programs:
             prog = factory(name)
-            prog.load()  # the loader child pins it; the map layouts are checked here
+            prog.load()  # the loader child pins it (syscall_count: and its filter is written)
             objs.append(prog._bpf)  # the PinnedObject (what the self-metrics read as well)
+            if name == "syscall_count":
+                filter_nrs = getattr(prog, "filter", None)
     except BaseException:
         _unpin(objs)
         raise
@@ -97,6 +102,10 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
     for name, obj in zip(programs, objs, strict=True):
         argv += ["--pins", f"{name}={obj.path}", "--claim", str(owners.OWNERS_DIR / "pindir" / obj.claim)]
     argv += ["--heartbeat", str(args.heartbeat), "--retries", str(args.retries)]
+    if "syscall_count" in programs:
+        from swarmscope.probes.programs.syscall_count import UNISTD
+
+        argv += ["--syscall-names", UNISTD, "--syscall-filter", ",".join(map(str, filter_nrs or ()))]
     if args.token_file:
         argv += ["--token-file", args.token_file]
     tls = tls_files(args)

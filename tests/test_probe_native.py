@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from probe_helpers import exec_in_cgroup, temp_cgroup
 from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
+from test_probe_syscall_count import getppid_in_cgroup
 from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
@@ -45,11 +46,11 @@ def reader() -> str:
 
 @contextlib.contextmanager
 def _native(
-    reader: str, address: str, node: str, *extra: str, token: str = TOKEN
+    reader: str, address: str, node: str, *extra: str, **env_extra: str
 ) -> Iterator[subprocess.Popen[str]]:
     cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", address, "--node", node]
     cmd += ["--mode", "native", *extra]
-    env = {**os.environ, "SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader}
+    env = {**os.environ, "SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader, **env_extra}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     try:
         yield proc
@@ -171,11 +172,46 @@ def test_killed_native_probe_leaves_pins_that_the_sweep_removes(reader: str) -> 
         fleet.stop()
 
 
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_syscall_count_counts_its_startup_filter_exactly_and_refuses_a_window_filter(
+    reader: str,
+) -> None:
+    fleet = Fleet(TOKEN)
+    fleet.start()
+    node = f"nat-sc-{os.getpid()}"
+    try:
+        with (
+            _native(
+                reader, fleet.address, node, "--programs", "syscall_count", SWARMSCOPE_SYSCALLS="getppid,39"
+            ) as proc,
+            temp_cgroup("natsc") as cg,
+        ):
+            fleet.wait_for_probes(hosts={node}, timeout_s=120)
+            nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=str(cg))]}
+            assert fleet.open_window("run", "s1", nodes, timeout_s=30) == {}
+            getppid_in_cgroup(cg, 41)
+            (r,), missing = fleet.close_window("run", "s1", timeout_s=30)
+            assert missing == [] and r.error == ""
+            # The filter's counters only, each present (an explicit zero if none happened).
+            assert set(r.counters) == {"sys.getppid", "sys.getpid"} and r.counters["sys.getppid"] == 41
+            # A per-window filter would need the BCC loader: the ack fails, naming the key.
+            opts = {"syscall_count.syscalls": "openat"}
+            problems = fleet.open_window("run", "s2", nodes, options=opts, timeout_s=30)
+            assert (
+                "syscall_count.syscalls: program syscall_count takes no per-window options" in problems[node]
+            )
+            fleet.shutdown_probes("test over")
+            assert proc.wait(15) == 0
+    finally:
+        fleet.stop()
+
+
 def test_native_mode_refuses_what_it_does_not_carry_naming_each() -> None:
     cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--mode", "native", "--controller", "127.0.0.1:1"]
-    cmd += ["--programs", "exec_count,neigh_events,syscall_count,pkt_count", "--metrics-port", "9"]
+    cmd += ["--programs", "exec_count,neigh_events,map_update,pkt_count", "--metrics-port", "9"]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SWARMSCOPE_TOKEN": TOKEN})
     assert p.returncode != 0
-    for name in ("syscall_count", "pkt_count", "--metrics-port"):
+    for name in ("map_update", "pkt_count", "--metrics-port"):
         assert name in p.stderr, p.stderr
     assert "exec_count:" not in p.stderr and "neigh_events:" not in p.stderr

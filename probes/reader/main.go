@@ -11,7 +11,7 @@
 //	    --claim /run/swarmscope/owners/pindir/probe-... [--tls-ca F --tls-cert F --tls-key F]
 //
 // The token comes from --token-file, else $SWARMSCOPE_TOKEN (never argv). Caveats: it carries
-// exec_count and neigh_events (probes/native.py refuses the rest before loading); the process is the
+// exec_count, neigh_events and syscall_count (probes/native.py refuses the rest before loading); the process is the
 // Python CLI's own after exec, so the pin claim (pid + start time) stays valid and the pins are
 // removed at exit, or swept as any dead light probe's if it is SIGKILLed.
 package main
@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +34,7 @@ type config struct {
 	tlsCA, tlsCert, tlsKey, tlsServerName         string
 	pins                                          [][2]string // (program, pin dir), in --pins order
 	claims                                        []string    // owner claim files, removed at exit
+	syscalls                                      syscallSettings
 	heartbeat                                     time.Duration
 	retries                                       int
 	token                                         string
@@ -62,6 +64,10 @@ func parseArgs(args []string) (*config, error) {
 	fs.Var(&claims, "claim", "owner claim file removed at exit (repeatable)")
 	fs.Float64Var(&hb, "heartbeat", 1.0, "heartbeat seconds if the controller sets none")
 	fs.IntVar(&c.retries, "retries", 5, "reconnect attempts before giving up")
+	fs.StringVar(&c.syscalls.unistd, "syscall-names", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
+		"syscall_count: the header naming syscall numbers")
+	var filter string
+	fs.StringVar(&filter, "syscall-filter", "", "syscall_count: the start-up filter's numbers (comma list; empty = all)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -75,6 +81,16 @@ func parseArgs(args []string) (*config, error) {
 		c.pins = append(c.pins, [2]string{name, dir})
 	}
 	c.claims = claims
+	for _, f := range strings.Split(filter, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		nr, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("--syscall-filter %q: not a number", f))
+		}
+		c.syscalls.filter = append(c.syscalls.filter, nr)
+	}
 	c.heartbeat = time.Duration(hb * float64(time.Second))
 	if c.controller == "" {
 		problems = append(problems, "--controller is required")
@@ -119,7 +135,7 @@ func run() int {
 	// The pins are this process's (the claim names its pid): removed on every way out but
 	// SIGKILL, which the next light probe's or run's sweep covers.
 	defer removePins(c)
-	progs, err := openPrograms(c.pins)
+	progs, err := openPrograms(c.pins, c.syscalls)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: error: %v\n", err)
 		return 1

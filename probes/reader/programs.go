@@ -5,14 +5,18 @@ package main
 // cgroup, first/last exec time since the cgroup's window opened, the open time written into
 // exec_open / exec_open_any before the open snapshot). neigh_events: as
 // probes/programs/neigh_events.py (creates/updates per writer cgroup, in total and per device;
-// its family filter is compiled in by the loader).
+// its family filter is compiled in by the loader). syscall_count: as
+// probes/programs/syscall_count.py with its start-up filter only (the launcher wrote it into
+// the pinned filter map; a per-window filter would need the loader, so options are refused).
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -50,7 +54,7 @@ type execCount struct {
 	times                 map[uint64][][2]uint64 // per-CPU (first, last) as the last snapshot read
 }
 
-func openPrograms(pins [][2]string) (map[string]program, error) {
+func openPrograms(pins [][2]string, sc syscallSettings) (map[string]program, error) {
 	out := map[string]program{}
 	for _, pin := range pins {
 		var p program
@@ -60,8 +64,10 @@ func openPrograms(pins [][2]string) (map[string]program, error) {
 			p, err = openExecCount(dir)
 		case "neigh_events":
 			p, err = openNeighEvents(dir)
+		case "syscall_count":
+			p, err = openSyscallCount(dir, sc)
 		default:
-			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events)", name)
+			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events, syscall_count)", name)
 		}
 		if err != nil {
 			closePrograms(out)
@@ -316,6 +322,78 @@ func (n *neighEvents) snapshot() (snapshot, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("neigh_events: reading the map failed: %w", err)
+	}
+	return out, nil
+}
+
+// syscallSettings: where the syscall names are (asm/unistd_64.h) and the start-up filter's
+// numbers (nil: every syscall), as the launcher passes them.
+type syscallSettings struct {
+	unistd string
+	filter []uint64
+}
+
+// struct sc_key {cgroup, nr} in bpf/syscall_count.bpf.c; the value is a per-CPU u64.
+type scKey struct{ Cgroup, Nr uint64 }
+
+type syscallCount struct {
+	counts *ebpf.Map
+	names  map[uint64]string
+	fixed  []string // with a filter every counter is known up front (explicit zeros)
+}
+
+func openSyscallCount(dir string, sc syscallSettings) (*syscallCount, error) {
+	m, err := pinnedMap(dir, "syscall_count", 16, 8)
+	if err != nil {
+		return nil, fmt.Errorf("syscall_count: %w", err)
+	}
+	s := &syscallCount{counts: m, names: map[uint64]string{}}
+	if b, err := os.ReadFile(sc.unistd); err == nil { // without the header: sys.<nr>
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] == "#define" && strings.HasPrefix(f[1], "__NR_") {
+				if nr, err := strconv.ParseUint(f[2], 10, 64); err == nil {
+					s.names[nr] = f[1][len("__NR_"):]
+				}
+			}
+		}
+	}
+	for _, nr := range sc.filter {
+		s.fixed = append(s.fixed, s.counterName(nr))
+	}
+	return s, nil
+}
+
+func (s *syscallCount) counterName(nr uint64) string {
+	if n, ok := s.names[nr]; ok {
+		return "sys." + n
+	}
+	return "sys." + strconv.FormatUint(nr, 10)
+}
+
+func (s *syscallCount) name() string                               { return "syscall_count" }
+func (s *syscallCount) counters() []string                         { return s.fixed }
+func (s *syscallCount) openWindow([]node) error                    { return nil }
+func (s *syscallCount) samples(uint64, []node) map[string][]sample { return nil }
+func (s *syscallCount) close()                                     { s.counts.Close() }
+
+func (s *syscallCount) snapshot() (snapshot, error) {
+	out := snapshot{}
+	var key scKey
+	var vals []uint64 // one per possible CPU
+	it := s.counts.Iterate()
+	for it.Next(&key, &vals) {
+		cg := out[key.Cgroup]
+		if cg == nil {
+			cg = map[string]uint64{}
+			out[key.Cgroup] = cg
+		}
+		for _, v := range vals {
+			cg[s.counterName(key.Nr)] += v
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("syscall_count: reading the map failed: %w", err)
 	}
 	return out, nil
 }
