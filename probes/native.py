@@ -90,7 +90,7 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
     filter_nrs: list[int] | None = None
     try:
         for name in programs:
-            prog = factory(name)
+            prog: Any = factory(name)  # a light program: its _bpf is the PinnedObject
             prog.load()  # the loader child pins it (syscall_count: and its filter is written)
             objs.append(prog._bpf)  # the PinnedObject (what the self-metrics read as well)
             if name == "syscall_count":
