@@ -94,7 +94,7 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
             prog.load()  # the loader child pins it (syscall_count: and its filter is written)
             objs.append(prog._bpf)  # the PinnedObject (what the self-metrics read as well)
             if name == "syscall_count":
-                filter_nrs = getattr(prog, "filter", None)
+                filter_nrs = prog.filter
     except BaseException:
         _unpin(objs)
         raise

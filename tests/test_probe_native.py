@@ -11,11 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from probe_helpers import exec_in_cgroup, temp_cgroup
+from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
 from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
 from test_probe_syscall_count import getppid_in_cgroup
 from tls_helpers import make_pki
@@ -44,22 +43,11 @@ def reader() -> str:
     return p.stdout.strip().splitlines()[-1]
 
 
-@contextlib.contextmanager
 def _native(
-    reader: str, address: str, node: str, *extra: str, **env_extra: str
-) -> Iterator[subprocess.Popen[str]]:
-    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", address, "--node", node]
-    cmd += ["--mode", "native", *extra]
-    env = {**os.environ, "SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader, **env_extra}
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
+    reader: str, address: str, node: str, *extra: str, **env: str
+) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+    args = ["--controller", address, "--node", node, "--mode", "native", *extra]
+    return probe_cli(args, {"SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader, **env})
 
 
 def _claims(pid: int) -> dict[str, dict]:

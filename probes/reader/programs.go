@@ -26,6 +26,35 @@ import (
 // snapshot: cgroup id -> counter -> cumulative value.
 type snapshot map[uint64]map[string]uint64
 
+func (s snapshot) add(cgroup uint64, counter string, v uint64) {
+	m := s[cgroup]
+	if m == nil {
+		m = map[string]uint64{}
+		s[cgroup] = m
+	}
+	m[counter] += v
+}
+
+// eachPerCPU calls fn with every key of a per-CPU map and its values, one per possible CPU.
+func eachPerCPU[K, V any](m *ebpf.Map, prog string, fn func(K, []V)) error {
+	var key K
+	var vals []V
+	it := m.Iterate()
+	for it.Next(&key, &vals) {
+		fn(key, vals)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("%s: reading the map failed: %w", prog, err)
+	}
+	return nil
+}
+
+// countersOnly: the window hooks of a program that only counts (no open time, no samples).
+type countersOnly struct{}
+
+func (countersOnly) openWindow([]node) error                    { return nil }
+func (countersOnly) samples(uint64, []node) map[string][]sample { return nil }
+
 type sample struct {
 	series     string
 	start, end uint64
@@ -144,21 +173,17 @@ func (e *execCount) openWindow(nodes []node) error {
 func (e *execCount) snapshot() (snapshot, error) {
 	out := snapshot{}
 	times := map[uint64][][2]uint64{}
-	var key uint64
-	var vals []execStat // one per possible CPU
-	it := e.counts.Iterate()
-	for it.Next(&key, &vals) {
-		var total uint64
+	err := eachPerCPU(e.counts, "exec_count", func(cg uint64, vals []execStat) {
 		ts := make([][2]uint64, 0, len(vals))
+		out.add(cg, "exec", 0) // present even when every CPU's count is 0
 		for _, v := range vals {
-			total += v.Count
+			out.add(cg, "exec", v.Count)
 			ts = append(ts, [2]uint64{v.First, v.Last})
 		}
-		out[key] = map[string]uint64{"exec": total}
-		times[key] = ts
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("exec_count: reading the map failed: %w", err)
+		times[cg] = ts
+	})
+	if err != nil {
+		return nil, err
 	}
 	e.times = times
 	return out, nil
@@ -275,34 +300,32 @@ type neighTotal struct{ Count, First, Last uint64 }
 
 var neighKinds = map[uint32]string{0: "create", 1: "update"}
 
-type neighEvents struct{ totals *ebpf.Map }
+type neighEvents struct {
+	countersOnly
+	totals *ebpf.Map
+}
 
 func openNeighEvents(dir string) (*neighEvents, error) {
 	m, err := pinnedMap(dir, "ne_totals", 32, 24)
 	if err != nil {
 		return nil, fmt.Errorf("neigh_events: %w", err)
 	}
-	return &neighEvents{m}, nil
+	return &neighEvents{totals: m}, nil
 }
 
-func (n *neighEvents) name() string                               { return "neigh_events" }
-func (n *neighEvents) counters() []string                         { return []string{"neigh.create", "neigh.update"} }
-func (n *neighEvents) openWindow([]node) error                    { return nil }
-func (n *neighEvents) samples(uint64, []node) map[string][]sample { return nil }
-func (n *neighEvents) close()                                     { n.totals.Close() }
+func (n *neighEvents) name() string       { return "neigh_events" }
+func (n *neighEvents) counters() []string { return []string{"neigh.create", "neigh.update"} }
+func (n *neighEvents) close()             { n.totals.Close() }
 
 func (n *neighEvents) snapshot() (snapshot, error) {
 	out := snapshot{}
-	var key neighKey
-	var vals []neighTotal // one per possible CPU
-	it := n.totals.Iterate()
-	for it.Next(&key, &vals) {
+	err := eachPerCPU(n.totals, "neigh_events", func(key neighKey, vals []neighTotal) {
 		var count uint64
 		for _, v := range vals {
 			count += v.Count
 		}
 		if count == 0 {
-			continue
+			return
 		}
 		kind, ok := neighKinds[key.Kind]
 		if !ok {
@@ -312,16 +335,11 @@ func (n *neighEvents) snapshot() (snapshot, error) {
 		if dev == "" {
 			dev = "?"
 		}
-		cg := out[key.Cgroup]
-		if cg == nil {
-			cg = map[string]uint64{}
-			out[key.Cgroup] = cg
-		}
-		cg["neigh."+kind] += count
-		cg["neigh."+kind+".dev."+dev] += count
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("neigh_events: reading the map failed: %w", err)
+		out.add(key.Cgroup, "neigh."+kind, count)
+		out.add(key.Cgroup, "neigh."+kind+".dev."+dev, count)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -337,6 +355,7 @@ type syscallSettings struct {
 type scKey struct{ Cgroup, Nr uint64 }
 
 type syscallCount struct {
+	countersOnly
 	counts *ebpf.Map
 	names  map[uint64]string
 	fixed  []string // with a filter every counter is known up front (explicit zeros)
@@ -371,29 +390,19 @@ func (s *syscallCount) counterName(nr uint64) string {
 	return "sys." + strconv.FormatUint(nr, 10)
 }
 
-func (s *syscallCount) name() string                               { return "syscall_count" }
-func (s *syscallCount) counters() []string                         { return s.fixed }
-func (s *syscallCount) openWindow([]node) error                    { return nil }
-func (s *syscallCount) samples(uint64, []node) map[string][]sample { return nil }
-func (s *syscallCount) close()                                     { s.counts.Close() }
+func (s *syscallCount) name() string       { return "syscall_count" }
+func (s *syscallCount) counters() []string { return s.fixed }
+func (s *syscallCount) close()             { s.counts.Close() }
 
 func (s *syscallCount) snapshot() (snapshot, error) {
 	out := snapshot{}
-	var key scKey
-	var vals []uint64 // one per possible CPU
-	it := s.counts.Iterate()
-	for it.Next(&key, &vals) {
-		cg := out[key.Cgroup]
-		if cg == nil {
-			cg = map[string]uint64{}
-			out[key.Cgroup] = cg
-		}
+	err := eachPerCPU(s.counts, "syscall_count", func(key scKey, vals []uint64) {
 		for _, v := range vals {
-			cg[s.counterName(key.Nr)] += v
+			out.add(key.Cgroup, s.counterName(key.Nr), v)
 		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("syscall_count: reading the map failed: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
