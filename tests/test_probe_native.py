@@ -11,10 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
+from test_probe_agent_cli import OtlpSink  # the same OTLP/HTTP receiver
 from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
 from test_probe_syscall_count import getppid_in_cgroup
 from tls_helpers import make_pki
@@ -50,6 +52,20 @@ def _native(
     return probe_cli(args, {"SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader, **env})
 
 
+@pytest.fixture
+def otlp_sink() -> Iterator[OtlpSink]:
+    sink = OtlpSink()
+    yield sink
+    sink.server.shutdown()
+    sink.server.server_close()
+
+
+def otlpjson_window(span: object) -> str:
+    """The swarmscope.window_id attribute of an OTLP protobuf span."""
+    (v,) = [a.value.string_value for a in span.attributes if a.key == "swarmscope.window_id"]  # type: ignore[attr-defined]
+    return v
+
+
 def _claims(pid: int) -> dict[str, dict]:
     return {n: d for n, d in owners.claims("pindir") if d.get("pid") == pid}
 
@@ -57,7 +73,7 @@ def _claims(pid: int) -> dict[str, dict]:
 @pytest.mark.root
 @pytest.mark.bpf
 def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
-    reader: str, tmp_path: Path
+    reader: str, tmp_path: Path, otlp_sink: OtlpSink
 ) -> None:
     pki = make_pki(tmp_path)
     fleet = Fleet(TOKEN, tls=TLSFiles(cert=pki["server.crt"], key=pki["server.key"], ca=pki["ca.crt"]))
@@ -67,7 +83,14 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
     args += ["--programs", "exec_count,neigh_events"]
     try:
         with (
-            _native(reader, fleet.address, node, *args) as proc,
+            _native(
+                reader,
+                fleet.address,
+                node,
+                *args,
+                OTEL_EXPORTER_OTLP_ENDPOINT=otlp_sink.url,
+                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            ) as proc,
             temp_cgroup("nat") as cg,
             netns_with_veth() as (ns, dev),
         ):
@@ -103,7 +126,7 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
                     assert r.samples == []
             assert counted == [37, 0, 5]
             # neigh_events: 23 entries written from the cgroup (one `ip` exec each).
-            assert fleet.open_window("run", "w4", nodes, timeout_s=30) == {}
+            assert fleet.open_window("run", "w4", nodes, traceparent=PARENT, timeout_s=30) == {}
             write(cg, ns, dev, 23, "add")
             (r,), missing = fleet.close_window("run", "w4", timeout_s=30)
             assert missing == [] and r.error == ""
@@ -120,6 +143,11 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             fleet.shutdown_probes("test over")
             assert proc.wait(15) == 0
             assert _claims(proc.pid) == {} and not any(os.path.exists(p) for p in paths)
+            # Over OTLP too (http/protobuf, flushed before exit): one span per window, children
+            # of the controller's span.
+            exported = otlp_sink.spans()
+            assert sorted(otlpjson_window(sp) for sp in exported) == ["w1", "w2", "w3", "w4"]
+            assert {sp.parent_span_id.hex() for sp in exported} == {PARENT.split("-")[2]}
     finally:
         fleet.stop()
 

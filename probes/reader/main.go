@@ -3,7 +3,7 @@
 // the Python agent (probes/agent.py) does: Hello/Register with the token's mutual HMAC
 // challenge, one Session stream, heartbeats with its own CPU and RSS, OpenWindow / CloseWindow
 // with exact counter deltas per node, the exec.window samples, and the window span as OTLP
-// bytes in WindowDone (and over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+// bytes in WindowDone (and over OTLP, gRPC or http/protobuf, when OTEL_EXPORTER_OTLP_ENDPOINT is set).
 //
 //	swarmscope probe --mode native --controller 127.0.0.1:7070 --programs exec_count
 //	# the Python CLI checks the settings, runs the loader, then execs:
@@ -145,6 +145,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	a := newAgent(c, progs)
+	defer a.otlp.flush() // the last window's span goes out before the pins are removed
 	if err := a.runForever(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: error: %v\n", err)
 		return 1

@@ -9,13 +9,16 @@ package main
 // its bytes are that request's.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -174,54 +177,99 @@ func encodeSpans(c *config, spans ...*tracepb.Span) []byte {
 	return b
 }
 
-// otlpExporter sends each window's spans to $OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT over
-// OTLP/gRPC (plain text, as the project's collectors on loopback), best effort: a failed
-// export is logged, never retried; the spans reach the run's trace through WindowDone anyway.
+// otlpExporter sends each window's spans to $OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, over
+// OTLP/gRPC (plain text, as the project's collectors on loopback) or OTLP/HTTP protobuf
+// ($OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL=http/protobuf), best effort: a failed export is
+// logged, never retried; the spans reach the run's trace through WindowDone anyway. flush()
+// waits (bounded) for exports in flight, so the last window's span is sent before exit.
 type otlpExporter struct {
-	conn *grpc.ClientConn
+	conn    *grpc.ClientConn // grpc
+	url     string           // http/protobuf
+	pending sync.WaitGroup
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 func newOTLPExporter() *otlpExporter {
-	ep := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if ep == "" {
-		ep = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
+	ep := firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 	exporters := os.Getenv("OTEL_TRACES_EXPORTER")
 	if ep == "" || (exporters != "" && !strings.Contains(strings.ToLower(exporters), "otlp")) {
 		return nil
 	}
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto != "" && proto != "grpc" {
-		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: OTLP protocol %q not supported (grpc only): spans go back in WindowDone only\n", proto)
+	switch proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"); proto {
+	case "", "grpc":
+		target := strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+		conn, err := grpc.NewClient("passthrough:///"+strings.TrimSuffix(target, "/"),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: OTLP endpoint %s: %v\n", ep, err)
+			return nil
+		}
+		return &otlpExporter{conn: conn}
+	case "http/protobuf":
+		url := ep // the signal-specific variable is the full URL; the generic one gets the path
+		if os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			url = strings.TrimSuffix(ep, "/") + "/v1/traces"
+		}
+		return &otlpExporter{url: url}
+	default:
+		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: OTLP protocol %q not supported (grpc, http/protobuf): "+
+			"spans go back in WindowDone only\n", proto)
 		return nil
 	}
-	target := strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
-	conn, err := grpc.NewClient(strings.TrimSuffix(target, "/"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: OTLP endpoint %s: %v\n", ep, err)
-		return nil
-	}
-	return &otlpExporter{conn: conn}
 }
 
 func (x *otlpExporter) export(blob []byte) {
 	if x == nil || len(blob) == 0 {
 		return
 	}
+	x.pending.Add(1)
 	go func() {
-		req := &tracepb.TracesData{}
-		if proto.Unmarshal(blob, req) != nil {
-			return
-		}
+		defer x.pending.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		// The reply (ExportTraceServiceResponse) is read as Empty: its fields are not used.
-		err := x.conn.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", req, &emptypb.Empty{})
+		var err error
+		if x.conn != nil {
+			req := &tracepb.TracesData{}
+			if err = proto.Unmarshal(blob, req); err == nil {
+				// The reply (ExportTraceServiceResponse) is read as Empty: its fields are unused.
+				err = x.conn.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", req, &emptypb.Empty{})
+			}
+		} else {
+			var req *http.Request
+			if req, err = http.NewRequestWithContext(ctx, http.MethodPost, x.url, bytes.NewReader(blob)); err == nil {
+				req.Header.Set("Content-Type", "application/x-protobuf")
+				var resp *http.Response
+				if resp, err = http.DefaultClient.Do(req); err == nil {
+					_ = resp.Body.Close()
+					if resp.StatusCode/100 != 2 {
+						err = fmt.Errorf("HTTP %s", resp.Status)
+					}
+				}
+			}
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: OTLP export failed: %v\n", err)
 		}
 	}()
+}
+
+// flush waits for the exports in flight, at most 5 s.
+func (x *otlpExporter) flush() {
+	if x == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { x.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
 }
