@@ -151,7 +151,7 @@ def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
         light_factory(["exec_count", "flow_count", "map_update"])
     assert [p.key for p in e.value.problems] == ["flow_count", "map_update"]
     assert all("use --mode full" in p.reason for p in e.value.problems)
-    assert set(NOT_LIGHT) == {"pkt_count", "flow_count", "map_update"}
+    assert set(NOT_LIGHT) == {"flow_count", "map_update"}
 
 
 @pytest.mark.root

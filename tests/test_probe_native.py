@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,14 +51,6 @@ def _native(
     return probe_cli(args, {"SWARMSCOPE_TOKEN": TOKEN, native.ENV_READER: reader, **env})
 
 
-@pytest.fixture
-def otlp_sink() -> Iterator[OtlpSink]:
-    sink = OtlpSink()
-    yield sink
-    sink.server.shutdown()
-    sink.server.server_close()
-
-
 def otlpjson_window(span: object) -> str:
     """The swarmscope.window_id attribute of an OTLP protobuf span."""
     (v,) = [a.value.string_value for a in span.attributes if a.key == "swarmscope.window_id"]  # type: ignore[attr-defined]
@@ -73,9 +64,10 @@ def _claims(pid: int) -> dict[str, dict]:
 @pytest.mark.root
 @pytest.mark.bpf
 def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
-    reader: str, tmp_path: Path, otlp_sink: OtlpSink
+    reader: str, tmp_path: Path
 ) -> None:
     pki = make_pki(tmp_path)
+    otlp_sink = OtlpSink()
     fleet = Fleet(TOKEN, tls=TLSFiles(cert=pki["server.crt"], key=pki["server.key"], ca=pki["ca.crt"]))
     fleet.start()
     node = f"native-{os.getpid()}"
@@ -150,6 +142,8 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             assert {sp.parent_span_id.hex() for sp in exported} == {PARENT.split("-")[2]}
     finally:
         fleet.stop()
+        otlp_sink.server.shutdown()
+        otlp_sink.server.server_close()
 
 
 @pytest.mark.root
