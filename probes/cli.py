@@ -118,8 +118,8 @@ def register(subparsers: Any) -> None:
         default=None,
         help="full (default): BCC stays loaded; light: a short-lived loader pins the programs and "
         "this process reads them without BCC (fewer programs, see swarmscope.probes.programs.light); "
-        "native: the same loader, then a compiled reader (swarmscope.probes.native: exec_count, "
-        "neigh_events, syscall_count) "
+        "native: the same loader, then a compiled reader (fewer programs still, see "
+        "swarmscope.probes.native) "
         f"[${ENV_MODE}]",
     )
     p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")

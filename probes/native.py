@@ -14,8 +14,9 @@ and a SIGKILLed reader's pins are swept as any dead light probe's.
 
 The binary: ``$SWARMSCOPE_PROBE_READER``, else ``tools/build_probe_reader.sh`` (cached by a hash
 of the reader's source under $SWARMSCOPE_CACHE/tools; a cold build fetches Go modules, ~1 min).
-Caveats: carries ``exec_count``, ``neigh_events`` and ``syscall_count`` (``NATIVE``), with their
-start-up settings only: neigh_events' family is compiled in by the loader, syscall_count's
+Caveats: carries ``exec_count``, ``neigh_events``, ``syscall_count`` and ``pkt_count``
+(``NATIVE``), with their start-up settings only: neigh_events' family is compiled in by the
+loader, pkt_count's interfaces are attached by it (XDP links), syscall_count's
 filter ($SWARMSCOPE_SYSCALLS) is written into its pinned map here; a per-window filter would
 need the BCC loader again, so the reader fails a window that asks for one, naming the key. The
 other programs are refused at start, each with the mode that has it. No ``--metrics-port`` (the
@@ -33,7 +34,7 @@ from typing import Any, NoReturn
 from swarmscope.errors import ConfigError, Problem, SetupError
 
 ENV_READER = "SWARMSCOPE_PROBE_READER"
-NATIVE = ("exec_count", "neigh_events", "syscall_count")
+NATIVE = ("exec_count", "neigh_events", "syscall_count", "pkt_count")
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = _ROOT / "tools" / "build_probe_reader.sh"
 
@@ -88,6 +89,7 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
     factory = light_factory(programs)  # the loader's machine checks; sweeps dead probes' pins
     objs: list[Any] = []
     filter_nrs: list[int] | None = None
+    ifaces: dict[int, str] = {}
     try:
         for name in programs:
             prog: Any = factory(name)  # a light program: its _bpf is the PinnedObject
@@ -95,6 +97,8 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
             objs.append(prog._bpf)  # the PinnedObject (what the self-metrics read as well)
             if name == "syscall_count":
                 filter_nrs = prog.filter
+            if name == "pkt_count":
+                ifaces = dict(prog._ifindex)  # ifindex in the interfaces' netns -> name
     except BaseException:
         _unpin(objs)
         raise
@@ -106,6 +110,8 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
         from swarmscope.probes.programs.syscall_count import UNISTD
 
         argv += ["--syscall-names", UNISTD, "--syscall-filter", ",".join(map(str, filter_nrs or ()))]
+    for ifindex, dev in sorted(ifaces.items()):
+        argv += ["--pkt-iface", f"{ifindex}={dev}"]
     if args.token_file:
         argv += ["--token-file", args.token_file]
     tls = tls_files(args)

@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from net_helpers import send, veth_pair
 from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
 from test_probe_agent_cli import OtlpSink  # the same OTLP/HTTP receiver
 from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
@@ -55,6 +57,14 @@ def otlpjson_window(span: object) -> str:
     """The swarmscope.window_id attribute of an OTLP protobuf span."""
     (v,) = [a.value.string_value for a in span.attributes if a.key == "swarmscope.window_id"]  # type: ignore[attr-defined]
     return v
+
+
+@pytest.fixture
+def fleet() -> Iterator[Fleet]:
+    f = Fleet(TOKEN)
+    f.start()
+    yield f
+    f.stop()
 
 
 def _claims(pid: int) -> dict[str, dict]:
@@ -165,63 +175,77 @@ def test_native_probe_refuses_a_controller_without_the_token_and_unpins(reader: 
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_killed_native_probe_leaves_pins_that_the_sweep_removes(reader: str) -> None:
-    fleet = Fleet(TOKEN)
-    fleet.start()
+def test_killed_native_probe_leaves_pins_that_the_sweep_removes(reader: str, fleet: Fleet) -> None:
     node = f"nat-kill-{os.getpid()}"
-    try:
-        with _native(reader, fleet.address, node) as proc:
-            fleet.wait_for_probes(hosts={node}, timeout_s=120)
-            (claim,) = _claims(proc.pid).values()
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            assert os.path.exists(claim["path"])  # nothing ran at the kill
-            assert any(n.startswith(f"probe-{proc.pid}-") for n in pinned.sweep_stale())
-            assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
-    finally:
-        fleet.stop()
+    with _native(reader, fleet.address, node) as proc:
+        fleet.wait_for_probes(hosts={node}, timeout_s=120)
+        (claim,) = _claims(proc.pid).values()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert os.path.exists(claim["path"])  # nothing ran at the kill
+        assert any(n.startswith(f"probe-{proc.pid}-") for n in pinned.sweep_stale())
+        assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
 
 
 @pytest.mark.root
 @pytest.mark.bpf
 def test_native_syscall_count_counts_its_startup_filter_exactly_and_refuses_a_window_filter(
     reader: str,
+    fleet: Fleet,
 ) -> None:
-    fleet = Fleet(TOKEN)
-    fleet.start()
     node = f"nat-sc-{os.getpid()}"
-    try:
-        with (
-            _native(
-                reader, fleet.address, node, "--programs", "syscall_count", SWARMSCOPE_SYSCALLS="getppid,39"
-            ) as proc,
-            temp_cgroup("natsc") as cg,
-        ):
+    with (
+        _native(
+            reader, fleet.address, node, "--programs", "syscall_count", SWARMSCOPE_SYSCALLS="getppid,39"
+        ) as proc,
+        temp_cgroup("natsc") as cg,
+    ):
+        fleet.wait_for_probes(hosts={node}, timeout_s=120)
+        nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=str(cg))]}
+        assert fleet.open_window("run", "s1", nodes, timeout_s=30) == {}
+        getppid_in_cgroup(cg, 41)
+        (r,), missing = fleet.close_window("run", "s1", timeout_s=30)
+        assert missing == [] and r.error == ""
+        # The filter's counters only, each present (an explicit zero if none happened).
+        assert set(r.counters) == {"sys.getppid", "sys.getpid"} and r.counters["sys.getppid"] == 41
+        # A per-window filter would need the BCC loader: the ack fails, naming the key.
+        opts = {"syscall_count.syscalls": "openat"}
+        problems = fleet.open_window("run", "s2", nodes, options=opts, timeout_s=30)
+        assert "syscall_count.syscalls: program syscall_count takes no per-window options" in problems[node]
+        fleet.shutdown_probes("test over")
+        assert proc.wait(15) == 0
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_pkt_count_counts_packets_exactly_and_detaches_at_exit(reader: str, fleet: Fleet) -> None:
+    node = f"nat-pkt-{os.getpid()}"
+    with veth_pair() as (a, b):
+        env = {"SWARMSCOPE_PKT_INTERFACES": "ssb", "SWARMSCOPE_PKT_NETNS": b}
+        with _native(reader, fleet.address, node, "--programs", "pkt_count", **env) as proc:
             fleet.wait_for_probes(hosts={node}, timeout_s=120)
-            nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=str(cg))]}
-            assert fleet.open_window("run", "s1", nodes, timeout_s=30) == {}
-            getppid_in_cgroup(cg, 41)
-            (r,), missing = fleet.close_window("run", "s1", timeout_s=30)
+            assert fleet.open_window("run", "p1", {node: [pb.NodeInfo(name="host")]}, timeout_s=30) == {}
+            send(a, 300)
+            (r,), missing = fleet.close_window("run", "p1", timeout_s=30)
             assert missing == [] and r.error == ""
-            # The filter's counters only, each present (an explicit zero if none happened).
-            assert set(r.counters) == {"sys.getppid", "sys.getpid"} and r.counters["sys.getppid"] == 41
-            # A per-window filter would need the BCC loader: the ack fails, naming the key.
-            opts = {"syscall_count.syscalls": "openat"}
-            problems = fleet.open_window("run", "s2", nodes, options=opts, timeout_s=30)
-            assert (
-                "syscall_count.syscalls: program syscall_count takes no per-window options" in problems[node]
-            )
+            assert r.counters["if.ssb.packets"] == 300 and r.counters["if.ssb.ipv4"] == 300
+            assert r.counters["if.ssb.bytes"] == 300 * 142 and r.counters["if.ssb.arp"] == 0
             fleet.shutdown_probes("test over")
             assert proc.wait(15) == 0
-    finally:
-        fleet.stop()
+        deadline = time.monotonic() + 5  # a removed link pin is released by deferred work
+        show = ["ip", "-n", b, "link", "show", "ssb"]
+        while "xdp" in (out := subprocess.run(show, capture_output=True, text=True).stdout):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert "xdp" not in out
 
 
 def test_native_mode_refuses_what_it_does_not_carry_naming_each() -> None:
     cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--mode", "native", "--controller", "127.0.0.1:1"]
-    cmd += ["--programs", "exec_count,neigh_events,map_update,pkt_count", "--metrics-port", "9"]
+    cmd += ["--programs", "exec_count,neigh_events,map_update,flow_count", "--metrics-port", "9"]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SWARMSCOPE_TOKEN": TOKEN})
     assert p.returncode != 0
-    for name in ("map_update", "pkt_count", "--metrics-port"):
+    for name in ("map_update", "flow_count", "--metrics-port"):
         assert name in p.stderr, p.stderr
     assert "exec_count:" not in p.stderr and "neigh_events:" not in p.stderr

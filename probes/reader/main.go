@@ -11,8 +11,8 @@
 //	    --claim /run/swarmscope/owners/pindir/probe-... [--tls-ca F --tls-cert F --tls-key F]
 //
 // The token comes from --token-file, else $SWARMSCOPE_TOKEN (never argv). Caveats: it carries
-// exec_count, neigh_events and syscall_count (probes/native.py refuses the rest before
-// loading), with start-up settings only; the process is the Python CLI's own after exec, so
+// exec_count, neigh_events, syscall_count and pkt_count (probes/native.py refuses the rest
+// before loading), with start-up settings only; the process is the Python CLI's own after exec, so
 // the pin claims (pid + start time) stay valid and the pins are removed at exit, or swept as
 // any dead light probe's if it is SIGKILLed.
 package main
@@ -36,6 +36,7 @@ type config struct {
 	pins                                          [][2]string // (program, pin dir), in --pins order
 	claims                                        []string    // owner claim files, removed at exit
 	syscalls                                      syscallSettings
+	ifaces                                        map[uint32]string // pkt_count: ifindex -> name
 	heartbeat                                     time.Duration
 	retries                                       int
 	token                                         string
@@ -49,7 +50,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func parseArgs(args []string) (*config, error) {
 	fs := flag.NewFlagSet("swarmscope-probe-reader", flag.ContinueOnError)
 	c := &config{}
-	var pins, claims multiFlag
+	var pins, claims, pktIfaces multiFlag
 	var hb float64
 	host, _ := os.Hostname()
 	fs.StringVar(&c.controller, "controller", "", "controller HOST:PORT")
@@ -63,6 +64,7 @@ func parseArgs(args []string) (*config, error) {
 	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "name checked in the controller's certificate")
 	fs.Var(&pins, "pins", "PROGRAM=PIN_DIR (repeatable)")
 	fs.Var(&claims, "claim", "owner claim file removed at exit (repeatable)")
+	fs.Var(&pktIfaces, "pkt-iface", "pkt_count: IFINDEX=NAME of an interface it is attached to (repeatable)")
 	fs.Float64Var(&hb, "heartbeat", 1.0, "heartbeat seconds if the controller sets none")
 	fs.IntVar(&c.retries, "retries", 5, "reconnect attempts before giving up")
 	fs.StringVar(&c.syscalls.unistd, "syscall-names", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
@@ -82,6 +84,16 @@ func parseArgs(args []string) (*config, error) {
 		c.pins = append(c.pins, [2]string{name, dir})
 	}
 	c.claims = claims
+	c.ifaces = map[uint32]string{}
+	for _, p := range pktIfaces {
+		i, name, ok := strings.Cut(p, "=")
+		idx, err := strconv.ParseUint(i, 10, 32)
+		if !ok || err != nil || name == "" {
+			problems = append(problems, fmt.Sprintf("--pkt-iface %q: want IFINDEX=NAME", p))
+			continue
+		}
+		c.ifaces[uint32(idx)] = name
+	}
 	for _, f := range strings.Split(filter, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
@@ -136,7 +148,7 @@ func run() int {
 	// The pins are this process's (the claim names its pid): removed on every way out but
 	// SIGKILL, which the next light probe's or run's sweep covers.
 	defer removePins(c)
-	progs, err := openPrograms(c.pins, c.syscalls)
+	progs, err := openPrograms(c.pins, c.syscalls, c.ifaces)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "swarmscope-probe-reader: error: %v\n", err)
 		return 1

@@ -8,6 +8,8 @@ package main
 // its family filter is compiled in by the loader). syscall_count: as
 // probes/programs/syscall_count.py with its start-up filter only (the launcher wrote it into
 // the pinned filter map; a per-window filter would need the loader, so options are refused).
+// pkt_count: as probes/programs/pkt_count.py, attached by the loader through pinned XDP links;
+// host-level counters (cgroup key 0) per start-up interface.
 
 import (
 	"errors"
@@ -83,7 +85,7 @@ type execCount struct {
 	times                 map[uint64][][2]uint64 // per-CPU (first, last) as the last snapshot read
 }
 
-func openPrograms(pins [][2]string, sc syscallSettings) (map[string]program, error) {
+func openPrograms(pins [][2]string, sc syscallSettings, ifaces map[uint32]string) (map[string]program, error) {
 	out := map[string]program{}
 	for _, pin := range pins {
 		var p program
@@ -95,8 +97,10 @@ func openPrograms(pins [][2]string, sc syscallSettings) (map[string]program, err
 			p, err = openNeighEvents(dir)
 		case "syscall_count":
 			p, err = openSyscallCount(dir, sc)
+		case "pkt_count":
+			p, err = openPktCount(dir, ifaces)
 		default:
-			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events, syscall_count)", name)
+			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events, syscall_count, pkt_count)", name)
 		}
 		if err != nil {
 			closePrograms(out)
@@ -399,6 +403,64 @@ func (s *syscallCount) snapshot() (snapshot, error) {
 	err := eachPerCPU(s.counts, "syscall_count", func(key scKey, vals []uint64) {
 		for _, v := range vals {
 			out.add(key.Cgroup, s.counterName(key.Nr), v)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// struct pkt_val {packets, bytes, ipv4, ipv6, arp} in bpf/pkt_count.bpf.c, keyed by ifindex.
+type pktVal struct{ Packets, Bytes, IPv4, IPv6, ARP uint64 }
+
+type pktCount struct {
+	countersOnly
+	counts *ebpf.Map
+	ifaces map[uint32]string // ifindex (in the interfaces' netns) -> name
+	names  []string
+}
+
+func openPktCount(dir string, ifaces map[uint32]string) (*pktCount, error) {
+	if len(ifaces) == 0 {
+		return nil, fmt.Errorf("pkt_count: no interfaces (--pkt-iface IFINDEX=NAME)")
+	}
+	m, err := pinnedMap(dir, "pkt_count", 4, 40)
+	if err != nil {
+		return nil, fmt.Errorf("pkt_count: %w", err)
+	}
+	p := &pktCount{counts: m, ifaces: ifaces}
+	idx := make([]uint32, 0, len(ifaces))
+	for i := range ifaces {
+		idx = append(idx, i)
+	}
+	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	for _, i := range idx {
+		for _, f := range []string{"packets", "bytes", "ipv4", "ipv6", "arp"} {
+			p.names = append(p.names, "if."+ifaces[i]+"."+f)
+		}
+	}
+	return p, nil
+}
+
+func (p *pktCount) name() string       { return "pkt_count" }
+func (p *pktCount) counters() []string { return p.names }
+func (p *pktCount) close()             { p.counts.Close() }
+
+func (p *pktCount) snapshot() (snapshot, error) {
+	out := snapshot{}
+	for _, n := range p.names {
+		out.add(0, n, 0) // every counter, explicit zeros
+	}
+	err := eachPerCPU(p.counts, "pkt_count", func(ifindex uint32, vals []pktVal) {
+		dev, ok := p.ifaces[ifindex]
+		if !ok {
+			return // an ifindex we did not attach to (cannot happen unless reused)
+		}
+		for _, v := range vals {
+			for f, n := range map[string]uint64{"packets": v.Packets, "bytes": v.Bytes, "ipv4": v.IPv4, "ipv6": v.IPv6, "arp": v.ARP} {
+				out.add(0, "if."+dev+"."+f, n)
+			}
 		}
 	})
 	if err != nil {
