@@ -137,7 +137,7 @@ def run(idle_s: float, execs: int) -> dict[str, Any]:
             readings, missing = fleet.close_window("fp", "w1", timeout_s=60)
             for r in readings:
                 counted[r.node] = int(r.counters.get("exec", -1))
-            for sp in otlpjson.spans_of(otlpjson.to_json(fleet._spans.get("w1", []))):
+            for sp in otlpjson.spans_of(otlpjson.to_json(fleet.take_spans("w1"))):
                 node = str(otlpjson.attributes(sp["attributes"]).get("swarmscope.node"))
                 spans[node] = spans.get(node, 0) + 1
         t0 = time.monotonic()

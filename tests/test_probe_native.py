@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from tls_helpers import make_pki
 from swarmscope.controller.fleet import Fleet
 from swarmscope.probes import native, pinned
 from swarmscope.sys import otlpjson, owners
-from swarmscope.sys.cgroups import cgroup2_mount
+from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id
 from swarmscope.tls import TLSFiles
 from swarmscope.v1 import probe_pb2 as pb
 
@@ -134,7 +135,7 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             assert missing == [] and r.error == ""
             assert r.counters["neigh.create"] == 23 and r.counters[f"neigh.create.dev.{dev}"] == 23
             assert r.counters["exec"] == 23
-            (span,) = otlpjson.spans_of(otlpjson.to_json(fleet._spans["w1"]))
+            (span,) = otlpjson.spans_of(otlpjson.to_json(fleet.take_spans("w1")))
             attrs = otlpjson.attributes(span["attributes"])
             assert span["name"] == "probe window" and span["traceId"] == PARENT.split("-")[1]
             assert span["parentSpanId"] == PARENT.split("-")[2]
@@ -185,6 +186,30 @@ def test_killed_native_probe_leaves_pins_that_the_sweep_removes(reader: str, fle
         assert os.path.exists(claim["path"])  # nothing ran at the kill
         assert any(n.startswith(f"probe-{proc.pid}-") for n in pinned.sweep_stale())
         assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_probe_reconnects_mid_window_and_keeps_the_exact_count(reader: str, fleet: Fleet) -> None:
+    node = f"nat-rc-{os.getpid()}"
+    port = fleet.address.rsplit(":", 1)[1]
+    with _native(reader, fleet.address, node) as proc, temp_cgroup("natrc") as cg:
+        fleet.wait_for_probes(hosts={node}, timeout_s=120)
+        nodes = {node: [pb.NodeInfo(name="n1", cgroup_id=cgroup_id(cg))]}
+        assert fleet.open_window("run", "w-rc", nodes, timeout_s=30) == {}
+        exec_in_cgroup(cg, 40)
+        # The connection drops mid-window: the kernel closes the reader's socket (ss -K).
+        kill = ["ss", "-K", "dst", "127.0.0.1", "dport", "=", f":{port}"]
+        subprocess.run(kill, check=True, capture_output=True, timeout=10)
+        deadline = time.monotonic() + 20
+        while not [p for p in fleet.probes() if p.host == node and p.reconnects == 1]:
+            assert time.monotonic() < deadline, "the reader did not reconnect"
+            time.sleep(0.05)
+        exec_in_cgroup(cg, 60)
+        (r,), missing = fleet.close_window("run", "w-rc", timeout_s=30)
+        assert missing == [] and r.error == "" and r.counters["exec"] == 100
+        # The reader is the CLI process after execv: its probe id carries the CLI's pid.
+        assert fleet.take_reconnects("w-rc") == {f"{socket.gethostname()}-{proc.pid}@{node}": 1}
 
 
 @pytest.mark.root
