@@ -14,8 +14,9 @@ and a SIGKILLed reader's pins are swept as any dead light probe's.
 
 The binary: ``$SWARMSCOPE_PROBE_READER``, else ``tools/build_probe_reader.sh`` (cached by a hash
 of the reader's source under $SWARMSCOPE_CACHE/tools; a cold build fetches Go modules, ~1 min).
-Caveats: carries ``exec_count``, ``neigh_events``, ``syscall_count`` and ``pkt_count``
-(``NATIVE``), with their start-up settings only: neigh_events' family is compiled in by the
+Caveats: carries ``exec_count``, ``neigh_events``, ``syscall_count``, ``pkt_count`` and
+``bpf_stats`` (``NATIVE``; the reader enables run statistics itself), with their start-up
+settings only: neigh_events' family is compiled in by the
 loader, pkt_count's interfaces are attached by it (XDP links), syscall_count's
 filter ($SWARMSCOPE_SYSCALLS) is written into its pinned map here; a per-window filter would
 need the BCC loader again, so the reader fails a window that asks for one, naming the key. The
@@ -34,7 +35,9 @@ from typing import Any, NoReturn
 from swarmscope.errors import ConfigError, Problem, SetupError
 
 ENV_READER = "SWARMSCOPE_PROBE_READER"
-NATIVE = ("exec_count", "neigh_events", "syscall_count", "pkt_count")
+NATIVE = ("exec_count", "neigh_events", "syscall_count", "pkt_count", "bpf_stats")
+# Read by the reader itself, without a loader or pins.
+_UNPINNED = ("bpf_stats",)
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = _ROOT / "tools" / "build_probe_reader.sh"
 
@@ -92,6 +95,9 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
     ifaces: dict[int, str] = {}
     try:
         for name in programs:
+            if name in _UNPINNED:
+                objs.append(None)
+                continue
             prog: Any = factory(name)  # a light program: its _bpf is the PinnedObject
             prog.load()  # the loader child pins it (syscall_count: and its filter is written)
             objs.append(prog._bpf)  # the PinnedObject (what the self-metrics read as well)
@@ -104,6 +110,9 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
         raise
     argv = [binary, "--controller", controller, "--node", node, "--version", __version__]
     for name, obj in zip(programs, objs, strict=True):
+        if obj is None:
+            argv += ["--pins", f"{name}=-"]
+            continue
         argv += ["--pins", f"{name}={obj.path}", "--claim", str(owners.OWNERS_DIR / "pindir" / obj.claim)]
     argv += ["--heartbeat", str(args.heartbeat), "--retries", str(args.retries)]
     if "syscall_count" in programs:
@@ -120,7 +129,7 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
         if value:
             argv += [f"--tls-{flag}", value]
     # Our fds on the pins are O_CLOEXEC; closed anyway, the reader opens the pins itself.
-    for obj in objs:
+    for obj in filter(None, objs):
         for fd in [f.fd for f in obj.funcs.values()] + [m.fd for m in obj.maps.values()]:
             os.close(fd)
         obj.funcs.clear()
@@ -135,5 +144,5 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
 
 
 def _unpin(objs: list[Any]) -> None:
-    for obj in objs:
+    for obj in filter(None, objs):
         obj.cleanup()

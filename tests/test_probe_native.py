@@ -25,13 +25,14 @@ from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.probes import native, pinned
-from swarmscope.sys import otlpjson, owners
+from swarmscope.sys import bpf, otlpjson, owners
 from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id
 from swarmscope.tls import TLSFiles
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "native-probe-token-0123"
 ROOT = Path(__file__).resolve().parent.parent
+EXEC_FN = "tracepoint__sched__sched_process_exec"  # its BTF name (the kernel's is truncated)
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
@@ -83,7 +84,7 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
     fleet.start()
     node = f"native-{os.getpid()}"
     args = ["--tls-ca", pki["ca.crt"], "--tls-cert", pki["client.crt"], "--tls-key", pki["client.key"]]
-    args += ["--programs", "exec_count,neigh_events"]
+    args += ["--programs", "exec_count,neigh_events,bpf_stats"]
     try:
         with (
             _native(
@@ -103,23 +104,36 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             maps = Path(f"/proc/{proc.pid}/maps").read_text()
             assert "libpython" not in maps and "libbcc" not in maps and "LLVM" not in maps
             claims = _claims(proc.pid)  # the CLI's claims hold across the exec
-            assert sorted(n.split("-")[2] for n in claims) == ["exec_count", "neigh_events"]
+            assert sorted(n.split("-")[2] for n in claims) == [
+                "exec_count",
+                "neigh_events",
+            ]  # bpf_stats: none
             paths = [c["path"] for c in claims.values()]
+            claims_by = {n.split("-")[2]: c["path"] for n, c in claims.items()}
             assert all(os.path.exists(p) for p in paths)
             # By a path relative to the v2 mount only: the reader resolves the id, as the Python
             # agent does (on a hybrid host the mount is /sys/fs/cgroup/unified).
             rel = os.path.relpath(cg, cgroup2_mount())
             nodes = {node: [pb.NodeInfo(name="n1", cgroup_path=rel)]}
-            counted = []
+            # bpf_stats is host-level: it reads into a host node (cgroup 0) of the same windows.
+            fd = bpf.obj_get(f"{claims_by['exec_count']}/prog_{EXEC_FN}")
+            prog_id = bpf.prog_info(fd).id
+            os.close(fd)
+            host = [*nodes[node], pb.NodeInfo(name="host")]
+            counted, ran = [], []
             for w, n in (("w1", 37), ("w2", 0), ("w3", 5)):
-                assert fleet.open_window("run", w, nodes, traceparent=PARENT, timeout_s=30) == {}
+                assert fleet.open_window("run", w, {node: host}, traceparent=PARENT, timeout_s=30) == {}
                 t0 = time.monotonic_ns()
                 exec_in_cgroup(cg, n)
                 t1 = time.monotonic_ns()
                 readings, missing = fleet.close_window("run", w, timeout_s=30)
-                assert missing == []
-                (r,) = readings
-                assert r.node == "n1" and r.error == ""
+                assert missing == [] and sorted(x.node for x in readings) == ["host", "n1"]
+                (r,) = [x for x in readings if x.node == "n1"]
+                (h,) = [x for x in readings if x.node == "host"]
+                assert r.error == "" and h.error == ""
+                # The exec program runs for every exec on the host, not only ours: at least n.
+                ran.append(h.counters[f"prog.{prog_id}.{EXEC_FN}.run_cnt"] >= n)
+                assert f"prog.{prog_id}.{EXEC_FN}.run_cnt" not in r.counters  # host-level only
                 assert r.counters["neigh.create"] == 0 and r.counters["neigh.update"] == 0
                 counted.append(r.counters["exec"])
                 if n:
@@ -127,7 +141,7 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
                     assert s.series == "exec.window" and t0 <= s.start_ns <= s.end_ns <= t1
                 else:
                     assert r.samples == []
-            assert counted == [37, 0, 5]
+            assert counted == [37, 0, 5] and ran == [True, True, True]
             # neigh_events: 23 entries written from the cgroup (one `ip` exec each).
             assert fleet.open_window("run", "w4", nodes, traceparent=PARENT, timeout_s=30) == {}
             write(cg, ns, dev, 23, "add")
@@ -140,9 +154,13 @@ def test_native_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(
             assert span["name"] == "probe window" and span["traceId"] == PARENT.split("-")[1]
             assert span["parentSpanId"] == PARENT.split("-")[2]
             assert attrs["swarmscope.kernel.n1.exec"] == 37 and attrs["swarmscope.window_id"] == "w1"
-            assert [e["name"] for e in span["events"]] == ["reading", "exec.window"]
+            names = sorted(e["name"] for e in span["events"])  # n1 and host: a reading and a sample each
+            assert names == ["exec.window", "exec.window", "reading", "reading"]
             (state,) = [p for p in fleet.probes() if p.host == node]
-            assert state.programs == ["exec_count", "neigh_events"] and 0 < state.rss_bytes < 40 << 20
+            assert (
+                state.programs == ["exec_count", "neigh_events", "bpf_stats"]
+                and 0 < state.rss_bytes < 40 << 20
+            )
             fleet.shutdown_probes("test over")
             assert proc.wait(15) == 0
             assert _claims(proc.pid) == {} and not any(os.path.exists(p) for p in paths)

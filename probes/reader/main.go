@@ -11,8 +11,8 @@
 //	    --claim /run/swarmscope/owners/pindir/probe-... [--tls-ca F --tls-cert F --tls-key F]
 //
 // The token comes from --token-file, else $SWARMSCOPE_TOKEN (never argv). Caveats: it carries
-// exec_count, neigh_events, syscall_count and pkt_count (probes/native.py refuses the rest
-// before loading), with start-up settings only; the process is the Python CLI's own after exec, so
+// exec_count, neigh_events, syscall_count, pkt_count and bpf_stats (probes/native.py refuses
+// the rest before loading), with start-up settings only; the process is the Python CLI's own after exec, so
 // the pin claims (pid + start time) stay valid and the pins are removed at exit, or swept as
 // any dead light probe's if it is SIGKILLed.
 package main

@@ -99,8 +99,10 @@ func openPrograms(pins [][2]string, sc syscallSettings, ifaces map[uint32]string
 			p, err = openSyscallCount(dir, sc)
 		case "pkt_count":
 			p, err = openPktCount(dir, ifaces)
+		case "bpf_stats": // no pins: it reads every program on the node
+			p, err = openBpfStats()
 		default:
-			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events, syscall_count, pkt_count)", name)
+			err = fmt.Errorf("program %q is not carried by the native reader (exec_count, neigh_events, syscall_count, pkt_count, bpf_stats)", name)
 		}
 		if err != nil {
 			closePrograms(out)
