@@ -317,7 +317,7 @@ def main() -> int:
             for name in PATHS:
                 got = fns[name]()
                 if got is not None:
-                    runs[name].append(got)
+                    runs[name].append({**got, "round": i})
                     print(f"round {i + 1} {name:<18} {got['rps']:9.0f} req/s", file=sys.stderr)
     if not all(runs.values()):
         raise SystemExit(f"no valid round for {[k for k, v in runs.items() if not v]}: longer --tail")
@@ -334,7 +334,9 @@ def main() -> int:
             # the round-by-round ratios (interleaved pairs), for their spread
             "cpu_rounds": [
                 p["gen_ms_per_1k"] / o["gen_ms_per_1k"]
-                for p, o in zip(runs[f"{eng}_plain"], runs[f"{eng}_swarmscope"], strict=False)
+                for p in runs[f"{eng}_plain"]
+                for o in runs[f"{eng}_swarmscope"]
+                if p["round"] == o["round"]
             ],
         }
         for eng in ("locust", "k6")
