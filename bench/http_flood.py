@@ -17,10 +17,18 @@ log checks each tool's own count (its total against the lines it caused). CPU is
 ``swarmscope run`` process, where the Locust users run, or its k6 alone; the probe, and on
 the k6 path the swarmscope process, are shown apart as "others") and nginx's, giving each
 generator's ceiling per core next to wrk's, and how many one-core Locust workers one saturated
-nginx needs.
+nginx needs. Each path's CPU-ms per 1,000 requests (its generator's CPU in the window over the
+requests nginx logged in it) is the figure the machine's load moves least: a generator starved
+to a tenth of a core still spends about the same CPU on a request, while its request rate
+follows the share it got. Plain k6 is also run writing the same per-request CSV as the k6 path
+(``k6_plain_csv``), so the cost of the samples the k6 path records each request from is shown
+beside it, in the same run.
 
-Prints medians over the rounds. Caveats: 2 shared cores — the machine's other load moves every
-figure; compare within one run only. Needs root (netns).
+Prints medians over the rounds, the plain/ours CPU ratio of each interleaved round, and the load
+average. Caveats: 2 shared cores — the machine's other load moves every figure; compare within
+one run only. Every tool runs ``--start-allowance`` seconds longer than the window needs, as a
+starved machine starts them late; a round whose load still ended early is dropped, with a
+message. Needs root (netns).
 """
 
 from __future__ import annotations
