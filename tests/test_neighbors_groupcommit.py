@@ -6,6 +6,7 @@ server in this process with a real client on its socket.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -58,6 +59,8 @@ def test_writers_that_arrive_together_share_one_commit(tmp_path: Path) -> None:
         assert st.groups == 3 and k0 not in st.values and st.get(k100) == (bytes(12), 6)
     finally:
         st.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        st.commit(*R.make_entries(1))
     st = Store(str(tmp_path / "g.db"))  # what was acknowledged is what a reopen finds
     try:
         assert st.revision == 7 and len(st.values) == 15

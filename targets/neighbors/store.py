@@ -97,6 +97,7 @@ class Store:
         self._group = threading.Condition()  # group commit: the queue and who leads
         self._queue: list[_Pending] = []
         self._leading = False
+        self._closed = False
         self.groups = 0  # group commits (SQLite transactions, so fsyncs) written so far
         self.watchers: list[Watcher] = []
         self._readers = 0  # history / old-snapshot reads in progress: no compaction meanwhile
@@ -166,6 +167,8 @@ class Store:
                 raise ValueError("malformed deleted keys")
         req = _Pending(txs)
         with self._group:
+            if self._closed:
+                raise sqlite3.ProgrammingError("the neighbor store is closed")
             self._queue.append(req)
             while self._leading and not req.done:
                 self._group.wait()
@@ -334,6 +337,14 @@ class Store:
             w.q.put(None)
 
     def close(self) -> None:
+        with self._group:  # a commit in progress finishes; writers still queued are refused
+            while self._leading:
+                self._group.wait()
+            self._closed = True
+            for req in self._queue:
+                req.error, req.done = sqlite3.ProgrammingError("the neighbor store is closed"), True
+            self._queue = []
+            self._group.notify_all()
         with self.lock:
             for w in self.watchers:
                 w.q.put(None)
