@@ -201,7 +201,8 @@ def durability_os(ns: argparse.Namespace, scenario: str) -> list[dict[str, Any]]
     rows = (report or {}).get("neighbors", {}).get("summary", [])
     for r in rows:
         r["mode"] = "write_watch [os]"
-        r["beats_arion"] = None  # not a comparison
+        # not a comparison: Arion's figures stay in the main table only
+        r["beats_arion"] = r["arion_per_neighbor_us"] = r["arion_over_ours"] = None
     print("\nwrite+watch, durability=os (answered once in the OS: NOT power-loss safe, NOT the comparison)")
     print(table(rows))
     return list(rows)
