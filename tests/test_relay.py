@@ -1,0 +1,123 @@
+"""Relays (issue 13): a real controller fleet, two real `swarmscope relay` processes and
+simulated probes (bench/simprobes.py: real gRPC, the real handshake) with the upstream list
+[relay-a, relay-b, controller]. A window through both relays; a window with relay-a SIGKILLed
+mid-window (its probes move to relay-b, the window closes with every reading); a window with
+relay-b and four probes SIGKILLed (sixteen go straight to the controller, the four are named
+missing, exactly).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import ROOT
+
+from swarmscope.controller.fleet import Fleet
+from swarmscope.v1 import probe_pb2 as pb
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+TOKEN = "relay-test-token"
+pytestmark = pytest.mark.timeout(120)
+
+
+def _relay(name: str, upstream: str) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "swarmscope.cli",
+            "relay",
+            "--upstream",
+            upstream,
+            "--bind",
+            "127.0.0.1:0",
+            "--relay-id",
+            name,
+            "--liveness",
+            "3",
+            "--window-timeout",
+            "15",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert f"swarmscope relay {name} listening on port " in line, line
+    return proc, f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
+
+
+def _routes(fleet: Fleet) -> dict[str, str]:
+    return {p.probe_id: p.via for p in fleet.probes()}
+
+
+def _window(
+    fleet: Fleet, wid: str, names: list[str], kill: list[int] | None = None
+) -> tuple[list, list[str]]:
+    nodes = {n: [pb.NodeInfo(name=n, cgroup_id=1)] for n in names}
+    assert fleet.open_window("run", wid, nodes, timeout_s=20) == {}
+    for pid in kill or []:
+        os.kill(pid, signal.SIGKILL)
+    return fleet.close_window("run", wid, timeout_s=40)
+
+
+def test_relay_killed_mid_window_probes_move_and_window_closes_exact() -> None:
+    from simprobes import COUNTERS, SimProbes
+
+    fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
+    fleet.start()
+    relays, sims = [], []
+    try:
+        for name in ("relay-a", "relay-b"):
+            relays.append(_relay(name, fleet.address))
+        ups = [relays[0][1], relays[1][1], fleet.address]
+        names = [f"node-{i:02d}" for i in range(20)]
+        # 16 probes in one process, 4 in another (killed in window 3); even ones start at relay-a.
+        sims.append(SimProbes.spawn(ups, TOKEN, names[:16], per_process=16, per_channel=4, spread=2))
+        sims.append(SimProbes.spawn(ups, TOKEN, names[16:], per_process=4, per_channel=4, spread=2))
+        fleet.wait_for_probes(20, timeout_s=60)
+        routes = _routes(fleet)
+        assert sorted(routes) == [f"sim-{n}" for n in names]
+        assert sorted(routes.values()) == ["relay-a"] * 10 + ["relay-b"] * 10
+        assert routes["sim-node-00"] == "relay-a" and routes["sim-node-01"] == "relay-b"
+
+        # 1: through both relays, every reading, nothing missing.
+        readings, missing = _window(fleet, "w1", names)
+        assert missing == []
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names]
+        assert all(r.counters == COUNTERS for r in readings)
+        assert fleet.take_reconnects("w1") == {}
+
+        # 2: relay-a SIGKILLed between open and close: its ten probes re-register (same id) at
+        # relay-b, their open window moves with them, and the window closes with all twenty.
+        readings, missing = _window(fleet, "w2", names, kill=[relays[0][0].pid])
+        assert missing == []
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names]
+        assert all(r.counters == COUNTERS for r in readings)
+        moved = {f"sim-{n}@{n}": 1 for n in names[0::2]}
+        assert fleet.take_reconnects("w2") == moved
+        assert set(_routes(fleet).values()) == {"relay-b"}
+
+        # 3: relay-b and the process of four probes SIGKILLed mid-window: sixteen probes go to the
+        # controller itself (their last upstream), the four are named missing, exactly.
+        readings, missing = _window(fleet, "w3", names, kill=[relays[1][0].pid, sims[1].procs[0].pid])
+        assert missing == sorted(f"sim-{n}@{n}" for n in names[16:])
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names[:16]]
+        assert all(r.counters == COUNTERS for r in readings)
+        assert fleet.take_reconnects("w3") == {f"sim-{n}@{n}": 1 for n in names[:16]}
+        assert _routes(fleet) == {f"sim-{n}": "" for n in names[:16]}
+    finally:
+        for s in sims:
+            s.stop()
+        for proc, _ in relays:
+            proc.kill()
+            proc.wait(10)
+        fleet.stop()
