@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -26,7 +28,7 @@ TOKEN = "relay-test-token"
 pytestmark = pytest.mark.timeout(120)
 
 
-def _relay(name: str, upstream: str) -> tuple[subprocess.Popen[str], str]:
+def _relay(name: str, upstream: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [
@@ -44,6 +46,7 @@ def _relay(name: str, upstream: str) -> tuple[subprocess.Popen[str], str]:
             "3",
             "--window-timeout",
             "15",
+            *extra,
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -120,4 +123,72 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact() -> None:
         for proc, _ in relays:
             proc.kill()
             proc.wait(10)
+        fleet.stop()
+
+
+def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_path: Path) -> None:
+    """The real probe agent (stand-in programs) with ``--controller relay,controller``, mTLS on
+    both levels: a plaintext probe is refused by the relay; SIGKILL the relay mid-window and
+    the agent re-registers (same id) at the controller, whose window closes with its delta."""
+    from agent_helpers import FakeProgram, fake_factory
+    from fakeprobe import FakeProbe
+    from tls_helpers import make_pki
+
+    from swarmscope.probes.agent import ProbeAgent
+    from swarmscope.tls import TLSFiles
+
+    pki = make_pki(tmp_path / "pki")
+    fleet = Fleet(
+        TOKEN,
+        liveness_s=3.0,
+        reconnect_grace_s=6.0,
+        tls=TLSFiles(cert=pki["server.crt"], key=pki["server.key"], ca=pki["ca.crt"]),
+    )
+    fleet.start()
+    relay, addr = _relay(
+        "relay-m",
+        fleet.address,
+        *("--tls-cert", pki["server.crt"], "--tls-key", pki["server.key"], "--tls-client-ca", pki["ca.crt"]),
+        *("--upstream-tls-ca", pki["ca.crt"], "--upstream-tls-cert", pki["client.crt"]),
+        *("--upstream-tls-key", pki["client.key"]),
+    )
+    client = TLSFiles(cert=pki["client.crt"], key=pki["client.key"], ca=pki["ca.crt"])
+    agent = ProbeAgent(
+        f"{addr},{fleet.address}",
+        TOKEN,
+        "agent-node",
+        ["f"],
+        probe_id="agent-1",
+        retries=3,
+        backoff_s=0.1,
+        tls=client,
+        program_factory=fake_factory({"f": FakeProgram("f")}),
+    )
+    run = threading.Thread(target=agent.run_forever, daemon=True)
+    run.start()
+    try:
+        plain = FakeProbe(addr, TOKEN, "host-plain")
+        with pytest.raises(Exception, match="UNAVAILABLE"):
+            plain.register()
+        plain.stop()
+        fleet.wait_for_probes(hosts={"agent-node"}, timeout_s=30)
+        assert _routes(fleet) == {"agent-1": "relay-m"}
+        node = [pb.NodeInfo(name="agent-node", cgroup_id=42)]
+        assert fleet.open_window("run", "wm", {"agent-node": node}, timeout_s=20) == {}
+        os.kill(relay.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while _routes(fleet) != {"agent-1": ""} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        readings, missing = fleet.close_window("run", "wm", timeout_s=30)
+        assert missing == []
+        assert [(r.probe_id, r.node, r.counters, r.error) for r in readings] == [
+            ("agent-1", "agent-node", {"ticks": 5}, "")
+        ]
+        assert fleet.take_reconnects("wm") == {"agent-1@agent-node": 1}
+        assert agent.upstream == fleet.address
+    finally:
+        agent.stop()
+        run.join(10)
+        relay.kill()
+        relay.wait(10)
         fleet.stop()
