@@ -36,23 +36,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psutil
 from fanin_relays import run_relays
-from simprobes import COUNTERS, SimProbes
+from fanin_windows import measure_windows, pct
+from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "fanin-bench-token"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD_REF = "9feddea"  # main before the fleet went to grpc.aio (sync server, thread per stream)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def pin(ctl: set[int], probes: set[int]) -> tuple[set[int] | None, set[int] | None]:
@@ -92,23 +83,8 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
         for p in sims.procs:
             pin_all(p.pid, probe_cpus)
         print(f"{n} probes joined in {join_s:.1f}s", file=sys.stderr, flush=True)
-        nodes = {h: [pb.NodeInfo(name=h, cgroup_id=1)] for h in names}
-        close_lat, open_lat, lost, wrong = [], [], 0, 0
         cpu0, w0 = me.cpu_times(), time.monotonic()
-        for w in range(windows):
-            t = time.monotonic()
-            problems = fleet.open_window("bench", f"w{w}", nodes, timeout_s=60)
-            open_lat.append(time.monotonic() - t)
-            t = time.monotonic()
-            readings, _missing = fleet.close_window("bench", f"w{w}", timeout_s=60)
-            close_lat.append(time.monotonic() - t)
-            lost += n - len({r.node for r in readings}) + len(problems)
-            wrong += sum(r.counters != COUNTERS for r in readings)
-            print(
-                f"  window {w}: open {open_lat[-1]:.2f}s close {close_lat[-1]:.2f}s",
-                file=sys.stderr,
-                flush=True,
-            )
+        open_lat, close_lat, lost, wrong = measure_windows(fleet, names, windows, timeout_s=60)
         wall = time.monotonic() - w0
         cpu1 = me.cpu_times()
         cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)

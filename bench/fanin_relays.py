@@ -22,17 +22,10 @@ import time
 from typing import Any
 
 import psutil
-from simprobes import COUNTERS, SimProbes
+from fanin_windows import measure_windows, pct
+from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.v1 import probe_pb2 as pb
-
-
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def _start_relays(
@@ -91,26 +84,10 @@ def run_relays(
             for p in [*sims.procs, *(r for r, _ in relays)]:
                 pin_all(p.pid, {1})
         print(f"{n} probes joined through {k} relays in {join_s:.1f}s", file=sys.stderr, flush=True)
-        nodes = {h: [pb.NodeInfo(name=h, cgroup_id=1)] for h in names}
         rprocs = [psutil.Process(r.pid) for r, _ in relays]
-        close_lat, open_lat, lost, wrong = [], [], 0, 0
         cpu0 = me.cpu_times()
         rcpu0 = [p.cpu_times() for p in rprocs]
-        for w in range(windows):
-            t = time.monotonic()
-            problems = fleet.open_window("bench", f"w{w}", nodes, timeout_s=120)
-            open_lat.append(time.monotonic() - t)
-            t = time.monotonic()
-            readings, missing = fleet.close_window("bench", f"w{w}", timeout_s=120)
-            close_lat.append(time.monotonic() - t)
-            lost += n - len({r.node for r in readings}) + len(problems)
-            wrong += sum(r.counters != COUNTERS for r in readings)
-            print(
-                f"  window {w}: open {open_lat[-1]:.2f}s close {close_lat[-1]:.2f}s "
-                f"missing {len(missing)} problems {len(problems)}",
-                file=sys.stderr,
-                flush=True,
-            )
+        open_lat, close_lat, lost, wrong = measure_windows(fleet, names, windows, timeout_s=120)
         cpu1 = me.cpu_times()
         cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         rcpu = sum(
@@ -140,7 +117,7 @@ def run_relays(
         "readings_wrong": wrong,
         "open_p50_ms": 1000 * statistics.median(open_lat),
         "close_p50_ms": 1000 * statistics.median(close_lat),
-        "close_p99_ms": 1000 * _pct(close_lat, 0.99),
+        "close_p99_ms": 1000 * pct(close_lat, 0.99),
         "ctl_cpu_s_per_window_per_1k": cpu_s / windows / (n / 1000),
         "relays_cpu_s_per_window_per_1k": rcpu / windows / (n / 1000),
         "controller_rss_mib": rss,
