@@ -68,7 +68,8 @@ async def _probe(stubs: list[Any], token: str, name: str, registered: list[int],
             if attempt == len(stubs) * 5 - 1:
                 failed.append(f"{name}: {e.code().name} {e.details()}")
                 return
-            await asyncio.sleep(min(4.0, 0.2 * failures))  # a join storm can time out a Hello
+            # A join storm can time out a Hello: back off as a whole fleet would, not in a storm.
+            await asyncio.sleep(min(5.0, 1.0 + failures))
             continue
         if await _session(stub, reply, pid, windows, answers, registered, up):
             return

@@ -55,7 +55,7 @@ from swarmscope.controller.fleet_loop import (
     parse_request,
     probe_control_handlers,
 )
-from swarmscope.controller.fleet_state import ProbeState, Window, few, put_all, to_reading
+from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, server_credentials
@@ -249,26 +249,38 @@ class Fleet(pb_grpc.ProbeControlServicer):
         win = self._windows.get(window_id)
         if win is None:
             win = self._windows[window_id] = Window(run_id, window_id, nodes={}, opens={}, expected=set())
+        win.template = pb.OpenWindow(
+            run_id=run_id,
+            window_id=window_id,
+            traceparent=traceparent,
+            programs=list(programs or []),
+            options=dict(options or {}),
+        )
         items: list[tuple[ProbeState, pb.Command | None]] = []
+        batches: dict[str, pb.Command] = {}  # relay id -> its one OpenWindow for all its hosts
         for pid, host in hosts.items():
-            win.opens[pid] = pb.Command(
-                seq=self._next_seq(),
-                open=pb.OpenWindow(
-                    run_id=run_id,
-                    window_id=window_id,
-                    traceparent=traceparent,
-                    programs=list(programs or []),
-                    nodes=nodes_by_host[host],
-                    options=dict(options or {}),
-                ),
-            )
-            win.nodes[pid] = {n.name for n in nodes_by_host[host]}
+            state = self._probes[pid]
+            win.node_info[pid] = nodes = nodes_by_host[host]
+            win.nodes[pid] = {n.name for n in nodes}
             win.expected.add(pid)
-            items.append((self._probes[pid], win.opens[pid]))
-            if win.closing:
-                items.append((self._probes[pid], win.close))
+            win.opens.pop(pid, None)  # built when first needed (open_cmd): most never are
+            if not state.via:
+                items.append((state, self.open_cmd(win, pid)))
+                if win.closing:
+                    items.append((state, win.close))
+                continue
+            relay_routes.batch_open(self, batches, items, win, state, host)
         self._send(items)
         return win, hosts, problems
+
+    def open_cmd(self, win: Window, pid: str) -> pb.Command:
+        """The OpenWindow of one probe of a window (lock held): sent to a direct probe, and sent
+        again to a probe that reconnected or moved to another relay."""
+        cmd = win.opens.get(pid)
+        if cmd is None:
+            cmd = win.opens[pid] = pb.Command(seq=self._next_seq(), open=win.template)
+            cmd.open.nodes.extend(win.node_info[pid])
+        return cmd
 
     def wait_acks(self, win: Window, pids: set[str], deadline: float) -> dict[str, str]:
         """Wait (lock held) for the acks of ``pids``; return {probe id: problem} of those not open."""
@@ -278,7 +290,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             left = deadline - time.monotonic()
             if not pending or left <= 0 or win.closing:
                 break
-            self._lock.wait(min(left, 0.25))
+            self._lock.wait(min(left, poll_s(len(pending))))
         if win.closing:  # widened while closing (a relay): the close accounts for every probe
             return {}
         problems = {}
@@ -320,7 +332,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            self._lock.wait(min(left, 0.25))
+            self._lock.wait(min(left, poll_s(len(pending))))
         missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
         if self._windows.get(win.window_id) is win:
             del self._windows[win.window_id]
@@ -506,7 +518,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if win.closing and win.close is not None and pid not in win.done:
                 state.outbox.put_nowait(win.close)  # on the loop: called from Session
             elif not win.closing and pid not in win.acks:
-                state.outbox.put_nowait(win.opens[pid])
+                state.outbox.put_nowait(self.open_cmd(win, pid))
 
     def _ended(self, state: ProbeState) -> None:
         with self._lock:

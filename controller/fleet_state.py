@@ -63,6 +63,8 @@ class Window:
     # relay's downstream: it forwards them upstream as they are, with no conversion.
     raw: dict[tuple[str, str], Any] = field(default_factory=dict)
     lost: dict[str, str] = field(default_factory=dict)  # probe id -> name, reported lost by a relay
+    template: pb.OpenWindow | None = None  # the window's OpenWindow without nodes
+    node_info: dict[str, list[pb.NodeInfo]] = field(default_factory=dict)  # probe id -> its nodes
 
 
 def few(names: set[str], n: int = 20) -> str:
@@ -80,10 +82,18 @@ def to_reading(r: Any, probe_id: str) -> ProbeReading:
     return ProbeReading(
         probe_id=probe_id,  # the authenticated session's, not what the message claims
         node=r.node,
-        counters=dict(r.counters),
-        gauges=dict(r.gauges),
+        counters=dict(r.counters.items()),
+        gauges=dict(r.gauges.items()) if r.gauges else {},
         start_ns=r.start_unix_ns,
         end_ns=r.end_unix_ns,
         error=r.error,
-        samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples],
+        samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples]
+        if r.samples
+        else [],
     )
+
+
+def poll_s(pending: int) -> float:
+    """How often a wait looks at gone probes: each look walks the pending ones, so with many
+    (100,000 behind relays) look once a second; the last answer wakes the waiter at once."""
+    return 0.25 if pending < 1000 else 1.0

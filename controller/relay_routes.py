@@ -23,7 +23,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.controller.fleet_state import ProbeState
+from swarmscope.controller.fleet_state import ProbeState, Window
 from swarmscope.v1 import probe_pb2 as pb
 
 if TYPE_CHECKING:
@@ -66,6 +66,28 @@ def route(
                 name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=state.host
             )
     return out
+
+
+def batch_open(
+    fleet: Fleet,
+    batches: dict[str, pb.Command],
+    items: list[tuple[ProbeState, pb.Command | None]],
+    win: Window,
+    state: ProbeState,
+    host: str,
+) -> None:
+    """Add a relayed probe's nodes to its relay's one OpenWindow of this window (lock held):
+    no command per probe is built (``Fleet.open_cmd`` builds one only for a probe that moves)."""
+    batch = batches.get(state.via)
+    if batch is None:
+        batch = batches[state.via] = pb.Command(seq=fleet._next_seq(), open=win.template)
+        relay = fleet._probes[state.via]
+        items.append((relay, batch))
+        if win.closing:
+            items.append((relay, win.close))
+    add = batch.open.nodes.add
+    for n in win.node_info[state.probe_id]:
+        add(name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=host)
 
 
 def handle(fleet: Fleet, relay: ProbeState, msg: pb.ProbeMessage) -> None:
@@ -115,7 +137,7 @@ def _roster(fleet: Fleet, relay: ProbeState, roster: pb.Roster) -> None:
             for win in fleet._windows.values():
                 if e.probe_id in win.expected and e.probe_id not in win.done:
                     win.reconnects[e.probe_id] = win.reconnects.get(e.probe_id, 0) + 1
-                    items.append((state, win.opens[e.probe_id]))
+                    items.append((state, fleet.open_cmd(win, e.probe_id)))
                     if win.closing:
                         items.append((state, win.close))
     for pid in _routed(fleet, relay, roster.removed):
@@ -133,8 +155,7 @@ def _ack(fleet: Fleet, relay: ProbeState, ack: pb.WindowAck) -> None:
     for pid in _routed(fleet, relay, ack.probes):
         if pid in win.expected:
             win.acks[pid] = ack
-    if len(win.acks) >= len(win.expected):
-        fleet._lock.notify_all()
+    fleet._lock.notify_all()  # one ack per relay and outcome: waking the waiter is cheap
 
 
 def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
@@ -155,5 +176,4 @@ def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
         pid = name.rsplit("@", 1)[0]
         if pid in win.expected and pid not in win.done and _routed(fleet, relay, [pid]):
             win.lost[pid] = name
-    if win.expected <= win.done | set(win.lost):
-        fleet._lock.notify_all()
+    fleet._lock.notify_all()  # one WindowDone per relay: waking the waiter is cheap
