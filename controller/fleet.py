@@ -286,7 +286,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         """Wait (lock held) for the acks of ``pids``; return {probe id: problem} of those not open."""
         while True:
             # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
-            pending = {p for p in pids - set(win.acks) if not self._gone(p)}
+            pending = relay_routes.not_gone(self, pids - win.acks.keys())
             left = deadline - time.monotonic()
             if not pending or left <= 0 or win.closing:
                 break

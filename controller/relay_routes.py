@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.fleet_state import ProbeState, Window
@@ -88,6 +89,24 @@ def batch_open(
     add = batch.open.nodes.add
     for n in win.node_info[state.probe_id]:
         add(name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=host)
+
+
+def not_gone(fleet: Fleet, pids: Iterable[str]) -> set[str]:
+    """The probes among ``pids`` that may still answer (lock held). A relayed probe is gone when
+    its relay is: asked once per relay, not once per probe (a wait looks at 100,000 of them)."""
+    relays: dict[str, bool] = {}
+    out = set()
+    for pid in pids:
+        p = fleet._probes.get(pid)
+        if p is not None and p.via and p.connected:
+            gone = relays.get(p.via)
+            if gone is None:
+                gone = relays[p.via] = fleet._gone(p.via)
+        else:
+            gone = fleet._gone(pid)
+        if not gone:
+            out.add(pid)
+    return out
 
 
 def handle(fleet: Fleet, relay: ProbeState, msg: pb.ProbeMessage) -> None:
