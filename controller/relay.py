@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
@@ -72,15 +73,18 @@ class Relay:
         self._changes: deque[tuple[str, str, bool]] = deque()  # (probe id, host, joined)
         self._stop = threading.Event()
         self._out: queue.Queue[pb.ProbeMessage | None] | None = None
+        self._call: Any = None
 
     def start(self) -> int:
         return self.fleet.start()
 
     def stop(self) -> None:
         self._stop.set()
-        out = self._out
+        out, call = self._out, self._call
         if out is not None:
             out.put(None)
+        if call is not None:
+            call.cancel()  # the upstream may keep the stream open: do not wait for it
 
     # -- downstream --------------------------------------------------------------------------
     def _watch(self, state: ProbeState, joined: bool) -> None:
@@ -175,7 +179,7 @@ class Relay:
                     if self._changes:
                         out.put(pb.ProbeMessage(roster=self._drain()))
 
-            call = stub.Session(requests())
+            call = self._call = stub.Session(requests())
             ticker = threading.Thread(target=tick, name="relay-tick", daemon=True)
             ticker.start()
             try:

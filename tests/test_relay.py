@@ -192,3 +192,14 @@ def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_pa
         relay.kill()
         relay.wait(10)
         fleet.stop()
+
+
+def test_relay_cli_reports_every_bad_setting_at_once(monkeypatch, capsys) -> None:
+    from swarmscope.cli import main
+
+    for var in ("SWARMSCOPE_RELAY_UPSTREAM", "SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "--upstream" in err and "--tls-cert" in err and "--window-timeout" in err, err
