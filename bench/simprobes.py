@@ -59,13 +59,14 @@ async def _probe(stubs: list[Any], token: str, name: str, registered: list[int],
     answers: dict[str, pb.WindowDone] = {}
     up = [False]  # counted in ``registered`` once, at its first session
     failures = 0
-    for attempt in range(len(stubs) * 5):  # bounded: every upstream, five rounds
+    rounds = 10  # bounded: every upstream, ten rounds (a starved server can take a minute to join)
+    for attempt in range(len(stubs) * rounds):
         stub = stubs[attempt % len(stubs)]
         try:
             reply = await _register(stub, token, name)
         except grpc.aio.AioRpcError as e:
             failures += 1
-            if attempt == len(stubs) * 5 - 1:
+            if attempt == len(stubs) * rounds - 1:
                 failed.append(f"{name}: {e.code().name} {e.details()}")
                 return
             # A join storm can time out a Hello: back off as a whole fleet would, not in a storm.
