@@ -165,14 +165,16 @@ def main() -> None:
     if a.baseline_ref != "none" and not a.relays:
         rows.append(baseline(a.baseline_ref, a.baseline_probes, a.windows))
     if a.relays:
+        # Relays first: the figure this mode is for; the direct one after, in the same run.
+        for n in a.probes.split(","):
+            rows.append(
+                run_relays(
+                    int(n), a.relays, a.windows, a.per_process, a.per_channel, a.heartbeat_s, TOKEN, pin_all
+                )
+            )
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if a later row fails
         if a.direct_probes:
             rows.append(run(a.direct_probes, a.windows, a.per_process, a.per_channel, a.heartbeat_s))
-        rows += [
-            run_relays(
-                int(n), a.relays, a.windows, a.per_process, a.per_channel, a.heartbeat_s, TOKEN, pin_all
-            )
-            for n in a.probes.split(",")
-        ]
     else:
         rows += [
             run(int(n), a.windows, a.per_process, a.per_channel, a.heartbeat_s) for n in a.probes.split(",")
