@@ -211,6 +211,8 @@ def main() -> None:
             f"{r['relays_rss_mib']:.0f}MiB" if r.get("relays") else "-",
         )
         print(f"{r['design']:>24}" + "".join(f"{c:>11}" for c in cells))
+        if r.get("direct_probes"):
+            print(f"{'':>24} ({r['direct_probes']} of them joined the controller directly: relay starved)")
     print(
         "CPU-s/w/1k: the controller's CPU-seconds per window (open + close) per 1,000 probes; the old "
         "design's is estimated from its CPU% over open+close p50, unpinned. Old figure quoted in issue 13: "
