@@ -76,6 +76,26 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- printf "%s-controller.%s.svc" (include "swarmscope.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
+{{/* In-cluster DNS name of the relays' Service. */}}
+{{- define "swarmscope.relaysHost" -}}
+{{- printf "%s-relays.%s.svc" (include "swarmscope.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* What probes dial, in turn: the relays (when on), then the controller's fleet port. */}}
+{{- define "swarmscope.probeUpstreams" -}}
+{{- $ctl := printf "%s:%v" (include "swarmscope.controllerHost" .) .Values.controller.ports.grpc -}}
+{{- if .Values.relays.enabled -}}
+{{- printf "%s:%v,%s" (include "swarmscope.relaysHost" .) .Values.relays.port $ctl -}}
+{{- else -}}
+{{- $ctl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The relays' mTLS Secret (server towards probes, client towards the controller). */}}
+{{- define "swarmscope.relaysTlsSecret" -}}
+{{- default (printf "%s-tls-relays" (include "swarmscope.fullname" .)) .Values.relays.tlsSecret -}}
+{{- end -}}
+
 {{/* OTLP endpoint the controller exports to (bundled Jaeger or otel.endpoint). */}}
 {{- define "swarmscope.otelEndpoint" -}}
 {{- if .Values.jaeger.enabled -}}
