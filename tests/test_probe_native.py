@@ -21,6 +21,7 @@ from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
 from test_probe_agent_cli import OtlpSink  # the same OTLP/HTTP receiver
 from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
 from test_probe_syscall_count import getppid_in_cgroup
+from test_relay import start_relay
 from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
@@ -228,6 +229,39 @@ def test_native_probe_reconnects_mid_window_and_keeps_the_exact_count(reader: st
         assert missing == [] and r.error == "" and r.counters["exec"] == 100
         # The reader is the CLI process after execv: its probe id carries the CLI's pid.
         assert fleet.take_reconnects("w-rc") == {f"{socket.gethostname()}-{proc.pid}@{node}": 1}
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_probe_moves_from_a_killed_relay_to_the_controller_with_its_count(
+    reader: str, fleet: Fleet
+) -> None:
+    """``--controller relay,controller``: the reader registers at the relay; the relay is
+    SIGKILLed mid-window; the reader re-registers (same id) at the controller, which moves the
+    open window to it, and the window closes with every exec of both halves."""
+    node = f"nat-rl-{os.getpid()}"
+    relay, addr = start_relay("relay-nat", fleet.address, token=TOKEN)
+    try:
+        with _native(reader, f"{addr},{fleet.address}", node) as proc, temp_cgroup("natrl") as cg:
+            fleet.wait_for_probes(hosts={node}, timeout_s=120)
+            pid = f"{socket.gethostname()}-{proc.pid}"
+            assert {p.probe_id: p.via for p in fleet.probes()} == {pid: "relay-nat"}
+            nodes = {node: [pb.NodeInfo(name="n1", cgroup_id=cgroup_id(cg))]}
+            assert fleet.open_window("run", "w-rl", nodes, timeout_s=30) == {}
+            exec_in_cgroup(cg, 30)
+            relay.kill()
+            relay.wait(10)
+            deadline = time.monotonic() + 30
+            while {p.probe_id: p.via for p in fleet.probes()} != {pid: ""}:
+                assert time.monotonic() < deadline, "the reader did not move to the controller"
+                time.sleep(0.05)
+            exec_in_cgroup(cg, 45)
+            (r,), missing = fleet.close_window("run", "w-rl", timeout_s=30)
+            assert (missing, r.error, r.counters["exec"]) == ([], "", 75)
+            assert fleet.take_reconnects("w-rl") == {f"{pid}@{node}": 1}
+    finally:
+        relay.kill()
+        relay.wait(10)
 
 
 @pytest.mark.root

@@ -28,8 +28,11 @@ TOKEN = "relay-test-token"
 pytestmark = pytest.mark.timeout(120)
 
 
-def _relay(name: str, upstream: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
+def start_relay(
+    name: str, upstream: str, *extra: str, token: str = TOKEN
+) -> tuple[subprocess.Popen[str], str]:
+    """A real `swarmscope relay` process; returns it and its address (also used by other tests)."""
+    env = dict(os.environ, SWARMSCOPE_TOKEN=token, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -80,7 +83,7 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact() -> None:
     relays, sims = [], []
     try:
         for name in ("relay-a", "relay-b"):
-            relays.append(_relay(name, fleet.address))
+            relays.append(start_relay(name, fleet.address))
         ups = [relays[0][1], relays[1][1], fleet.address]
         names = [f"node-{i:02d}" for i in range(20)]
         # 16 probes in one process, 4 in another (killed in window 3); even ones start at relay-a.
@@ -145,7 +148,7 @@ def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_pa
         tls=TLSFiles(cert=pki["server.crt"], key=pki["server.key"], ca=pki["ca.crt"]),
     )
     fleet.start()
-    relay, addr = _relay(
+    relay, addr = start_relay(
         "relay-m",
         fleet.address,
         *("--tls-cert", pki["server.crt"], "--tls-key", pki["server.key"], "--tls-client-ca", pki["ca.crt"]),

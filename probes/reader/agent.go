@@ -46,7 +46,11 @@ type agent struct {
 	windows *windows
 	otlp    *otlpExporter
 	cpu     cpuMeter
+	up      int // index into c.upstreams of the upstream dialled now
 }
+
+// upstream: the relay or controller this probe dials now.
+func (a *agent) upstream() string { return a.c.upstreams[a.up%len(a.c.upstreams)] }
 
 func newAgent(c *config, progs map[string]program) *agent {
 	a := &agent{c: c, progs: progs, otlp: newOTLPExporter()}
@@ -83,11 +87,17 @@ func (a *agent) runForever(ctx context.Context) error {
 			failures = 0 // a session that ran a while was healthy
 		}
 		failures++
-		if failures > a.c.retries {
+		n := len(a.c.upstreams)
+		if failures > a.c.retries*n {
 			return fmt.Errorf("controller %s unreachable: gave up after %d retries (last: %s)", a.c.controller, a.c.retries, last)
 		}
-		delay := min(8.0, 0.5*math.Pow(2, float64(failures-1)))
-		fmt.Fprintf(os.Stderr, "probe: %s; retry %d/%d in %.1fs\n", last, failures, a.c.retries, delay)
+		// The next upstream at once; back off only after a whole round of them failed.
+		a.up++
+		delay := 0.0
+		if failures%n == 0 {
+			delay = min(8.0, 0.5*math.Pow(2, float64((failures-1)/n)))
+		}
+		fmt.Fprintf(os.Stderr, "probe: %s; retry %d/%d at %s in %.1fs\n", last, failures, a.c.retries*n, a.upstream(), delay)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -128,7 +138,7 @@ func (a *agent) once(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	conn, err := grpc.NewClient("passthrough:///"+a.c.controller, opt)
+	conn, err := grpc.NewClient("passthrough:///"+a.upstream(), opt)
 	if err != nil {
 		return false, &sessionLost{err.Error()}
 	}
@@ -142,7 +152,7 @@ func (a *agent) once(ctx context.Context) (bool, error) {
 
 func (a *agent) rpcFailed(what string, err error) error {
 	st, _ := status.FromError(err)
-	msg := fmt.Sprintf("%s at %s failed: %s: %s", what, a.c.controller, codeName(st.Code()), st.Message())
+	msg := fmt.Sprintf("%s at %s failed: %s: %s", what, a.upstream(), codeName(st.Code()), st.Message())
 	switch st.Code() {
 	case codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented:
 		return errors.New(msg + " (check the token / that this is a swarmscope controller)")
@@ -181,7 +191,7 @@ func (a *agent) register(ctx context.Context, conn *grpc.ClientConn) (string, ti
 	want := mac(a.c.token, []byte("swarmscope/v1 controller"), nonce, hello.GetServerNonce())
 	if !hmac.Equal(want, hello.GetProof()) {
 		return "", 0, fmt.Errorf("controller %s failed to prove it holds the token (wrong HMAC proof: an "+
-			"impostor, or this probe's token is not the controller's): refusing its commands, sending it nothing more", a.c.controller)
+			"impostor, or this probe's token is not the controller's): refusing its commands, sending it nothing more", a.upstream())
 	}
 	host, _ := os.Hostname()
 	release := kernelRelease()

@@ -32,6 +32,7 @@ import (
 
 type config struct {
 	controller, node, probeID, version, tokenFile string
+	upstreams                                     []string // --controller split on commas
 	tlsCA, tlsCert, tlsKey, tlsServerName         string
 	pins                                          [][2]string // (program, pin dir), in --pins order
 	claims                                        []string    // owner claim files, removed at exit
@@ -53,7 +54,7 @@ func parseArgs(args []string) (*config, error) {
 	var pins, claims, pktIfaces multiFlag
 	var hb float64
 	host, _ := os.Hostname()
-	fs.StringVar(&c.controller, "controller", "", "controller HOST:PORT")
+	fs.StringVar(&c.controller, "controller", "", "controller HOST:PORT, or relays and the controller: A,B,C (tried in turn)")
 	fs.StringVar(&c.node, "node", host, "node name")
 	fs.StringVar(&c.probeID, "probe-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "probe id")
 	fs.StringVar(&c.version, "version", "0", "swarmscope version reported at Register")
@@ -105,7 +106,13 @@ func parseArgs(args []string) (*config, error) {
 		c.syscalls.filter = append(c.syscalls.filter, nr)
 	}
 	c.heartbeat = time.Duration(hb * float64(time.Second))
-	if c.controller == "" {
+	// "a,b,c": upstreams tried in turn (relays first, the controller last), as the Python agent.
+	for _, u := range strings.Split(c.controller, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.upstreams = append(c.upstreams, u)
+		}
+	}
+	if len(c.upstreams) == 0 {
 		problems = append(problems, "--controller is required")
 	}
 	if len(c.pins) == 0 {
