@@ -590,4 +590,5 @@ def _reading(r: Any, probe_id: str) -> ProbeReading:
         end_ns=r.end_unix_ns,
         error=r.error,
         samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples],
+        pod=r.pod,
     )

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from cluster import Cluster, build_tools, fake_node
 from imagebuild import build_swarmscope_image
+from jaegerapi import fetch_trace, span_tree
 from realnode import RealNode, build_node_tools, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
@@ -105,6 +106,12 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
         wsc = worker["spec"]["containers"][0]["securityContext"]
         assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (10001, True, True)
 
+        # This kubelet keeps pod logs in its own dir (podLogsDir), not /var/log/pods: the probe
+        # mounts that one, to name pods (probes.podLogs; docs/pod-attribution.md).
+        t = time.monotonic()
+        _probe_upgrade(c, node)
+        print(f"probe upgraded (podLogs) and ready in {time.monotonic() - t:.1f} s", flush=True)
+
         # The exec storm through the chart's controller: the same release, its controller told to
         # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
         t = time.monotonic()
@@ -119,16 +126,59 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
         print(
             f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True
         )
+        print(f"report: status {rep['status']}, flags {rep['flags']}", flush=True)
         iterations = rep["points"][0]["iterations"]
+        worker_pod = _running(c, "workers")
+        want_pod = f"{NS}/{worker_pod['metadata']['name']}/worker"
         assert iterations
         for it in iterations:
             (n,) = it["per_node"]
-            print(f"  window {it.get('index', '?')}: {n}", flush=True)
+            print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
             assert n["node"] == node.name
             assert n["generated"] == n["kernel"] > 0, n
+        probe_now = next(p for p in _pods(c, "probes") if p["spec"]["nodeName"] == node.name)
+        plog = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe_now['metadata']['name']}/log")
+        attributed = [ln for ln in plog.splitlines() if "is pod" in ln]
+        print("probe log, attribution:\n" + "\n".join(attributed), flush=True)
+
+        # The run's trace from the chart's Jaeger (its query API on the pod IP: the host routes
+        # to the node's pod subnet): controller, worker pod and probe pod, parents intact.
+        jaeger_ip = _running(c, "jaeger")["status"]["podIP"]
+        services = {"swarmscope-controller", "swarmscope-worker", "swarmscope-probe"}
+        spans = fetch_trace(f"http://{jaeger_ip}:16686", rep["trace_id"], services)
+        print(f"trace {rep['trace_id']} from Jaeger:\n" + span_tree(spans), flush=True)
+        for it in iterations:  # by name: the probe mapped the worker's cgroup to its pod
+            assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
+        assert any(want_pod in ln for ln in attributed)
+        _check_trace(spans, rep["trace_id"], {
+            "swarmscope-controller": next(
+                p["metadata"]["name"] for p in _pods(c, "controller") if p["metadata"]["uid"] == ctrl_uid
+            ),
+            "swarmscope-worker": worker_pod["metadata"]["name"],
+            "swarmscope-probe": probe_now["metadata"]["name"],
+        }, want_pod, len(iterations))  # fmt: skip
         # Uninstall first: the node's teardown would otherwise wait out pods the Deployments
         # keep recreating (250 s measured here, against seconds).
         c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
+
+
+def _probe_upgrade(c: Cluster, node: RealNode) -> None:
+    """helm upgrade: the probe mounts this kubelet's pod log dir; wait for the new probe pod."""
+    old = {p["metadata"]["uid"] for p in _pods(c, "probes")}
+    c.helm(
+        "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
+        "--set", f"probes.podLogs.podsDir={node.dir / 'pod-logs'}",
+    )  # fmt: skip
+
+    def ready() -> bool:
+        return any(
+            p["metadata"]["uid"] not in old
+            and p["spec"]["nodeName"] == node.name
+            and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+            for p in _pods(c, "probes")
+        )
+
+    wait_for("the upgraded probe ready", ready, RUNNING_TIMEOUT)
 
 
 def _exec_storm_upgrade(c: Cluster) -> str:
@@ -146,6 +196,38 @@ def _exec_storm_upgrade(c: Cluster) -> str:
         return fresh[0] if fresh else None
 
     return wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
+
+
+def _check_trace(
+    spans: list[dict[str, Any]], trace_id: str, pods: dict[str, str], worker: str, windows: int
+) -> None:
+    """Every service's spans come from its pod (resource k8s.pod.name); every parent is in the
+    trace; each probe window and worker span hangs under the controller's iteration span."""
+    by_id = {s["id"]: s for s in spans}
+    assert {s["service"] for s in spans} == set(pods), trace_id
+    for s in spans:
+        assert s["resource"].get("k8s.pod.name") == pods[s["service"]], s
+        assert s["resource"].get("k8s.namespace.name") == NS, s
+        if s["parent"]:
+            assert s["parent"] in by_id, f"{s['service']} {s['name']}: parent {s['parent']} not in the trace"
+    roots = [s for s in spans if not s["parent"]]
+    assert [(r["service"], r["name"]) for r in roots] == [("swarmscope-controller", "run exec_storm")]
+    probe_windows = [s for s in spans if s["service"] == "swarmscope-probe" and s["name"] == "probe window"]
+    assert len(probe_windows) == windows
+    for s in [*probe_windows, *(s for s in spans if s["service"] == "swarmscope-worker")]:
+        parent = by_id[s["parent"]]
+        assert (parent["service"], parent["name"].split()[0]) == ("swarmscope-controller", "iteration"), s
+    for s in probe_windows:  # the probe's span names the pod it counted
+        assert s["tags"]["swarmscope.pod." + s["tags"]["swarmscope.node"]] == worker
+
+
+def _running(c: Cluster, component: str) -> dict[str, Any]:
+    """The one Running pod of a component that is not being deleted (a rollout may leave two)."""
+    (p,) = [
+        p for p in _pods(c, component)
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    return p
 
 
 def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
