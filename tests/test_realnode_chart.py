@@ -20,6 +20,9 @@ A cold machine builds the image first (minutes; see docs/realnode.md for the fig
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -141,6 +144,16 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
         attributed = [ln for ln in plog.splitlines() if "is pod" in ln]
         print("probe log, attribution:\n" + "\n".join(attributed), flush=True)
 
+        # top-ebpf on the node: the probe pod's programs are named by the pod holding them.
+        top = subprocess.run(
+            [str(Path(sys.executable).parent / "swarmscope"), "top-ebpf", "--json", "-d", "0.2"],
+            env={**os.environ, "SWARMSCOPE_POD_LOGS_DIR": str(node.dir / "pod-logs")},
+            capture_output=True, text=True, check=True, timeout=120,
+        )  # fmt: skip
+        probe_pod = f"{NS}/{probe_now['metadata']['name']}/probe"
+        held = [(p["id"], p["name"]) for p in json.loads(top.stdout)["programs"] if p["pods"] == [probe_pod]]
+        print(f"top-ebpf: programs held by {probe_pod}: {held}", flush=True)
+
         # The run's trace from the chart's Jaeger (its query API on the pod IP: the host routes
         # to the node's pod subnet): controller, worker pod and probe pod, parents intact.
         jaeger_ip = _running(c, "jaeger")["status"]["podIP"]
@@ -150,6 +163,7 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
         for it in iterations:  # by name: the probe mapped the worker's cgroup to its pod
             assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
         assert any(want_pod in ln for ln in attributed)
+        assert held  # at least exec_count's program
         _check_trace(spans, rep["trace_id"], {
             "swarmscope-controller": next(
                 p["metadata"]["name"] for p in _pods(c, "controller") if p["metadata"]["uid"] == ctrl_uid
@@ -217,8 +231,13 @@ def _check_trace(
     for s in [*probe_windows, *(s for s in spans if s["service"] == "swarmscope-worker")]:
         parent = by_id[s["parent"]]
         assert (parent["service"], parent["name"].split()[0]) == ("swarmscope-controller", "iteration"), s
-    for s in probe_windows:  # the probe's span names the pod it counted
+    for s in probe_windows:  # the probe's span names the pod it counted, as does the controller's
         assert s["tags"]["swarmscope.pod." + s["tags"]["swarmscope.node"]] == worker
+    node_windows = [
+        s for s in spans if s["service"] == "swarmscope-controller" and s["name"].startswith("window ")
+    ]
+    assert len(node_windows) == windows
+    assert {s["tags"].get("swarmscope.pod") for s in node_windows} == {worker}
 
 
 def _running(c: Cluster, component: str) -> dict[str, Any]:
