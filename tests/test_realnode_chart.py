@@ -19,6 +19,7 @@ A cold machine builds the image first (minutes; see docs/realnode.md for the fig
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -33,6 +34,8 @@ from imagebuild import build_swarmscope_image
 from jaegerapi import fetch_trace, span_tree
 from realnode import RealNode, build_node_tools, wait_for
 
+from swarmscope.sys.otlpjson import spans_of
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,8 +44,10 @@ RELEASE = "rn"
 IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
 JAEGER_REPO = "docker.io/jaegertracing/jaeger"  # values.yaml jaeger.image.repository
 RUNNING_TIMEOUT = 300.0
-# After `--`: Locust's own flags, one short headless run with the one worker pod.
-HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"]
+# After `--`: Locust's own flags, one short headless run with the one worker pod. -t counts
+# from Locust's start, and the window opens only once the probe has (re)connected to the new
+# controller (its retries back off to 8 s): 3 s was seen to end first, with no window at all.
+HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "15s", "--expect-workers", "1"]
 
 
 def pods_wide(pods: list[dict[str, Any]]) -> str:
@@ -132,7 +137,8 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
                 done = sorted(results.glob("*/report.json")) if results.is_dir() else []
                 return done[0] if done else None
 
-            rep = json.loads(wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
+            report_path = wait_for("the exec storm's report", report, RUNNING_TIMEOUT)
+            rep = json.loads(report_path.read_text())
             print(
                 f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s",
                 flush=True,
@@ -170,6 +176,17 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
             services = {"swarmscope-controller", "swarmscope-worker", "swarmscope-probe"}
             spans = fetch_trace(f"http://{jaeger_ip}:16686", rep["trace_id"], services)
             print(f"trace {rep['trace_id']} from Jaeger:\n" + span_tree(spans), flush=True)
+            if {s["service"] for s in spans} != services:  # what the run's own trace.json has
+                tj = json.loads((report_path.parent / "trace.json").read_text())
+                have = sorted({(s["service"], s["name"]) for s in spans_of(tj)})
+                print(f"trace.json spans: {have}", flush=True)
+                wname = worker_pod["metadata"]["name"]
+                for q in ("", "?previous=true"):
+                    with contextlib.suppress(Exception):
+                        print(
+                            f"worker log{q}:\n"
+                            + c.api.get(f"/api/v1/namespaces/{NS}/pods/{wname}/log{q}")[-3000:]
+                        )
             for it in iterations:  # by name: the probe mapped the worker's cgroup to its pod
                 assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
             assert any(want_pod in ln for ln in attributed)
