@@ -229,13 +229,10 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
 
 def pod_index(args: argparse.Namespace) -> Any:
     """The pod names of this node's cgroups (probes.pods), or None where there is no kubelet."""
-    import sys
-
     from swarmscope.probes.pods import PodIndex
 
     idx = PodIndex.from_env(getattr(args, "pod_logs_dir", None), getattr(args, "container_logs_dir", None))
-    if not idx.available():
-        print(f"probe: no {idx.pods_dir}: readings name cgroups, not pods", file=sys.stderr, flush=True)
+    if not idx.available():  # not a Kubernetes node (the usual case on one machine): say nothing
         return None
     idx.scan()
     return idx
