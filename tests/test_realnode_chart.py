@@ -103,7 +103,7 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
             ]  # fmt: skip
             for comp in ("controller", "jaeger", "workers"):
                 assert by_component[comp][0]["spec"]["nodeName"] == node.name
-            probe = next(p for p in by_component["probes"] if p["spec"]["nodeName"] == node.name)
+            probe = next(p for p in by_component["probes"] if p["spec"].get("nodeName") == node.name)
             sc = probe["spec"]["containers"][0]["securityContext"]
             assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
             assert sc["privileged"] is False
@@ -153,7 +153,10 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
                 print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
                 assert n["node"] == node.name
                 assert n["generated"] == n["kernel"] > 0, n
-            probe_now = next(p for p in _pods(c, "probes") if p["spec"]["nodeName"] == node.name)
+            probe_now = next(
+                p for p in _pods(c, "probes")
+                if p["spec"].get("nodeName") == node.name and not p["metadata"].get("deletionTimestamp")
+            )  # fmt: skip
             plog = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe_now['metadata']['name']}/log")
             attributed = [ln for ln in plog.splitlines() if "is pod" in ln]
             print("probe log, attribution:\n" + "\n".join(attributed), flush=True)
@@ -215,7 +218,7 @@ def _probe_upgrade(c: Cluster, node: RealNode) -> None:
     def ready() -> bool:
         return any(
             p["metadata"]["uid"] not in old
-            and p["spec"]["nodeName"] == node.name
+            and p["spec"].get("nodeName") == node.name  # unset until scheduled
             and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
             for p in _pods(c, "probes")
         )
