@@ -6,11 +6,23 @@
 # "bcc" is unrelated). tools/image-install.sh installs exactly what tools/setup.sh installs on
 # a development machine. Controller and workers run as uid 10001; the probe runs as uid 0 with
 # all capabilities dropped except BPF/PERFMON (see charts/swarmscope).
+#
+# Two parts, in this order so a code change reuses the cached base (Docker's layer cache here,
+# tools/build_image.py's base cache without Docker): the base copies only what the Debian
+# packages and pinned wheels depend on and installs them (the editable install's .pth points at
+# /opt/swarmscope, so the venv does not depend on the code); the code is copied last and only
+# the exec helpers, which are compiled from it, are built on top.
 FROM debian:bookworm-slim
 
 WORKDIR /opt/swarmscope
+COPY pyproject.toml constraints.txt README.md /opt/swarmscope/
+COPY tools/setup.sh tools/image-install.sh /opt/swarmscope/tools/
+RUN tools/image-install.sh
+
 COPY . /opt/swarmscope
-RUN tools/image-install.sh && rm -rf .git results
+# The exec-storm helpers, prebuilt into /var/cache/swarmscope/native: worker pods run as uid
+# 10001 with a read-only root filesystem and find them there instead of compiling.
+RUN .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; print(ensure_built())' && rm -rf .git results
 
 ENV PATH=/opt/swarmscope/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-done
 
-.PHONY: setup run test lint typecheck pytest proto bench bench-http clean
+.PHONY: setup run test tools lint typecheck pytest proto bench bench-http clean
 
 setup:
 	tools/setup.sh
@@ -13,7 +13,11 @@ setup:
 run: setup
 	.venv/bin/swarmscope run scenarios/exec_storm.yaml --set tracer=bpftrace --out results/
 
-test: setup lint typecheck pytest
+test: setup lint typecheck tools pytest
+
+# Every Go tool and the image the tests run, built (or found cached) before the tests start.
+tools: setup
+	tools/build_tools.sh
 
 lint:
 	.venv/bin/ruff check .

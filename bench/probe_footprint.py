@@ -1,15 +1,17 @@
-"""Probe footprint: the full (BCC) probe and the light (pinned) probe side by side, same run.
+"""Probe footprint: the full (BCC), light (pins, Python) and native (pins, Go) probes side by side.
 
     sudo .venv/bin/python bench/probe_footprint.py                 # 30 s idle
     sudo .venv/bin/python bench/probe_footprint.py --idle 60 --json
 
-Starts both probes as real ``swarmscope probe`` processes with the same programs
-(``exec_count``), registered to one in-process controller fleet over gRPC. One window with
-``--execs`` execs in a throw-away cgroup checks that both count exactly; then both sit idle
+Starts the three probes as real ``swarmscope probe`` processes (``--mode full|light|native``)
+with the same programs (``exec_count``), registered to one in-process controller fleet over
+gRPC. One window with ``--execs`` execs in a throw-away cgroup checks that each counts exactly
+and that each sends its window span back (WindowDone.trace); then all sit idle
 (heartbeats only) for ``--idle`` seconds. Printed per probe: steady-state RSS (anon / file),
 peak RSS, idle CPU (% of one core, from /proc utime+stime), the memlock of the maps it holds as
 ``bpftool`` reports it, and the execs counted; the light probe's loader is timed once more on
-its own with its peak RSS (a transient cost paid at each load). Beside them: the goal (RSS
+its own with its peak RSS (a transient cost paid at each load; the native probe runs the same
+loader before it execs the compiled reader). Beside them: the goal (RSS
 ≤ 40 MiB, idle CPU ≤ 0.5 %) and the NetObserv eBPF agent's figures from its write-up.
 
 Caveats: the NetObserv figures are a whole cluster's agent pods under 3–3.5k flows/s, not an
@@ -34,7 +36,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.sys import bpf, cgroups, owners
+from swarmscope.probes import native
+from swarmscope.sys import bpf, cgroups, otlpjson, owners
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "footprint-bench-token"
@@ -45,6 +48,8 @@ GOAL_IDLE_CPU_PCT = 0.5
 # 3-3.5k flows/s; more than 400 MB at cacheMaxFlows 100K, 250 MB at 50K.
 NETOBSERV = {"nodes": 6, "cpu_cores": 0.08, "mem_mb": 340.0, "mem_mb_100k": 400.0, "mem_mb_50k": 250.0}
 TICK = os.sysconf("SC_CLK_TCK")
+MODES = ("full", "light", "native")
+TITLES = {"full": "full (BCC)", "light": "light (pins, Py)", "native": "native (pins, Go)"}
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -80,10 +85,10 @@ def _fd_maps(pid: int) -> set[int]:
     return ids
 
 
-def _start(address: str, node: str, mode: str) -> subprocess.Popen[bytes]:
+def _start(address: str, node: str, mode: str, reader: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", address, "--node", node]
     cmd += ["--programs", "exec_count", "--mode", mode]
-    env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN)
+    env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN, **{native.ENV_READER: reader})
     return subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=owners.die_with_parent
     )
@@ -112,13 +117,15 @@ def _loader_once() -> dict[str, float]:
 def run(idle_s: float, execs: int) -> dict[str, Any]:
     # First, while it is this process's only child: RUSAGE_CHILDREN's peak is the loader's.
     loader = _loader_once()
+    reader = native.reader_binary()  # built once per source version, then cached
     fleet = Fleet(TOKEN)
     fleet.start()
-    hosts = {"full": f"fp-full-{os.getpid()}", "light": f"fp-light-{os.getpid()}"}
-    procs = {m: _start(fleet.address, h, m) for m, h in hosts.items()}
+    hosts = {m: f"fp-{m}-{os.getpid()}" for m in MODES}
+    procs = {m: _start(fleet.address, h, m, reader) for m, h in hosts.items()}
     try:
-        fleet.wait_for_probes(2, timeout_s=180, hosts=set(hosts.values()))
+        fleet.wait_for_probes(len(hosts), timeout_s=180, hosts=set(hosts.values()))
         counted: dict[str, int] = {}
+        spans: dict[str, int] = {}
         with cgroups.temp_cgroup(f"swarmscope-bench-fp-{os.getpid()}") as cg:
             cgid = cgroups.cgroup_id(cg)
             nodes = {h: [pb.NodeInfo(name=h, cgroup_id=cgid)] for h in hosts.values()}
@@ -130,6 +137,9 @@ def run(idle_s: float, execs: int) -> dict[str, Any]:
             readings, missing = fleet.close_window("fp", "w1", timeout_s=60)
             for r in readings:
                 counted[r.node] = int(r.counters.get("exec", -1))
+            for sp in otlpjson.spans_of(otlpjson.to_json(fleet.take_spans("w1"))):
+                node = str(otlpjson.attributes(sp["attributes"]).get("swarmscope.node"))
+                spans[node] = spans.get(node, 0) + 1
         t0 = time.monotonic()
         ticks0 = {m: _cpu_ticks(p.pid) for m, p in procs.items()}
         time.sleep(idle_s)
@@ -146,6 +156,7 @@ def run(idle_s: float, execs: int) -> dict[str, Any]:
                 "idle_cpu_pct": 100 * (_cpu_ticks(p.pid) - ticks0[m]) / TICK / wall,
                 "maps_memlock_kib": _memlock(maps) / 1024,
                 "execs_counted": counted.get(hosts[m], -1),
+                "window_spans": spans.get(hosts[m], 0),
             }
         out["missing"] = missing
     finally:
@@ -171,31 +182,33 @@ def main() -> int:
     if a.json:
         print(json.dumps(r, indent=1))
         return 0
-    full, light = r["probes"]["full"], r["probes"]["light"]
+    probes = [r["probes"][m] for m in MODES]
     no = NETOBSERV
     per_node_mb = no["mem_mb"] / no["nodes"]
     per_node_cpu = 100 * no["cpu_cores"] / no["nodes"]
 
-    def both(fmt: str, *keys: str) -> tuple[str, str]:
-        return fmt.format(*(full[k] for k in keys)), fmt.format(*(light[k] for k in keys))
+    def each(fmt: str, *keys: str) -> list[str]:
+        return [fmt.format(*(p[k] for k in keys)) for p in probes]
 
     execs = f"{{}} / {r['execs']}"
     rows = [
-        ("", "full (BCC)", "light (pins)", "goal", "NetObserv agent (write-up)"),
-        ("RSS, steady (MiB)", *both("{:.1f}", "rss_mib"), f"<= {GOAL_RSS_MIB:.0f}",
-         f"{per_node_mb:.0f} MB/node ({no['mem_mb']:.0f} MB / {no['nodes']} pods)"),
-        ("  anon / file (MiB)", *both("{:.1f} / {:.1f}", "anon_mib", "file_mib"), "", ""),
-        ("  peak (MiB)", *both("{:.1f}", "peak_mib"), "", ""),
-        (f"idle CPU, {r['idle_s']:.0f} s (% core)", *both("{:.2f}", "idle_cpu_pct"),
-         f"<= {GOAL_IDLE_CPU_PCT}", f"{per_node_cpu:.1f} %/node at 3-3.5k flows/s (not idle)"),
-        ("maps memlock, bpftool (KiB)", *both("{:.0f}", "maps_memlock_kib"), "",
-         f"agent pods {no['mem_mb_100k']:.0f} MB at 100K flows, {no['mem_mb_50k']:.0f} at 50K"),
-        ("execs counted / generated", *both(execs, "execs_counted"), "exact", ""),
+        ["", *(TITLES[m] for m in MODES), "goal", "NetObserv agent (write-up)"],
+        ["RSS, steady (MiB)", *each("{:.1f}", "rss_mib"), f"<= {GOAL_RSS_MIB:.0f}",
+         f"{per_node_mb:.0f} MB/node ({no['mem_mb']:.0f} MB / {no['nodes']} pods)"],
+        ["  anon / file (MiB)", *each("{:.1f} / {:.1f}", "anon_mib", "file_mib"), "", ""],
+        ["  peak (MiB)", *each("{:.1f}", "peak_mib"), "", ""],
+        [f"idle CPU, {r['idle_s']:.0f} s (% core)", *each("{:.2f}", "idle_cpu_pct"),
+         f"<= {GOAL_IDLE_CPU_PCT}", f"{per_node_cpu:.1f} %/node at 3-3.5k flows/s (not idle)"],
+        ["maps memlock, bpftool (KiB)", *each("{:.0f}", "maps_memlock_kib"), "",
+         f"agent pods {no['mem_mb_100k']:.0f} MB at 100K flows, {no['mem_mb_50k']:.0f} at 50K"],
+        ["execs counted / generated", *each(execs, "execs_counted"), "exact", ""],
+        ["window spans sent back", *each("{}", "window_spans"), "1", ""],
     ]  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    last = len(rows[0]) - 1
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = [
-            c.ljust(w) if i in (0, 4) else c.rjust(w)
+            c.ljust(w) if i in (0, last) else c.rjust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         print("  ".join(cells).rstrip())

@@ -115,10 +115,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--mode",
-        choices=("full", "light"),
+        choices=("full", "light", "native"),
         default=None,
         help="full (default): BCC stays loaded; light: a short-lived loader pins the programs and "
-        "this process reads them without BCC (fewer programs, see swarmscope.probes.programs.light) "
+        "this process reads them without BCC (fewer programs, see swarmscope.probes.programs.light); "
+        "native: the same loader, then a compiled reader (fewer programs still, see "
+        "swarmscope.probes.native) "
         f"[${ENV_MODE}]",
     )
     p.add_argument(
@@ -157,14 +159,18 @@ def _programs(spec: str) -> list[str]:
 
 def _mode(args: argparse.Namespace) -> str:
     mode = args.mode or os.environ.get(ENV_MODE, "").strip() or "full"
-    if mode not in ("full", "light"):
-        raise ConfigError([Problem(f"${ENV_MODE}", "mode", f"{mode!r}: choose full or light")])
+    if mode not in ("full", "light", "native"):
+        raise ConfigError([Problem(f"${ENV_MODE}", "mode", f"{mode!r}: choose full, light or native")])
     return mode
 
 
 def run(args: argparse.Namespace) -> int:
     programs = _programs(args.programs)
     args.mode = _mode(args)
+    if args.mode == "native":
+        from swarmscope.probes import native
+
+        native.check_programs(programs, args.metrics_port, args.once)
     if args.once:
         if args.seconds <= 0:
             raise ConfigError([Problem("--seconds", "seconds", "must be > 0")])
@@ -176,13 +182,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     from swarmscope import auth
-    from swarmscope.probes.agent import ProbeAgent
 
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
     if not controller:
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
     token = auth.load_token(args.token_file)
     tls = tls_files(args)
+    if args.mode == "native":
+        from swarmscope.probes import native
+
+        node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
+        native.exec_reader(args, programs, controller, node)  # does not return
+    from swarmscope.probes.agent import ProbeAgent
+
     factory = _factory(args.mode, programs)
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
     provider = _otlp_provider(node)

@@ -128,8 +128,12 @@ def sweep_stale() -> list[str]:
     return swept
 
 
-def load(program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0) -> PinnedObject:
-    """Compile, load and pin ``bpf/<program>.bpf.c`` in a loader process; open its pins here."""
+def load(
+    program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0, loader_args: Iterable[str] = ()
+) -> PinnedObject:
+    """Compile, load and pin ``bpf/<program>.bpf.c`` in a loader process; open its pins here.
+
+    ``loader_args`` go to the loader before the program (``--xdp FUNC --ifaces ...``)."""
     from swarmscope.probes.bcc_env import ensure_mounts
 
     ensure_mounts()
@@ -141,7 +145,7 @@ def load(program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0) -> 
         raise ProbeError(
             f"loading {program}: cannot claim its pin directory ({owners.OWNERS_DIR}): {e}"
         ) from e
-    cmd = [sys.executable, "-m", "swarmscope.probes.loader", program, obj.path, "--", *cflags]
+    cmd = [sys.executable, "-m", "swarmscope.probes.loader", *loader_args, program, obj.path, "--", *cflags]
     try:
         try:
             p = subprocess.run(

@@ -1,7 +1,9 @@
-"""Test helpers for the probe tests: throw-away cgroup v2 children and exact exec loops.
+"""Test helpers for the probe tests: throw-away cgroup v2 children, exact exec loops, and
+``swarmscope probe`` as a process.
 
 with temp_cgroup("a") as cg:
     exec_in_cgroup(cg, 7)      # exactly 7 execs counted under cgroup_id(cg)
+with probe_cli(["--controller", addr, "--mode", "light"], {"SWARMSCOPE_TOKEN": tok}) as proc: ...
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import contextlib
 import os
 import pathlib
 import subprocess
+import sys
+from collections.abc import Iterator
 
 from swarmscope.sys import cgroups
 
@@ -31,3 +35,19 @@ def temp_cgroup(
 
 def exec_in_cgroup(cg: pathlib.Path, n: int) -> None:
     subprocess.run(["/bin/sh", "-c", EXEC_LOOP, "sh", str(cg), str(n)], check=True, timeout=60)
+
+
+@contextlib.contextmanager
+def probe_cli(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """``swarmscope probe ARGS`` as a process (stderr piped; ``env`` on top of ours), killed if
+    still running at the end."""
+    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", *args]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()

@@ -4,15 +4,18 @@
 
 `tools/image-install.sh --check` verifies on this Debian host what the Dockerfile's build
 would need: every apt package has a candidate, python3 is 3.11, the entry point runs. The slow
-test builds the real image (tools/build_image.py, no Docker engine; cached by content), unpacks
-it and runs it the way the chart's worker pod does: uid 10001 on a read-only root filesystem,
+test builds the real image (tools/build_image.py, no Docker engine; cached by content), checks
+it is two layers and that a code-only change adds a new code layer on the same base, unpacks it
+and runs it the way the chart's worker pod does: uid 10001 on a read-only root filesystem,
 where the exec helpers must already be built.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,6 +23,16 @@ import pytest
 from imagebuild import build_swarmscope_image
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import build_image  # noqa: E402
+
+
+def layers(layout: Path) -> list[str]:
+    """The image's layer digests, bottom first."""
+    index = json.loads((layout / "index.json").read_text())
+    blob = layout / "blobs" / "sha256"
+    manifest = json.loads((blob / index["manifests"][0]["digest"].split(":")[1]).read_text())
+    return [layer["digest"] for layer in manifest["layers"]]
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -73,6 +86,26 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     index = json.loads((layout / "index.json").read_text())
     refs = [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]]
     assert refs == ["0.1.0"]  # the chart's appVersion: imported as ghcr.io/swarmscope/swarmscope:0.1.0
+    base_layer, code_layer = layers(layout)  # the cached base, the code on top
+    # A code-only change: a new code layer on the same base, no Debian install.
+    tree = tmp_path / "tree"
+    for f in [
+        *build_image.context_files(ROOT),
+        Path("tools/build_image.py"),
+        Path("tools/build_image_work.py"),
+    ]:
+        (tree / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, tree / f, follow_symlinks=False)
+    with (tree / "swarmscope" / "__init__.py").open("a") as fh:
+        fh.write("# a code change\n")
+    r = subprocess.run(["nice", "-n", "19", sys.executable, str(tree / "tools" / "build_image.py")],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "building base" not in r.stderr and "code layer in" in r.stderr, r.stderr
+    with tarfile.open(r.stdout.split()[-1]) as t:
+        t.extractall(tmp_path / "oci2", filter="tar")
+    base2, code2 = layers(tmp_path / "oci2")
+    assert base2 == base_layer and code2 != code_layer
     subprocess.run(["umoci", "unpack", "--image", f"{layout}:0.1.0", str(bundle)], check=True)
     proc = json.loads((bundle / "config.json").read_text())["process"]
     assert (proc["user"]["uid"], proc["args"]) == (10001, ["swarmscope", "--help"])

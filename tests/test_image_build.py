@@ -3,8 +3,9 @@
     .venv/bin/python -m pytest tests/test_image_build.py
 
 The scripted build reads the Dockerfile itself, so here it is checked that every instruction
-is mapped (none silently dropped), that an unmapped one is refused, that the build context
-follows .dockerignore like Docker does, and that the content key changes with any file.
+is mapped (none silently dropped) in the Dockerfile's order (base first, code last), that an
+unmapped one is refused, that the build context follows .dockerignore like Docker does, that
+the image key changes with any file and the base key with the base's inputs only.
 tests/test_realnode_image.py builds the image for real and runs it on a real node.
 """
 
@@ -26,9 +27,23 @@ def test_every_dockerfile_instruction_is_in_the_plan() -> None:
     p = build_image.plan(ROOT / "Dockerfile")
     froms = [a for i, a in ins if i == "FROM"]
     assert [build_image.BASES[f] for f in froms] == [(p.suite, p.variant)] == [("bookworm", "minbase")]
-    assert [a.split()[1] for i, a in ins if i == "COPY"] == p.copies == ["/opt/swarmscope"]
-    assert [a for i, a in ins if i == "RUN"] == [cmd for _cwd, cmd in p.runs]
-    assert [cwd for cwd, _cmd in p.runs] == ["/opt/swarmscope"]
+    copies = [a.split() for i, a in ins if i == "COPY"]
+    assert [c[-1] for c in copies if c[:-1] == ["."]] == p.copies == ["/opt/swarmscope"]
+    # In order: the base's named files, the base's RUN, then `COPY .` and the code's RUN.
+    order = [i if i != "COPY" else ("COPY ." if a.startswith(". ") else "COPY files") for i, a in ins]
+    assert order == ["FROM", "WORKDIR", "COPY files", "COPY files", "RUN", "COPY .", "RUN", "ENV", "USER",
+                     "ENTRYPOINT", "CMD"]  # fmt: skip
+    assert (
+        [(c[:-1], c[-1]) for c in copies if c[:-1] != ["."]]
+        == p.base_copies
+        == [
+            (["pyproject.toml", "constraints.txt", "README.md"], "/opt/swarmscope/"),
+            (["tools/setup.sh", "tools/image-install.sh"], "/opt/swarmscope/tools/"),
+        ]
+    )
+    runs = [a for i, a in ins if i == "RUN"]
+    assert runs == [cmd for _cwd, cmd in p.base_runs + p.runs]
+    assert [cwd for cwd, _cmd in p.base_runs + p.runs] == ["/opt/swarmscope"] * 2
     assert [a for i, a in ins if i == "USER"] == [p.user] == ["10001"]
     assert p.entrypoint == ["swarmscope"] and p.cmd == ["--help"]
     assert p.env == {
@@ -36,12 +51,29 @@ def test_every_dockerfile_instruction_is_in_the_plan() -> None:
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    # the RUN step is the one install script, which prebuilds the exec helpers
-    assert "tools/image-install.sh" in p.runs[0][1]
+    # The base is the one install script, and it never reads the code (which is not there yet);
+    # the code's RUN prebuilds the exec helpers.
+    assert [cmd for _cwd, cmd in p.base_runs] == ["tools/image-install.sh"]
     dry = subprocess.run(
         [str(ROOT / "tools" / "image-install.sh"), "--dry-run"], capture_output=True, text=True, check=True
     ).stdout
-    assert "ensure_built()" in dry
+    assert "swarmscope" not in dry.replace("useradd --uid 10001 --user-group --no-create-home --shell "
+                                           "/usr/sbin/nologin swarmscope", "")  # fmt: skip
+    assert "from swarmscope.workers.native import ensure_built" in p.runs[0][1]
+
+
+def test_code_copy_before_a_base_copy_is_refused(tmp_path: Path) -> None:
+    # Named files after `COPY .` would be code the base cannot see (they belong in the base part).
+    df = tmp_path / "Dockerfile"
+    for bad in ("COPY . /d\nCOPY a.txt /d/\n", "COPY a.txt /d\n", "COPY . a.txt /d/\n"):
+        df.write_text(f"FROM debian:bookworm-slim\n{bad}")
+        with pytest.raises(SystemExit, match=r"only `COPY \. DIR` or, before it, `COPY FILES DIR/`"):
+            build_image.plan(df)
+    # A directory in the base would make it depend on code: only regular files are accepted.
+    (tmp_path / "tools").mkdir()
+    df.write_text("FROM debian:bookworm-slim\nCOPY tools /d/\n")
+    with pytest.raises(SystemExit, match="base copies regular files only, not tools"):
+        build_image.base_key(tmp_path, build_image.plan(df))
 
 
 def test_unmapped_instruction_is_refused(tmp_path: Path) -> None:
@@ -56,17 +88,40 @@ def test_unmapped_instruction_is_refused(tmp_path: Path) -> None:
 
 def test_context_follows_dockerignore_and_keys_by_content(tmp_path: Path) -> None:
     (tmp_path / ".dockerignore").write_text(".venv\n.git\nresults\n**/__pycache__\n.mypy_cache\n")
-    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nWORKDIR /d\nCOPY pyproject.toml constraints.txt /d/\n"
+        "COPY tools/i.sh /d/tools/\nRUN tools/i.sh\nCOPY . /d\nRUN true\n"
+    )
     for f in ("a.py", "pkg/b.py", "pkg/__pycache__/b.pyc", ".venv/x", ".git/HEAD", "results/r.json",
-              "tests/.mypy_cache/y", "__pycache__/z.pyc"):  # fmt: skip
+              "tests/.mypy_cache/y", "__pycache__/z.pyc", "pyproject.toml", "constraints.txt",
+              "tools/i.sh"):  # fmt: skip
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text(f)
     files = [str(f) for f in build_image.context_files(tmp_path)]
     # Docker matches patterns without **/ from the context root only: tests/.mypy_cache stays.
-    assert files == [".dockerignore", "Dockerfile", "a.py", "pkg/b.py", "tests/.mypy_cache/y"]
-    k1 = build_image.cache_key(tmp_path, build_image.context_files(tmp_path))
-    (tmp_path / "pkg" / "b.py").write_text("changed")
-    k2 = build_image.cache_key(tmp_path, build_image.context_files(tmp_path))
+    assert files == [".dockerignore", "Dockerfile", "a.py", "constraints.txt", "pkg/b.py", "pyproject.toml",
+                     "tests/.mypy_cache/y", "tools/i.sh"]  # fmt: skip
+
+    def keys() -> tuple[str, str]:
+        p = build_image.plan(tmp_path / "Dockerfile")
+        return build_image.base_key(tmp_path, p), build_image.cache_key(
+            tmp_path, build_image.context_files(tmp_path)
+        )
+
+    b1, k1 = keys()
+    (tmp_path / "pkg" / "b.py").write_text("changed")  # code: a new image on the same base
+    b2, k2 = keys()
     (tmp_path / "results" / "r.json").write_text("ignored change")
-    k3 = build_image.cache_key(tmp_path, build_image.context_files(tmp_path))
-    assert k1 != k2 == k3
+    b3, k3 = keys()
+    assert b1 == b2 == b3 and k1 != k2 == k3
+    # each input of the base rebuilds it (and the image)
+    seen = {b1}
+    for f in ("constraints.txt", "pyproject.toml", "tools/i.sh"):
+        (tmp_path / f).write_text(f"{f} changed")
+        b, k = keys()
+        assert b not in seen and k != k3, f
+        seen.add(b)
+    (tmp_path / "Dockerfile").write_text(
+        (tmp_path / "Dockerfile").read_text().replace("RUN true", "RUN false")
+    )
+    assert keys()[0] == b  # a code step changed: same base

@@ -2,18 +2,31 @@
 
     python3 tools/build_image.py            # prints the OCI archive (cached by content)
     python3 tools/build_image.py --plan     # prints the steps read from the Dockerfile only
+    python3 tools/build_image.py --clean    # only removes what killed builds left (every build does)
     ctr -n k8s.io images import --base-name ghcr.io/swarmscope/swarmscope ARCHIVE   # -> :0.1.0
 
 The Dockerfile is the single source: this reads it and maps each instruction to Debian tools,
 so the two cannot drift (tests/test_image_build.py also checks the mapping covers every line):
 
     FROM debian:bookworm-slim   mmdebstrap --variant=minbase bookworm (slim's package set)
-    WORKDIR d / COPY . d        the build context (minus .dockerignore) copied into d
-    RUN cmd                     `sh -c cmd` in the rootfs (mmdebstrap's chroot hook, cwd d)
+    WORKDIR d                   the working dir of the RUN steps and of the image
+    COPY f.. d/  (before `.`)   named files into the base (mmdebstrap's copy-in)
+    RUN cmd      (before `.`)   `sh -c cmd` in the base rootfs (mmdebstrap's chroot hook, cwd d)
+    COPY . d                    the build context (minus .dockerignore) copied into d
+    RUN cmd      (after `.`)    `sh -c cmd` chrooted into an overlay on the base: its upper
+                                dir becomes one new layer (umoci raw add-layer)
     ENV / USER / ENTRYPOINT / CMD   the OCI config, set with umoci
 
-The archive lands in $SWARMSCOPE_CACHE/images/swarmscope-<key>.tar where key hashes the
-Dockerfile and every file of the context: an edit builds a new one, a rerun returns at once.
+Two caches, so a code change costs seconds, not a Debian install:
+- the base, $SWARMSCOPE_CACHE/images/base-<key>/ (OCI layout + its unpacked rootfs), where key
+  hashes only what the base reads: the instructions before `COPY .`, the files they name
+  (pyproject.toml, constraints.txt, README.md, tools/setup.sh, tools/image-install.sh) and the
+  wheel pins. Cold: minutes (apt). The last KEEP_BASES are kept.
+- the image, $SWARMSCOPE_CACHE/images/swarmscope-<key>.tar, where key hashes the Dockerfile,
+  this builder and every file of the context: the base plus one code layer. The last
+  KEEP_ARCHIVES are kept (most recently used first).
+A killed build cleans up after itself (SIGTERM/SIGINT) or at the next start (SIGKILL): see
+tools/build_image_work.py.
 
 The pinned wheels are fetched on the build host first (`pip download` with constraints.txt,
 cached under $SWARMSCOPE_CACHE/wheels/<hash of pyproject.toml + constraints.txt>) and the RUN
@@ -28,18 +41,23 @@ build takes minutes. Instructions other than the ones above are refused, not ign
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import json
 import os
 import shlex
 import shutil
+import signal
+import stat
 import subprocess
 import sys
-import tempfile
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from build_image_work import Interrupted, WorkDir, mounts_under, prune, sweep_stale
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope")) / "images"
@@ -50,6 +68,13 @@ EDITABLE_BACKEND = ["editables==0.5"]
 BASES = {"debian:bookworm-slim": ("bookworm", "minbase")}  # FROM -> (suite, mmdebstrap variant)
 # The Debian base image's environment, which `ENV X=...$PATH` expands against.
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+# Bumped when the base's build steps here change (this file is not hashed into the base key: a
+# change to the code-layer steps must not rebuild the base).
+BASE_FORMAT = "1"
+# Kept in $SWARMSCOPE_CACHE/images, most recently used first: archives (~450 MB, one per code
+# state; a few engineers iterate at once) and bases (OCI layout + unpacked rootfs, ~2 GB each).
+KEEP_ARCHIVES = 4
+KEEP_BASES = 2
 
 
 @dataclass
@@ -57,8 +82,11 @@ class Plan:
     suite: str = ""
     variant: str = ""
     workdir: str = "/"
+    # The base part, before `COPY . d`: named files copied ((sources, destination dir)) and RUNs.
+    base_copies: list[tuple[list[str], str]] = field(default_factory=list)
+    base_runs: list[tuple[str, str]] = field(default_factory=list)  # (cwd, command)
     copies: list[str] = field(default_factory=list)  # destination dirs of `COPY . d`
-    runs: list[tuple[str, str]] = field(default_factory=list)  # (cwd, command)
+    runs: list[tuple[str, str]] = field(default_factory=list)  # (cwd, command), after the copy
     env: dict[str, str] = field(default_factory=dict)
     user: str = ""
     entrypoint: list[str] = field(default_factory=list)
@@ -93,12 +121,16 @@ def plan(dockerfile: Path) -> Plan:
         elif ins == "WORKDIR":
             p.workdir = args
         elif ins == "COPY":
-            src, dst = args.split()
-            if src != ".":
-                raise SystemExit(f"build_image: only `COPY . DIR` is supported, not {args}")
-            p.copies.append(dst)
+            *srcs, dst = args.split()
+            if srcs == ["."]:
+                p.copies.append(dst)
+            elif p.copies or "." in srcs or not dst.endswith("/"):
+                # the base may read named files only; after `COPY .` everything is code
+                raise SystemExit(f"build_image: only `COPY . DIR` or, before it, `COPY FILES DIR/`: {args}")
+            else:
+                p.base_copies.append((srcs, dst))
         elif ins == "RUN":
-            p.runs.append((p.workdir, args))
+            (p.runs if p.copies else p.base_runs).append((p.workdir, args))
         elif ins == "ENV":
             for kv in shlex.split(args):
                 k, _, v = kv.partition("=")
@@ -148,68 +180,153 @@ def context_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-def cache_key(root: Path, files: list[Path]) -> str:
-    h = hashlib.sha256((root / "Dockerfile").read_bytes())
-    h.update(Path(__file__).read_bytes())  # this builder is not in the context (.dockerignore)
+def _hash_files(h: hashlib._Hash, root: Path, files: list[Path]) -> None:
     for f in files:
         h.update(f"\0{f}\0".encode())
         h.update((root / f).read_bytes() if not (root / f).is_symlink() else os.readlink(root / f).encode())
+
+
+def base_key(root: Path, p: Plan) -> str:
+    """Hashes exactly what the base reads: its instructions, its named files, the wheel pins."""
+    h = hashlib.sha256(f"{BASE_FORMAT}\0{p.suite}\0{p.variant}\0{p.workdir}\0".encode())
+    h.update(json.dumps([p.base_copies, p.base_runs]).encode())
+    named = sorted({Path(s) for srcs, _dst in p.base_copies for s in srcs})
+    for f in named:
+        if not (root / f).is_file() or (root / f).is_symlink():
+            raise SystemExit(f"build_image: the base copies regular files only, not {f}")
+    _hash_files(h, root, named)
+    h.update(wheel_key(root).encode())
     return h.hexdigest()[:16]
 
 
-def build(root: Path, p: Plan, files: list[Path], out: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix="swarmscope-image.", dir=CACHE) as w:
-        wd = Path(w)
+def cache_key(root: Path, files: list[Path]) -> str:
+    h = hashlib.sha256((root / "Dockerfile").read_bytes())
+    h.update(Path(__file__).read_bytes())  # this builder is not in the context (.dockerignore)
+    _hash_files(h, root, files)
+    return h.hexdigest()[:16]
+
+
+def build_base(root: Path, p: Plan, key: str) -> Path:
+    """The base image (OCI layout + its unpacked rootfs) in CACHE/base-<key>; built once."""
+    final = CACHE / f"base-{key}"
+    with (CACHE / f"base-{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder of the same base waits, then reuses
+        if (final / ".complete").exists():
+            os.utime(final)  # most recently used: kept by prune()
+            return final
+        print(f"build_image: building base {final} (cold: minutes)", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        with WorkDir(CACHE) as w:
+            _build_base(root, p, w)
+            (w.path / ".complete").touch()
+            shutil.rmtree(final, ignore_errors=True)
+            (w.path / "out").rename(final)
+            (w.path / ".complete").rename(final / ".complete")
+        print(f"build_image: base built in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return final
+
+
+def _build_base(root: Path, p: Plan, w: WorkDir) -> None:
+    wd = w.path
+    hooks = [f'--customize-hook=mkdir -p "$1{p.workdir}"']
+    for i, (srcs, dst) in enumerate(p.base_copies):
+        ctx = wd / f"context{i}"
+        ctx.mkdir()
+        for s in srcs:
+            shutil.copy2(root / s, ctx / Path(s).name)
+        hooks += [f'--customize-hook=mkdir -p "$1{dst}"', f"--customize-hook=copy-in {ctx}/. {dst}"]
+    # The pinned wheels, fetched on the host, installed offline by the RUN steps and removed.
+    wh = wheelhouse(root)
+    hooks.append(f'--customize-hook=cp -a {wh} "$1/tmp/wheels"')
+    pip_env = "PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/wheels "
+    for cwd, cmd in p.base_runs:
+        inner = f"cd {shlex.quote(cwd)} && env {pip_env}sh -c {shlex.quote(cmd)}"
+        hooks.append(f'--customize-hook=chroot "$1" sh -c {shlex.quote(inner)}')
+    hooks.append('--customize-hook=rm -rf "$1/tmp/wheels"')
+    rootfs_tar = wd / "rootfs.tar"
+    # mmdebstrap's own temp dir goes under wd, so its mounts (/proc, /sys and their submounts,
+    # for the hooks) are found and removed by WorkDir's cleanup however the build ends.
+    argv = ["mmdebstrap", f"--variant={p.variant}", "--mode=root", *hooks, p.suite, str(rootfs_tar)]
+    w.run(argv, env={**os.environ, "TMPDIR": str(wd)})
+    for m in mounts_under(wd):
+        subprocess.run(["umount", "-l", m], check=False, capture_output=True)
+    out = wd / "out"
+    out.mkdir()
+    oci = f"{out / 'oci'}:base"
+    w.run(["umoci", "init", "--layout", str(out / "oci")])
+    w.run(["umoci", "new", "--image", oci])
+    w.run(["umoci", "unpack", "--image", oci, str(out / "bundle")])
+    w.run(["tar", "-C", str(out / "bundle" / "rootfs"), "-xpf", str(rootfs_tar)])
+    rootfs_tar.unlink()
+    w.run(["umoci", "repack", "--image", oci, str(out / "bundle")])
+    # The unpacked rootfs stays: it is the lower dir the code steps run on (build_code).
+
+
+def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) -> None:
+    """The code layer on the cached base: `COPY .` and the RUNs after it, one new layer."""
+    with WorkDir(CACHE) as w:
+        wd = w.path
         ctx = wd / "context"
         for f in files:
             (ctx / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / f, ctx / f, follow_symlinks=False)
-        hooks = []
+        for d in ("upper", "work", "merged", "oci"):
+            (wd / d).mkdir()
+        # The RUNs write into an overlay on the base rootfs: its upper dir is exactly the layer.
+        # Mounts live in a private mount namespace, so they end with it, whatever kills us.
+        sh = [f"mount -t overlay overlay -o lowerdir={base}/bundle/rootfs,upperdir={wd}/upper,"
+              f"workdir={wd}/work {wd}/merged"]  # fmt: skip
         for dst in p.copies:
-            hooks += [f'--customize-hook=mkdir -p "$1{dst}"', f"--customize-hook=copy-in {ctx}/. {dst}"]
-        # The pinned wheels, fetched on the host, installed offline by the RUN steps and removed.
-        wh = wheelhouse(root)
-        hooks.append(f'--customize-hook=cp -a {wh} "$1/tmp/wheels"')
-        pip_env = "PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/wheels "
+            sh.append(f"mkdir -p {wd}/merged{dst} && cp -a {ctx}/. {wd}/merged{dst}/")
+        sh += [f"mount --bind /dev {wd}/merged/dev", f"mount -t proc proc {wd}/merged/proc"]
+        # No bytecode written by the step's imports: the image had none before the layering.
+        step_env = {**BASE_ENV, "HOME": "/root", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = " ".join(shlex.quote(f"{k}={v}") for k, v in step_env.items())
         for cwd, cmd in p.runs:
-            inner = f"cd {shlex.quote(cwd)} && env {pip_env}sh -c {shlex.quote(cmd)}"
-            hooks.append(f'--customize-hook=chroot "$1" sh -c {shlex.quote(inner)}')
-        hooks.append('--customize-hook=rm -rf "$1/tmp/wheels"')
-        rootfs_tar = wd / "rootfs.tar"
-        try:
-            # mmdebstrap's own temp dir goes under wd, so a failed run's leftover mounts (it
-            # mounts /proc, /sys and their submounts for the hooks) can be found and removed.
-            subprocess.run(
-                ["mmdebstrap", f"--variant={p.variant}", "--mode=root", *hooks, p.suite, str(rootfs_tar)],
-                check=True,
-                env={**os.environ, "TMPDIR": str(wd)},
-            )
-        finally:
-            _unmount_under(wd)
-        # Tagged with the project's version, the chart's default appVersion tag.
+            inner = f"cd {shlex.quote(cwd)} && sh -c {shlex.quote(cmd)}"
+            sh.append(f"env -i {env} chroot {wd}/merged sh -c {shlex.quote(inner)}")
+        w.run(["unshare", "--mount", "--propagation", "private", "sh", "-ec", "\n".join(sh)])
+        # /dev and /proc were mounted over, so nothing of theirs is in upper: it holds only what
+        # the steps wrote. A deletion of a base file would be an overlay whiteout (a 0/0 char
+        # device), which an OCI layer spells differently: refused rather than mistranslated.
+        whiteouts = [
+            f"{d}/{n}"
+            for d, dirs, names in os.walk(wd / "upper")
+            for n in dirs + names
+            if stat.S_ISCHR(os.lstat(f"{d}/{n}").st_mode) and os.lstat(f"{d}/{n}").st_rdev == 0
+        ]
+        if whiteouts:
+            raise SystemExit(f"build_image: a step after `COPY .` deleted base files: {whiteouts[:5]}")
+        layer = wd / "layer.tar"
+        w.run(["tar", "-C", str(wd / "upper"), "--numeric-owner", "-cf", str(layer), "."])
+        # The base layout's blobs are content-addressed and never rewritten: hard links suffice.
+        w.run(["cp", "-al", str(base / "oci" / "blobs"), str(wd / "oci" / "blobs")])
+        for name in ("index.json", "oci-layout"):
+            shutil.copy2(base / "oci" / name, wd / "oci" / name)
         version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
-        oci = f"{wd / 'oci'}:{version}"
-        subprocess.run(["umoci", "init", "--layout", str(wd / "oci")], check=True)
-        subprocess.run(["umoci", "new", "--image", oci], check=True)
-        subprocess.run(["umoci", "unpack", "--image", oci, str(wd / "bundle")], check=True)
-        subprocess.run(["tar", "-C", str(wd / "bundle" / "rootfs"), "-xpf", str(rootfs_tar)], check=True)
-        subprocess.run(["umoci", "repack", "--image", oci, str(wd / "bundle")], check=True)
+        oci = f"{wd / 'oci'}:{version}"  # tagged with the chart's default appVersion tag
+        w.run(["umoci", "raw", "add-layer", "--image", f"{wd / 'oci'}:base", "--tag", version, str(layer)])
+        w.run(["umoci", "rm", "--image", f"{wd / 'oci'}:base"])
         cfg = ["umoci", "config", "--image", oci, "--os", "linux", "--architecture", "amd64"]
         cfg += ["--config.workingdir", p.workdir, "--config.user", p.user]
         cfg += [f"--config.env={k}={v}" for k, v in p.env.items()]
         cfg += [a for e in p.entrypoint for a in ("--config.entrypoint", e)]
         cfg += [a for c in p.cmd for a in ("--config.cmd", c)]
-        subprocess.run(cfg, check=True)
-        subprocess.run(["umoci", "gc", "--layout", str(wd / "oci")], check=True)
+        w.run(cfg)
+        w.run(["umoci", "gc", "--layout", str(wd / "oci")])
         tmp = out.with_suffix(".tmp")
-        subprocess.run(["tar", "-C", str(wd / "oci"), "-cf", str(tmp), "."], check=True)
+        w.run(["tar", "-C", str(wd / "oci"), "-cf", str(tmp), "."])
         tmp.rename(out)
+
+
+def wheel_key(root: Path) -> str:
+    h = hashlib.sha256((root / "pyproject.toml").read_bytes() + (root / "constraints.txt").read_bytes())
+    return h.hexdigest()[:16]
 
 
 def wheelhouse(root: Path) -> Path:
     """The pinned runtime wheels plus the build backend, downloaded once per pin set."""
-    h = hashlib.sha256((root / "pyproject.toml").read_bytes() + (root / "constraints.txt").read_bytes())
-    d = WHEELS / h.hexdigest()[:16]
+    d = WHEELS / wheel_key(root)
     if (d / ".complete").exists():
         return d
     backend = tomllib.loads((root / "pyproject.toml").read_text())["build-system"]["requires"]
@@ -225,27 +342,32 @@ def wheelhouse(root: Path) -> Path:
     return d
 
 
-def _unmount_under(d: Path) -> None:
-    mounts = [
-        line.split()[4]
-        for line in Path("/proc/self/mountinfo").read_text().splitlines()
-        if line.split()[4].startswith(f"{d}/")
-    ]
-    for m in sorted(mounts, key=len, reverse=True):
-        subprocess.run(["umount", "-l", m], check=False, capture_output=True)
-
-
 def main(argv: list[str]) -> int:
     p = plan(ROOT / "Dockerfile")
     if "--plan" in argv:
         print(json.dumps(p.__dict__, indent=1))
         return 0
-    files = context_files(ROOT)
     CACHE.mkdir(parents=True, exist_ok=True)
+    for d in sweep_stale(CACHE):
+        print(f"build_image: cleaned {d} (its builder was killed)", file=sys.stderr, flush=True)
+    if "--clean" in argv:
+        return 0
+    files = context_files(ROOT)
     out = CACHE / f"swarmscope-{cache_key(ROOT, files)}.tar"
-    if not out.exists():
-        print(f"build_image: building {out} (cold: minutes)", file=sys.stderr, flush=True)
-        build(ROOT, p, files, out)
+    try:
+        if out.exists():
+            os.utime(out)  # most recently used: kept by prune()
+        else:
+            base = build_base(ROOT, p, base_key(ROOT, p))
+            t0 = time.monotonic()
+            build_code(ROOT, p, files, base, out)
+            print(f"build_image: code layer in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    except Interrupted as e:
+        print(f"build_image: {e}: stopped, work dir cleaned", file=sys.stderr, flush=True)
+        return 128 + signal.Signals[str(e)].value
+    # Bounded cache: one archive per code change and one base per dependency change pile up.
+    prune(CACHE, "swarmscope-*.tar", KEEP_ARCHIVES)
+    prune(CACHE, "base-*[!k]", KEEP_BASES)  # the dirs, not their .lock files
     print(out)
     return 0
 

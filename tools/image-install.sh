@@ -3,6 +3,7 @@
 # on this host that the install would work.
 #
 #   tools/image-install.sh            # in the image build: apt packages, header tree, /opt venv
+#                                     # (the base part: the code is copied after it, see Dockerfile)
 #   tools/image-install.sh --check    # on a host, no changes: every apt package has a candidate,
 #                                     # python is 3.11, the package's entry point imports
 #   tools/image-install.sh --dry-run  # print the steps only
@@ -35,7 +36,6 @@ case "$MODE" in
     echo "apt-get install --no-install-recommends ${PKGS[*]}"
     echo "useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope"
     echo "PYTHON=$PY tools/setup.sh --no-apt --no-dev --no-mounts   # venv at $(pwd)/.venv, kernel header tree"
-    echo ".venv/bin/python -c 'from swarmscope.workers.native import ensure_built; ensure_built()'"
     echo "rm -rf /var/lib/apt/lists/* /root/.cache/pip"
     ;;
   check)
@@ -79,9 +79,9 @@ case "$MODE" in
       useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope
     # --no-mounts: BPF filesystems are the pod's (the chart mounts them), not the image's.
     PYTHON=$PY tools/setup.sh --no-apt --no-dev --no-mounts
-    # The exec-storm helpers, prebuilt into /var/cache/swarmscope/native: worker pods run as uid
-    # 10001 with a read-only root filesystem and find them there instead of compiling.
-    .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; print(ensure_built())'
+    # Nothing here may read the code: only pyproject.toml, constraints.txt, README.md and tools/
+    # are copied before this runs (the image's base layer, cached apart from the code). The exec
+    # helpers are built from the code in the Dockerfile's step after `COPY .`.
     rm -rf /var/lib/apt/lists/* /root/.cache/pip
     ;;
 esac

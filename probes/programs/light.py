@@ -14,13 +14,15 @@ reloads it through the loader), read through pinned maps;
 own code. The fleet handshake, heartbeats, options, window spans and self-metrics (run counts
 and map fill of the pinned programs) are the agent's, the same in both modes.
 
-What it does not carry (``NOT_LIGHT``, each refused at start with the reason): programs attached
-per network interface with XDP (``pkt_count``, ``flow_count``) and ``map_update`` (per-call
-samples through BCC). Run those with the full probe (``--mode full``, the default).
+``pkt_count`` is attached by the loader through pinned XDP links (its interfaces are start-up
+settings). What it does not carry (``NOT_LIGHT``, each refused at start with the reason):
+``flow_count`` (XDP attached per window) and ``map_update`` (per-call samples through BCC). Run
+those with the full probe (``--mode full``, the default).
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -31,6 +33,8 @@ from swarmscope.probes.neigh_events import KINDS, NeighEventCounter, NeighKey, N
 from swarmscope.probes.programs.base import PROGRAMS, NodeLike, Program, Snapshot
 from swarmscope.probes.programs.exec_count import ExecCount
 from swarmscope.probes.programs.neigh_events import NeighEvents
+from swarmscope.probes.programs.pkt_count import ENV_IFACES, PktCount, in_netns
+from swarmscope.probes.programs.pkt_count import FIELDS as PKT_FIELDS
 from swarmscope.probes.programs.syscall_count import SyscallCount, counter_name
 
 _U64 = struct.Struct("<Q")
@@ -39,13 +43,20 @@ _EXEC_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in e
 _NE_KEY = struct.Struct("<IIQ16s")  # struct ne_key {tgid, kind, cgroup, dev} in neigh_events.bpf.c
 _NE_TOTAL = struct.Struct("<QQQ")  # struct ne_total {count, first_ns, last_ns}
 _SC_KEY = struct.Struct("<QQ")  # struct sc_key {cgroup, nr} in syscall_count.bpf.c
+_PKT_VAL = struct.Struct("<5Q")  # struct pkt_val {packets, bytes, ipv4, ipv6, arp} in pkt_count.bpf.c
+# exec_count's maps as its readers decode them (this module's, and the native reader's).
+EXEC_COUNT_LAYOUT = {
+    "exec_count": (_U64.size, _EXEC_STAT.size),
+    "exec_open": (_U64.size, _U64.size),
+    "exec_open_any": (_U32.size, _U64.size),
+}
 
 
-def _load_checked(
-    program: str, cflags: list[str], layouts: dict[str, tuple[int, int]]
+def load_checked(
+    program: str, cflags: list[str], layouts: dict[str, tuple[int, int]], loader_args: Iterable[str] = ()
 ) -> pinned.PinnedObject:
     """``program`` loaded and pinned by the loader, its maps checked against the readers' layouts."""
-    obj = pinned.load(program, cflags)
+    obj = pinned.load(program, cflags, loader_args=loader_args)
     try:
         for name, (key_size, value_size) in layouts.items():
             obj.maps[name].check(key_size, value_size)
@@ -60,15 +71,7 @@ class LightExecCount(ExecCount):
 
     def load(self) -> None:
         if self._bpf is None:
-            self._bpf = _load_checked(
-                self.name,
-                [],
-                {
-                    "exec_count": (_U64.size, _EXEC_STAT.size),
-                    "exec_open": (_U64.size, _U64.size),
-                    "exec_open_any": (_U32.size, _U64.size),
-                },
-            )
+            self._bpf = load_checked(self.name, [], EXEC_COUNT_LAYOUT)
 
     def open_window(self, nodes: Iterable[NodeLike]) -> None:
         if self._bpf is None:
@@ -98,7 +101,7 @@ class _LightNeighCounter(NeighEventCounter):
 
     def load(self) -> None:
         cflags = ["-DSS_FAMILY=2"] if self.ipv4_only else []
-        self.bpf = _load_checked("neigh_events", cflags, {"ne_totals": (_NE_KEY.size, _NE_TOTAL.size)})
+        self.bpf = load_checked("neigh_events", cflags, {"ne_totals": (_NE_KEY.size, _NE_TOTAL.size)})
 
     def snapshot_full(self) -> dict[NeighKey, NeighTotal]:
         if self.bpf is None:
@@ -140,7 +143,7 @@ class LightSyscallCount(SyscallCount):
         layouts = {"syscall_count": (_SC_KEY.size, _U64.size), "syscall_filter": (_U32.size, 1)}
         if self.filter is None:  # the unfiltered build never reads the filter: not in its maps
             del layouts["syscall_filter"]
-        self._bpf = _load_checked(self.name, cflags, layouts)
+        self._bpf = load_checked(self.name, cflags, layouts)
         for nr in self.filter or ():
             self._filter_slot(nr, True)
 
@@ -159,6 +162,48 @@ class LightSyscallCount(SyscallCount):
         return out
 
 
+class LightPktCount(PktCount):
+    """``pkt_count`` attached by the loader through pinned XDP links (start-up interfaces, as
+    the full probe's); removing the pins detaches it."""
+
+    def load(self) -> None:
+        if self._bpf is not None:
+            return
+        if not self.interfaces:
+            raise ProbeError(f"pkt_count: no interfaces to attach to (set ${ENV_IFACES})")
+        with in_netns(self.netns):
+            try:
+                self._ifindex = {socket.if_nametoindex(dev): dev for dev in self.interfaces}
+            except OSError as e:
+                raise ProbeError(f"pkt_count: attaching XDP failed: {e}") from e
+        args = ["--xdp", "pkt_count_xdp", "--ifaces", ",".join(self.interfaces)]
+        args += ["--xdp-flags", str(self._flags)]
+        if self.netns:
+            args += ["--netns", self.netns]
+        try:
+            self._bpf = load_checked(self.name, [], {"pkt_count": (_U32.size, _PKT_VAL.size)}, args)
+        except ProbeError as e:
+            raise ProbeError(f"pkt_count: attaching XDP failed: {e}") from e
+
+    def snapshot(self) -> Snapshot:
+        if self._bpf is None:
+            raise ProbeError("pkt_count: snapshot before load()")
+        out = {c: 0 for c in self.counters}
+        for k, cpus in self._bpf.maps["pkt_count"].percpu_items():
+            dev = self._ifindex.get(_U32.unpack(k)[0])
+            if dev is None:
+                continue  # an ifindex we did not attach to (cannot happen unless reused)
+            for v in cpus:
+                for f, n in zip(PKT_FIELDS, _PKT_VAL.unpack(v), strict=True):
+                    out[f"if.{dev}.{f}"] += n
+        return {0: out}
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            obj, self._bpf = self._bpf, None
+            obj.cleanup()  # the link pins go: XDP detaches
+
+
 # Programs that never used BCC: the full probe's own code runs in the light one unchanged.
 _NO_BCC = ("bpf_stats", "procstat", "neigh_netlink")
 
@@ -166,11 +211,11 @@ LIGHT: dict[str, Callable[[], Program]] = {
     "exec_count": LightExecCount,
     "neigh_events": LightNeighEvents.from_env,
     "syscall_count": LightSyscallCount.from_env,
+    "pkt_count": LightPktCount.from_env,
     **{name: PROGRAMS[name] for name in _NO_BCC},
 }
 
 NOT_LIGHT: dict[str, str] = {
-    "pkt_count": "XDP attached per interface and window (not pinned by the loader)",
     "flow_count": "XDP attached per interface and window (not pinned by the loader)",
     "map_update": "per-call samples read through BCC",
 }

@@ -320,6 +320,26 @@ def tracepoint_link(prog_fd: int, category: str, event: str, tracefs: str = "/sy
         os.close(pfd)
 
 
+BPF_XDP = 37  # enum bpf_attach_type
+
+
+class _LinkCreateOpts(ctypes.Structure):
+    """libbpf's struct bpf_link_create_opts, up to ``flags`` (libbpf zeroes what follows)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("flags", ctypes.c_uint32)]  # noqa: RUF012
+
+
+def xdp_link(prog_fd: int, ifindex: int, flags: int) -> int:
+    """fd of a BPF link attaching XDP program ``prog_fd`` to interface ``ifindex`` (of the
+    calling thread's network namespace) with XDP ``flags`` (mode). Pinned, it keeps the program
+    attached after every process has gone; the last reference gone, it detaches."""
+    opts = _LinkCreateOpts(ctypes.sizeof(_LinkCreateOpts), flags)
+    try:
+        return _call("bpf_link_create", prog_fd, ifindex, BPF_XDP, ctypes.byref(opts))
+    except OSError as e:
+        raise _wrap(f"bpf_link_create xdp ifindex {ifindex}", e) from e
+
+
 def fd_map_id(pid: int, fd: int) -> int | None:
     """Id of the map behind ``fd`` of process ``pid`` (its /proc fdinfo), None if not a map."""
     try:
