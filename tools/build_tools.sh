@@ -34,5 +34,6 @@ step node tools/k8s/build.sh node
 step k6 tools/build_k6.sh
 step jaeger tools/build_jaeger.sh
 step ig tools/build_ig.sh
+step reader tools/build_probe_reader.sh
 # Niced like the test fixture does: the image build is long and CPU-bound.
 step image nice -n 19 "$PY" tools/build_image.py
