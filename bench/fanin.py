@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fanin.py                    # 1,000 and 10,000 probes + the old design
     .venv/bin/python bench/fanin.py --probes 100,1000 --windows 10 --baseline-ref none --json
+    nice -n 5 .venv/bin/python bench/fanin.py --relays 4 --probes 100000 --windows 5   # + direct at 10k
 
 Starts N simulated probes (bench/simprobes.py: real gRPC, the real handshake, fake readings, no
 BPF; thousands of aio Sessions per process) against one in-process controller fleet, and runs
@@ -12,7 +13,10 @@ the controller's CPU-seconds per window per 1,000 probes mean something on a sha
 Prints, per N: readings lost (goal 0), window-close p50/p99 (goal at 10,000: p99 < 1 s), the
 controller's CPU-s per window per 1,000 probes, its RSS; and, measured in the same run, the old
 design (the sync server with a thread per stream, at ``--baseline-ref``, with its own bench and
-thread-per-probe clients, not pinned) at ``--baseline-probes``.
+thread-per-probe clients, not pinned) at ``--baseline-probes``. With ``--relays K`` the
+``--probes`` go through K relays (bench/fanin_relays.py, goal at 100,000: 0 lost, p99 < 2 s),
+next to the direct design at ``--direct-probes`` (goal at 10,000: p99 < 1 s), with the load
+average: wall times on a shared machine are inflated, the CPU-s columns much less so.
 """
 
 from __future__ import annotations
@@ -31,23 +35,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psutil
-from simprobes import COUNTERS, SimProbes
+from fanin_relays import run_relays
+from fanin_windows import measure_windows, pct
+from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "fanin-bench-token"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD_REF = "9feddea"  # main before the fleet went to grpc.aio (sync server, thread per stream)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def pin(ctl: set[int], probes: set[int]) -> tuple[set[int] | None, set[int] | None]:
@@ -87,23 +83,8 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
         for p in sims.procs:
             pin_all(p.pid, probe_cpus)
         print(f"{n} probes joined in {join_s:.1f}s", file=sys.stderr, flush=True)
-        nodes = {h: [pb.NodeInfo(name=h, cgroup_id=1)] for h in names}
-        close_lat, open_lat, lost, wrong = [], [], 0, 0
         cpu0, w0 = me.cpu_times(), time.monotonic()
-        for w in range(windows):
-            t = time.monotonic()
-            problems = fleet.open_window("bench", f"w{w}", nodes, timeout_s=60)
-            open_lat.append(time.monotonic() - t)
-            t = time.monotonic()
-            readings, _missing = fleet.close_window("bench", f"w{w}", timeout_s=60)
-            close_lat.append(time.monotonic() - t)
-            lost += n - len({r.node for r in readings}) + len(problems)
-            wrong += sum(r.counters != COUNTERS for r in readings)
-            print(
-                f"  window {w}: open {open_lat[-1]:.2f}s close {close_lat[-1]:.2f}s",
-                file=sys.stderr,
-                flush=True,
-            )
+        open_lat, close_lat, lost, wrong = measure_windows(fleet, names, windows, timeout_s=60)
         wall = time.monotonic() - w0
         cpu1 = me.cpu_times()
         cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
@@ -175,12 +156,30 @@ def main() -> None:
     )
     ap.add_argument("--baseline-ref", default=OLD_REF, help="git ref of the old design, or 'none'")
     ap.add_argument("--baseline-probes", type=int, default=1000)
+    ap.add_argument("--relays", type=int, default=0, help="K: run --probes through K relays (0: direct)")
+    ap.add_argument("--direct-probes", type=int, default=10000, help="with --relays: the direct figure's N")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     rows = []
-    if a.baseline_ref != "none":
+    load0 = os.getloadavg()
+    if a.baseline_ref != "none" and not a.relays:
         rows.append(baseline(a.baseline_ref, a.baseline_probes, a.windows))
-    rows += [run(int(n), a.windows, a.per_process, a.per_channel, a.heartbeat_s) for n in a.probes.split(",")]
+    if a.relays:
+        # Relays first: the figure this mode is for; the direct one after, in the same run.
+        for n in a.probes.split(","):
+            rows.append(
+                run_relays(
+                    int(n), a.relays, a.windows, a.per_process, a.per_channel, a.heartbeat_s, TOKEN, pin_all
+                )
+            )
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if a later row fails
+        if a.direct_probes:
+            rows.append(run(a.direct_probes, a.windows, a.per_process, a.per_channel, a.heartbeat_s))
+    else:
+        rows += [
+            run(int(n), a.windows, a.per_process, a.per_channel, a.heartbeat_s) for n in a.probes.split(",")
+        ]
+    load1 = os.getloadavg()
     if a.json:
         print(json.dumps(rows, indent=1))
         return
@@ -194,6 +193,8 @@ def main() -> None:
         "goal p99",
         "CPU-s/w/1k",
         "ctl RSS",
+        "relay CPU",
+        "relay RSS",
     )
     print(f"{head[0]:>24}" + "".join(f"{h:>11}" for h in head[1:]))
     for r in rows:
@@ -203,16 +204,22 @@ def main() -> None:
             f"{r['open_p50_ms']:.0f}ms",
             f"{r['close_p50_ms']:.0f}ms",
             f"{r['close_p99_ms']:.0f}ms",
-            "< 1000ms" if r["probes"] >= 10000 else "-",
+            ("< 2000ms" if r.get("relays") else "< 1000ms") if r["probes"] >= 10000 else "-",
             f"{r['ctl_cpu_s_per_window_per_1k']:.3f}",
             f"{r['controller_rss_mib']:.0f}MiB",
+            f"{r['relays_cpu_s_per_window_per_1k']:.3f}" if r.get("relays") else "-",
+            f"{r['relays_rss_mib']:.0f}MiB" if r.get("relays") else "-",
         )
         print(f"{r['design']:>24}" + "".join(f"{c:>11}" for c in cells))
+        if r.get("direct_probes"):
+            print(f"{'':>24} ({r['direct_probes']} of them joined the controller directly: relay starved)")
     print(
         "CPU-s/w/1k: the controller's CPU-seconds per window (open + close) per 1,000 probes; the old "
         "design's is estimated from its CPU% over open+close p50, unpinned. Old figure quoted in issue 13: "
-        "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded."
+        "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded. relay CPU: the relays' CPU-s per window "
+        "per 1,000 probes, all relays together (on the probes' core)."
     )
+    print(f"load average (1 min) at start {load0[0]:.1f}, at end {load1[0]:.1f}, on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

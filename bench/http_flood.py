@@ -17,10 +17,18 @@ log checks each tool's own count (its total against the lines it caused). CPU is
 ``swarmscope run`` process, where the Locust users run, or its k6 alone; the probe, and on
 the k6 path the swarmscope process, are shown apart as "others") and nginx's, giving each
 generator's ceiling per core next to wrk's, and how many one-core Locust workers one saturated
-nginx needs.
+nginx needs. Each path's CPU-ms per 1,000 requests (its generator's CPU in the window over the
+requests nginx logged in it) is the figure the machine's load moves least: a generator starved
+to a tenth of a core still spends about the same CPU on a request, while its request rate
+follows the share it got. Plain k6 is also run writing the same per-request CSV as the k6 path
+(``k6_plain_csv``), so the cost of the samples the k6 path records each request from is shown
+beside it, in the same run.
 
-Prints medians over the rounds. Caveats: 2 shared cores — the machine's other load moves every
-figure; compare within one run only. Needs root (netns).
+Prints medians over the rounds, the plain/ours CPU ratio of each interleaved round, and the load
+average. Caveats: 2 shared cores — the machine's other load moves every figure; compare within
+one run only. Every tool runs ``--start-allowance`` seconds longer than the window needs, as a
+starved machine starts them late; a round whose load still ended early is dropped, with a
+message. Needs root (netns).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import bisect
 import csv
 import json
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -161,11 +170,12 @@ def run_tool(
     cwd: Path,
     timeout: float,
     root_gen: bool = True,
+    env: dict[str, str] | None = None,
 ) -> tuple[list[float], CpuSampler, subprocess.CompletedProcess[str]]:
     """Run one tool; ``gen_names`` are its child processes that generate load, ``root_gen``
     whether the process started generates too (swarmscope's k6 path: only k6 does)."""
     target.mark()
-    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = CpuSampler(p.pid, target.nginx_pids, gen_names, root_gen)
     try:
         out, err = p.communicate(timeout=timeout)
@@ -175,6 +185,12 @@ def run_tool(
         sampler.stop()
     time.sleep(0.5)  # nginx writes a line after its response: let the last ones land
     return target.times(), sampler, subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def _duration(args: argparse.Namespace) -> float:
+    """How long every tool runs: warm-up + window + tail, and the time a starved machine takes
+    to get the load going (10 log lines), the same for every path."""
+    return args.warmup + args.window + args.tail + args.start_allowance
 
 
 def measure(
@@ -198,6 +214,11 @@ def measure(
         "other_cores": other / args.window,
         "nginx_cores": ngx / args.window,
         "rps_per_gen_core": rate / (gen / args.window) if gen > 0 else math.nan,
+        # CPU-ms per 1,000 requests (= CPU-µs per request): what a request costs the generator,
+        # whatever share of the shared cores it got; "all" adds the path's other processes.
+        "gen_ms_per_1k": 1e6 * gen / n if n else math.nan,
+        "all_ms_per_1k": 1e6 * (gen + other) / n if n else math.nan,
+        "load_avg": os.getloadavg()[0],
         "rps_per_nginx_core": rate / (ngx / args.window) if ngx > 0 else math.nan,
         "log_lines": len(lines),
         "own_count": own,
@@ -208,7 +229,7 @@ def swarmscope_path(
     target: Target, engine: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any] | None:
     out = tmp / f"ss-{engine}"
-    dur = args.warmup + args.window + args.tail + 1.0  # + the time load takes to start (10 lines)
+    dur = _duration(args)
     cmd = [sys.executable, "-m", "swarmscope.cli", "run", str(ROOT / "scenarios" / "ingress_flood.yaml"),
            "--out", str(out), "--set", f"host={target.t.url}", "--set", f"steps={args.users}",
            "--set", f"step_duration={dur}", "--set", f"engine={engine}"]  # fmt: skip
@@ -228,7 +249,7 @@ def swarmscope_path(
 def plain_locust(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
     f = tmp / "plain_locustfile.py"
     f.write_text(PLAIN_LOCUSTFILE)
-    dur = math.ceil(args.warmup + args.window + args.tail + 1.0)
+    dur = math.ceil(_duration(args))
     cmd = [str(Path(sys.executable).parent / "locust"), "-f", str(f), "--headless", "-u", str(args.users),
            "-r", "10000", "-t", f"{dur}s", "--host", target.t.url.rstrip("/"),
            "--csv", str(tmp / "plain"), "--only-summary", "--stop-timeout", "10"]  # fmt: skip
@@ -244,14 +265,22 @@ def plain_locust(target: Target, args: argparse.Namespace, tmp: Path) -> dict[st
     return r
 
 
-def plain_k6(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
+def plain_k6(target: Target, args: argparse.Namespace, tmp: Path, csv: bool = False) -> dict[str, Any] | None:
     s = tmp / "plain.js"
     s.write_text(PLAIN_K6)
     summ = tmp / "plain-k6-summary.json"
-    dur = math.ceil(args.warmup + args.window + args.tail + 1.0)
+    dur = math.ceil(_duration(args))
+    # csv=True: plain k6 writing the same per-request CSV as swarmscope's k6 path (same tags,
+    # same µs stamps): the part of the k6 path's cost that is the per-request samples it needs.
+    out = (
+        ["--system-tags", "scenario,status,error_code", "--out", f"csv={tmp / 'plain-k6.csv'}"] if csv else []
+    )
     cmd = [k6_binary(), "run", "--quiet", "--no-usage-report", "--vus", str(args.users), "--duration",
-           f"{dur}s", "-e", f"TARGET={target.t.url}", "--summary-export", str(summ), str(s)]  # fmt: skip
-    lines, sampler, p = run_tool(cmd, target, ("k6",), tmp, dur + 60)
+           f"{dur}s", "-e", f"TARGET={target.t.url}", "--summary-export", str(summ), *out,
+           str(s)]  # fmt: skip
+    env = {**os.environ, "K6_CSV_TIME_FORMAT": "unix_micro"} if csv else None
+    lines, sampler, p = run_tool(cmd, target, ("k6",), tmp, dur + 60, env=env)
+    (tmp / "plain-k6.csv").unlink(missing_ok=True)
     if p.returncode != 0:
         raise SystemExit(f"k6 failed: {p.stderr[-2000:]}")
     own = int(json.loads(summ.read_text())["metrics"]["http_reqs"]["count"])
@@ -259,14 +288,14 @@ def plain_k6(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, A
 
 
 def wrk(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
-    dur = math.ceil(args.warmup + args.window + args.tail + 1.0)
+    dur = math.ceil(_duration(args))
     cmd = ["wrk", "-t2", f"-c{args.users}", f"-d{dur}s", target.t.url]
     lines, sampler, p = run_tool(cmd, target, ("wrk",), tmp, dur + 60)
     m = re.search(r"(\d+) requests in", p.stdout)
     return measure("wrk", lines, sampler, int(m.group(1)) if m else None, args)
 
 
-PATHS = ("locust_plain", "locust_swarmscope", "k6_plain", "k6_swarmscope", "wrk")
+PATHS = ("locust_plain", "locust_swarmscope", "k6_plain", "k6_swarmscope", "k6_plain_csv", "wrk")
 
 
 def main() -> int:
@@ -275,6 +304,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds dropped after the load starts")
     ap.add_argument("--window", type=float, default=4.0, help="the steady window counted (seconds)")
     ap.add_argument("--tail", type=float, default=3.0, help="load held after the window (seconds)")
+    ap.add_argument("--start-allowance", type=float, default=5.0,
+                    help="seconds every tool runs longer (a start slowed by the machine's load)")  # fmt: skip
     ap.add_argument("--repeat", type=int, default=3, help="rounds, interleaved; medians are reported")
     ap.add_argument("--out", default="results/bench_http.json")
     args = ap.parse_args()
@@ -286,6 +317,7 @@ def main() -> int:
             "locust_swarmscope": lambda: swarmscope_path(target, "locust", args, tmp),
             "k6_plain": lambda: plain_k6(target, args, tmp),
             "k6_swarmscope": lambda: swarmscope_path(target, "k6", args, tmp),
+            "k6_plain_csv": lambda: plain_k6(target, args, tmp, csv=True),
             "wrk": lambda: wrk(target, args, tmp),
         }
         # Interleaved rounds: the machine is shared, so each pair sees similar background load.
@@ -293,7 +325,7 @@ def main() -> int:
             for name in PATHS:
                 got = fns[name]()
                 if got is not None:
-                    runs[name].append(got)
+                    runs[name].append({**got, "round": i})
                     print(f"round {i + 1} {name:<18} {got['rps']:9.0f} req/s", file=sys.stderr)
     if not all(runs.values()):
         raise SystemExit(f"no valid round for {[k for k, v in runs.items() if not v]}: longer --tail")
@@ -305,6 +337,15 @@ def main() -> int:
             # share of the 2 shared cores each run happened to get
             "per_core": med[f"{eng}_swarmscope"]["rps_per_gen_core"]
             / med[f"{eng}_plain"]["rps_per_gen_core"],
+            # CPU per request, plain / ours (>1: ours is cheaper); the figure the noise moves least
+            "cpu": med[f"{eng}_plain"]["gen_ms_per_1k"] / med[f"{eng}_swarmscope"]["gen_ms_per_1k"],
+            # the round-by-round ratios (interleaved pairs), for their spread
+            "cpu_rounds": [
+                p["gen_ms_per_1k"] / o["gen_ms_per_1k"]
+                for p in runs[f"{eng}_plain"]
+                for o in runs[f"{eng}_swarmscope"]
+                if p["round"] == o["round"]
+            ],
         }
         for eng in ("locust", "k6")
     }
@@ -331,31 +372,44 @@ def _median(xs: list[Any]) -> Any:
 
 
 def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, Any], args: Any) -> str:
+    loads = [m["load_avg"] for m in med.values()]
     rows = [
         f"steady window: {args.window:g} s after {args.warmup:g} s warm-up, counted from nginx's "
-        f"access log; {args.users} users; medians of {args.repeat} interleaved rounds",
+        f"access log; {args.users} users; medians of {args.repeat} interleaved rounds; "
+        f"load average {min(loads):.1f}-{max(loads):.1f}",
         f"{'path':<18} {'req/s (log)':>11} {'own/log':>8} {'gen cores':>9} {'req/s/core':>10} "
-        f"{'nginx cores':>11} {'others':>7}",
+        f"{'gen ms/1k':>9} {'all ms/1k':>9} {'nginx cores':>11} {'others':>7}",
     ]
     for k in PATHS:
         m = med[k]
         own = f"{m['own_count'] / m['log_lines']:.4f}" if m.get("own_count") else "-"
         rows.append(
             f"{k:<18} {m['rps']:11.0f} {own:>8} {m['gen_cores']:9.2f} {m['rps_per_gen_core']:10.0f} "
-            f"{m['nginx_cores']:11.2f} {m['other_cores']:7.2f}"
+            f"{m['gen_ms_per_1k']:9.1f} {m['all_ms_per_1k']:9.1f} {m['nginx_cores']:11.2f} "
+            f"{m['other_cores']:7.2f}"
         )
+    rows.append("(ms/1k: CPU-ms per 1,000 requests of the generator; all: with the path's other processes)")
     lp = med["locust_plain"]
     if lp.get("csv_count"):
         rows.append(f"(plain Locust's --csv count / log: {lp['csv_count'] / lp['log_lines']:.4f})")
     for k, v in ratios.items():
         verdict = "ok" if v["rps"] >= GOAL else "BELOW"
+        spread = ", ".join(f"{x:.2f}" for x in v["cpu_rounds"])
         rows.append(
             f"ratio {k:<6} swarmscope / plain: {v['rps']:.3f} (goal >= {GOAL}: {verdict}); "
-            f"per generator core {v['per_core']:.3f}"
+            f"per generator core {v['per_core']:.3f}; CPU per request plain/ours {v['cpu']:.3f} "
+            f"(rounds {spread})"
         )
+    kc, kp = med["k6_plain_csv"], med["k6_plain"]
+    rows.append(
+        f"k6's per-request CSV (what the k6 path records each request from): plain k6 with it "
+        f"{kc['gen_ms_per_1k']:.1f} CPU-ms/1k against {kp['gen_ms_per_1k']:.1f} without "
+        f"(x{kc['gen_ms_per_1k'] / kp['gen_ms_per_1k']:.3f}); swarmscope's k6 path "
+        f"{med['k6_swarmscope']['gen_ms_per_1k']:.1f}"
+    )
     rows.append(
         f"generator ceiling per core: Locust {lp['rps_per_gen_core']:.0f}, "
-        f"k6 {med['k6_plain']['rps_per_gen_core']:.0f}, wrk {med['wrk']['rps_per_gen_core']:.0f} req/s"
+        f"k6 {kp['rps_per_gen_core']:.0f}, wrk {med['wrk']['rps_per_gen_core']:.0f} req/s"
     )
     rows.append(
         f"distributed: nginx serves {w['nginx_rps_per_core']:.0f} req/s per nginx core; one Locust "

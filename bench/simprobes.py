@@ -3,7 +3,9 @@
     procs = SimProbes.spawn(address, token, names, per_process=2500, cpus={1})
     procs.wait_registered(timeout_s=120); ...; procs.stop()
 
-Each simulated probe does what tests/fakeprobe.py does over real gRPC: the Hello/Register
+Probes take a list of upstreams (relays, then the controller): when a session breaks, a probe
+registers again, same id, with the next one, keeping its open windows and its last answers, as
+the real agent does. Each simulated probe does what tests/fakeprobe.py does over real gRPC: the Hello/Register
 handshake (both HMAC proofs checked), one Session stream, a heartbeat at the interval Register
 returns, an ack per OpenWindow and one WindowDone (a Reading per node asked, ``{"exec": 1000}``)
 per CloseWindow. Unlike FakeProbe (a thread and a channel each), they are coroutines on one
@@ -29,35 +31,63 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 COUNTERS = {"exec": 1000}
 
 
-async def _probe(stub: Any, token: str, name: str, registered: list[int], failed: list[str]) -> None:
+async def _register(stub: Any, token: str, name: str) -> Any:
     pid = f"sim-{name}"
-    for attempt in range(5):  # bounded: a join storm can time out a Hello
+    nonce = auth.new_nonce()
+    hello = await stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=pid), timeout=60)
+    if not auth.check(auth.controller_proof(token, nonce, hello.server_nonce), hello.proof):
+        raise RuntimeError("controller proof does not verify")
+    return await stub.Register(
+        pb.RegisterRequest(
+            probe_id=pid,
+            hostname=name,
+            node_name=name,
+            nonce=nonce,
+            server_nonce=hello.server_nonce,
+            proof=auth.probe_proof(token, hello.server_nonce, nonce, pid),
+        ),
+        timeout=60,
+    )
+
+
+async def _probe(stubs: list[Any], token: str, name: str, registered: list[int], failed: list[str]) -> None:
+    """One simulated probe: ``stubs`` are its upstreams in turn (a relay died: the next one)."""
+    pid = f"sim-{name}"
+    # Open windows and recent answers outlive a session, as in the real agent: a close sent
+    # again through the next upstream gets the same readings.
+    windows: dict[str, list[pb.NodeInfo]] = {}
+    answers: dict[str, pb.WindowDone] = {}
+    up = [False]  # counted in ``registered`` once, at its first session
+    failures = 0
+    rounds = 10  # bounded: every upstream, ten rounds (a starved server can take a minute to join)
+    for attempt in range(len(stubs) * rounds):
+        stub = stubs[attempt % len(stubs)]
         try:
-            nonce = auth.new_nonce()
-            hello = await stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=pid), timeout=60)
-            if not auth.check(auth.controller_proof(token, nonce, hello.server_nonce), hello.proof):
-                raise RuntimeError("controller proof does not verify")
-            reply = await stub.Register(
-                pb.RegisterRequest(
-                    probe_id=pid,
-                    hostname=name,
-                    node_name=name,
-                    nonce=nonce,
-                    server_nonce=hello.server_nonce,
-                    proof=auth.probe_proof(token, hello.server_nonce, nonce, pid),
-                ),
-                timeout=60,
-            )
-            break
+            reply = await _register(stub, token, name)
         except grpc.aio.AioRpcError as e:
-            if attempt == 4:
+            failures += 1
+            if attempt == len(stubs) * rounds - 1:
                 failed.append(f"{name}: {e.code().name} {e.details()}")
                 return
-            await asyncio.sleep(1 + attempt)
+            # A join storm can time out a Hello: back off as a whole fleet would, not in a storm.
+            await asyncio.sleep(min(5.0, 1.0 + failures))
+            continue
+        if await _session(stub, reply, pid, windows, answers, registered, up):
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _session(
+    stub: Any,
+    reply: Any,
+    pid: str,
+    windows: dict[str, list[pb.NodeInfo]],
+    answers: dict[str, pb.WindowDone],
+    registered: list[int],
+    up: list[bool],
+) -> bool:
+    """Serve one Session; True on Shutdown, False when the stream broke (try the next upstream)."""
     call = stub.Session()
-    sid = reply.session_id
-    await call.write(pb.ProbeMessage(session_id=sid, heartbeat=pb.Heartbeat(unix_ns=1)))
-    registered[0] += 1
     writing = asyncio.Lock()  # grpc.aio allows one pending write per call
 
     async def send(msg: pb.ProbeMessage) -> None:
@@ -69,44 +99,78 @@ async def _probe(stub: Any, token: str, name: str, registered: list[int], failed
             await asyncio.sleep(reply.heartbeat_interval_s or 1.0)
             await send(pb.ProbeMessage(heartbeat=pb.Heartbeat(unix_ns=time.time_ns())))
 
-    beats = asyncio.create_task(beat())
-    windows: dict[str, list[pb.NodeInfo]] = {}
+    beats = None
     try:
+        await call.write(pb.ProbeMessage(session_id=reply.session_id, heartbeat=pb.Heartbeat(unix_ns=1)))
+        beats = asyncio.create_task(beat())
+        if not up[0]:
+            up[0] = True
+            registered[0] += 1
         async for cmd in call:
             kind = cmd.WhichOneof("kind")
             if kind == "open":
-                windows[cmd.open.window_id] = list(cmd.open.nodes)
+                windows.setdefault(cmd.open.window_id, list(cmd.open.nodes))  # again: same snapshot
                 ack = pb.WindowAck(run_id=cmd.open.run_id, window_id=cmd.open.window_id, ok=True)
                 await send(pb.ProbeMessage(ack=ack))
             elif kind == "close":
                 c = cmd.close
-                batch = [
-                    pb.Reading(
-                        run_id=c.run_id, window_id=c.window_id, probe_id=pid, node=n.name, counters=COUNTERS
+                if c.window_id not in answers:
+                    batch = [
+                        pb.Reading(
+                            run_id=c.run_id,
+                            window_id=c.window_id,
+                            probe_id=pid,
+                            node=n.name,
+                            counters=COUNTERS,
+                        )
+                        for n in windows.pop(c.window_id, [])
+                    ]
+                    answers[c.window_id] = pb.WindowDone(
+                        run_id=c.run_id, window_id=c.window_id, readings=len(batch), batch=batch
                     )
-                    for n in windows.pop(c.window_id, [])
-                ]
-                done = pb.WindowDone(run_id=c.run_id, window_id=c.window_id, readings=len(batch), batch=batch)
-                await send(pb.ProbeMessage(done=done))
+                    while len(answers) > 8:
+                        answers.pop(next(iter(answers)))
+                await send(pb.ProbeMessage(done=answers[c.window_id]))
             elif kind == "shutdown":
-                break
-    except grpc.aio.AioRpcError:
+                return True
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
         pass
     finally:
-        beats.cancel()
+        if beats is not None:
+            beats.cancel()
+        call.cancel()
+    return False
+
+
+def upstreams_of(i: int, upstreams: list[str], spread: int) -> list[int]:
+    """Probe ``i``'s upstreams in turn (indexes): the first ``spread`` (the relays) dealt round
+    robin, each probe starting at its own, then the rest (the controller) as the last resort."""
+    return [(i + k) % spread for k in range(spread)] + list(range(spread, len(upstreams)))
 
 
 async def _host(
-    address: str, token: str, names: list[str], per_channel: int, registered: Any, stop: Any
+    upstreams: list[str],
+    spread: int,
+    first: int,
+    token: str,
+    names: list[str],
+    per_channel: int,
+    registered: Any,
+    stop: Any,
 ) -> None:
     count, failed = [0], []
     # A local subchannel pool: each channel its own TCP connection (grpc shares them otherwise).
-    opts = [("grpc.use_local_subchannel_pool", 1)]
-    channels = [grpc.aio.insecure_channel(address, opts) for _ in range(0, len(names), per_channel)]
-    stubs = [pb_grpc.ProbeControlStub(ch) for ch in channels]
+    # Channels connect at their first call: one per upstream and group costs nothing unused.
+    opts = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 64 * 2**20)]
+    channels = [
+        [grpc.aio.insecure_channel(u, opts) for u in upstreams] for _ in range(0, len(names), per_channel)
+    ]
+    stubs = [[pb_grpc.ProbeControlStub(ch) for ch in group] for group in channels]
     tasks = []
     for i, name in enumerate(names):
-        tasks.append(asyncio.create_task(_probe(stubs[i // per_channel], token, name, count, failed)))
+        group = stubs[i // per_channel]
+        mine = [group[u] for u in upstreams_of(first + i, upstreams, spread)]
+        tasks.append(asyncio.create_task(_probe(mine, token, name, count, failed)))
         if i % 200 == 199:
             await asyncio.sleep(0.05)  # a paced join: no Hello storm of thousands at once
     last = -1
@@ -121,12 +185,15 @@ async def _host(
         await asyncio.sleep(0.2)
     for t in tasks:
         t.cancel()
-    for ch in channels:
-        await ch.close()
+    for group in channels:
+        for ch in group:
+            await ch.close()
 
 
 def _main(
-    address: str,
+    upstreams: list[str],
+    spread: int,
+    first: int,
     token: str,
     names: list[str],
     per_channel: int,
@@ -136,7 +203,7 @@ def _main(
 ) -> None:
     if cpus:
         os.sched_setaffinity(0, cpus)
-    asyncio.run(_host(address, token, names, per_channel, registered, stop))
+    asyncio.run(_host(upstreams, spread, first, token, names, per_channel, registered, stop))
 
 
 class SimProbes:
@@ -148,20 +215,34 @@ class SimProbes:
     @classmethod
     def spawn(
         cls,
-        address: str,
+        address: str | list[str],
         token: str,
         names: list[str],
         per_process: int = 2500,
         per_channel: int = 50,
         cpus: set[int] | None = None,
+        spread: int = 1,
     ) -> SimProbes:
+        """``address``: one upstream, or a list: probe i starts at upstream ``i % spread`` of the
+        first ``spread`` (relays), then tries the others, then the rest (``upstreams_of``)."""
+        upstreams = [address] if isinstance(address, str) else list(address)
         ctx = mp.get_context("spawn")  # never fork a process that has gRPC running
         registered, stop = ctx.Value("q", 0), ctx.Event()
         procs = []
         for i in range(0, len(names), per_process):
             p = ctx.Process(
                 target=_main,
-                args=(address, token, names[i : i + per_process], per_channel, cpus, registered, stop),
+                args=(
+                    upstreams,
+                    spread,
+                    i,
+                    token,
+                    names[i : i + per_process],
+                    per_channel,
+                    cpus,
+                    registered,
+                    stop,
+                ),
                 daemon=True,
             )
             p.start()

@@ -8,6 +8,10 @@
  *   mu_totals: per-CPU {calls, entries (processed, as written back by the kernel), first, last}
  *              keyed by {tgid, cmd, cgroup} (cgroup: the caller's v2 cgroup id)
  *   mu_events: one record per call (ring buffer); mu_drops counts records the buffer refused.
+ * The call's start lives in task-local storage (no hash insert/delete per call; needs BTF, kernel
+ * >= 5.11) and the ring buffer is submitted without a wakeup: its readers drain it by polling
+ * (ring_buffer_consume every poll_s), nobody sleeps on it. Together with one 8-byte read of
+ * count+map_fd this took the programs from ~1.1-1.3 µs to ~0.7-0.9 µs per call (bench/neighbors.py).
  * Only tgids present in mu_pids are recorded unless mu_record_all[0] is 1; both are set by the
  * loader and may change while attached (a probe window picks its pids). Both start at zero, so
  * nothing is recorded until the loader has said what to record.
@@ -22,11 +26,11 @@
 #endif
 
 struct mu_start {
-    u64 ts;
+    u64 ts;  /* 0: no call in flight (set at exit instead of deleting: cheaper) */
     u64 uattr;
     u32 cmd;
+    u32 count;   /* count and map_fd adjacent, as in bpf_attr.batch: one 8-byte read */
     u32 map_fd;
-    u32 count;
     u32 pad;
 };
 
@@ -56,7 +60,7 @@ struct mu_event {
     u64 cgroup;
 };
 
-BPF_HASH(mu_start_map, u64, struct mu_start, 4096);
+BPF_TASK_STORAGE(mu_start_map, struct mu_start);
 BPF_HASH(mu_pids, u32, u8, 1024);
 BPF_ARRAY(mu_record_all, u8, 1);
 BPF_PERCPU_HASH(mu_totals, struct mu_key, struct mu_total, 4096);
@@ -73,6 +77,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_bpf)
     u8 *all = mu_record_all.lookup(&zero);
     if (!(all && *all) && !mu_pids.lookup(&tgid))
         return 0;
+    struct mu_start *sp =
+        mu_start_map.task_storage_get(bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!sp)
+        return 0;
     struct mu_start s = {};
     s.ts = bpf_ktime_get_ns();
     s.cmd = cmd;
@@ -81,22 +89,22 @@ TRACEPOINT_PROBE(syscalls, sys_enter_bpf)
         bpf_probe_read_user(&s.map_fd, 4, (void *)args->uattr);  /* attr.map_fd at 0 */
         s.count = 1;
     } else {
-        bpf_probe_read_user(&s.count, 4, (void *)args->uattr + 32);  /* batch.count */
-        bpf_probe_read_user(&s.map_fd, 4, (void *)args->uattr + 36); /* batch.map_fd */
+        bpf_probe_read_user(&s.count, 8, (void *)args->uattr + 32);  /* batch.count, batch.map_fd */
     }
-    mu_start_map.update(&id, &s);
+    *sp = s;
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_bpf)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct mu_start *s = mu_start_map.lookup(&id);
-    if (!s)
+    struct mu_start *s = mu_start_map.task_storage_get(bpf_get_current_task_btf(), 0, 0);
+    if (!s || !s->ts)
         return 0;
     u64 now = bpf_ktime_get_ns();
     u32 processed = s->count;
-    if (s->cmd == CMD_UPDATE_BATCH)  /* the kernel writes back how many it processed */
+    /* a batch writes back how many it processed; on success that is all it was given */
+    if (s->cmd == CMD_UPDATE_BATCH && args->ret != 0)
         bpf_probe_read_user(&processed, 4, (void *)s->uattr + 32);
     else if (args->ret != 0)
         processed = 0;
@@ -122,13 +130,13 @@ TRACEPOINT_PROBE(syscalls, sys_exit_bpf)
         e->processed = processed;
         e->ret = args->ret;
         e->cgroup = cg;
-        mu_events.ringbuf_submit(e, 0);
+        mu_events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
     } else {
         u32 z = 0;
         u64 *d = mu_drops.lookup(&z);
         if (d)
             *d += 1;
     }
-    mu_start_map.delete(&id);
+    s->ts = 0;
     return 0;
 }

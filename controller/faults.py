@@ -9,8 +9,10 @@ Registered faults:
 
 * ``kill-lb-local`` — SIGKILL the local nginx LB, master and workers (targets.ingress.local.LocalIngress);
   its supervisor restarts it after ``restart_delay_s``.
-* ``kill-pod`` — delete a pod (the LB's) through the official ``kubernetes`` client; the
-  cluster reschedules it. Needs a cluster: only unit-tested here with a fake API object.
+* ``kill-pod`` — delete a pod (the LB's) through the official ``kubernetes`` client with a
+  grace period (``grace_period_s``; Kubernetes' default is 30 s, the seed's ``kubectl delete
+  pod``); the cluster reschedules it. In a pod it uses the pod's service account (in-cluster
+  config), else ``$KUBECONFIG``.
 
 New faults register with ``@register("name")`` on a factory taking keyword arguments, the way
 k6 registers outputs by name. Client-observed downtime is computed from the request timeline
@@ -117,7 +119,10 @@ class KillLocalLB(_Scheduled):
 
 @register("kill-pod")
 class KillPod(_Scheduled):
-    """Delete one pod matching ``label_selector`` in ``namespace`` (grace period 0)."""
+    """Delete one pod matching ``label_selector`` in ``namespace`` with ``grace_period_s``.
+
+    0 kills at once; 30 is ``kubectl delete pod``'s default, where the pod stays Terminating
+    until its containers exit or the grace period ends (the seed's ~30 s)."""
 
     name = "kill-pod"
 
@@ -127,11 +132,13 @@ class KillPod(_Scheduled):
         namespace: str = "ingress-nginx",
         label_selector: str = "app.kubernetes.io/component=controller",
         api: Any = None,
+        grace_period_s: int = 0,
         **_: Any,
     ):
         super().__init__(at_s)
         self.namespace = namespace
         self.label_selector = label_selector
+        self.grace_period_s = int(grace_period_s)
         self._api = api
 
     def api(self) -> Any:
@@ -162,12 +169,14 @@ class KillPod(_Scheduled):
             raise SwarmscopeError(f"kill-pod: listing pods in {self.namespace} failed: {e}") from e
         if not pods:
             raise SwarmscopeError(f"kill-pod: no pod matches {self.label_selector!r} in {self.namespace}")
-        victim = pods[0].metadata.name
+        # A pod already Terminating (an earlier kill) is not the one serving: take a live one.
+        live = [p for p in pods if getattr(p.metadata, "deletion_timestamp", None) is None] or pods
+        victim = live[0].metadata.name
         try:
-            api.delete_namespaced_pod(victim, self.namespace, grace_period_seconds=0)
+            api.delete_namespaced_pod(victim, self.namespace, grace_period_seconds=self.grace_period_s)
         except Exception as e:
             raise SwarmscopeError(f"kill-pod: deleting {victim} failed: {e}") from e
-        return {"pod": victim, "namespace": self.namespace}
+        return {"pod": victim, "namespace": self.namespace, "grace_period_s": self.grace_period_s}
 
 
 @register("stall-backends-local")

@@ -41,21 +41,22 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from swarmscope import auth
+from swarmscope.controller import relay_routes
 from swarmscope.controller.fleet_loop import (
     AioServerThread,
     gevent_patched,
     parse_request,
     probe_control_handlers,
 )
-from swarmscope.controller.model import ProbeReading, ReadingSample
+from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
+from swarmscope.controller.model import ProbeReading
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, server_credentials
 from swarmscope.v1 import probe_pb2 as pb
@@ -70,48 +71,6 @@ MAX_MESSAGE_BYTES = 512 * 2**20
 # Hello is unauthenticated: its one-time server nonces are bounded in number and lifetime.
 MAX_PENDING_HELLOS = 100_000
 HELLO_TTL_S = 30.0
-
-
-@dataclass
-class ProbeState:
-    """What the controller knows of one registered probe (its current session)."""
-
-    probe_id: str
-    session_id: str
-    hostname: str
-    node_name: str
-    kernel_release: str
-    programs: list[str]
-    version: str
-    registered_ns: int
-    last_seen: float = 0.0  # time.monotonic() of the last message
-    connected: bool = False
-    disconnected_at: float = 0.0  # time.monotonic() when its stream ended (0: never connected)
-    reconnects: int = 0  # registrations after the first one
-    cpu_percent: float = 0.0
-    rss_bytes: int = 0
-    # Commands down the stream; None ends it. Only the fleet's event loop touches it (Fleet._send).
-    outbox: asyncio.Queue[pb.Command | None] = field(default_factory=asyncio.Queue)
-
-    @property
-    def host(self) -> str:
-        """The node this probe measures: the key workers' nodes are matched against."""
-        return self.node_name or self.hostname
-
-
-@dataclass
-class _Window:
-    run_id: str
-    window_id: str
-    nodes: dict[str, set[str]]  # probe id -> names of the nodes it was asked to read
-    opens: dict[str, pb.Command]  # probe id -> its OpenWindow (sent again after a reconnect)
-    expected: set[str]  # probe ids whose reading the window waits for
-    acks: dict[str, pb.WindowAck] = field(default_factory=dict)
-    readings: dict[tuple[str, str], ProbeReading] = field(default_factory=dict)  # (probe, node)
-    done: set[str] = field(default_factory=set)
-    closing: bool = False
-    close: pb.Command | None = None
-    reconnects: dict[str, int] = field(default_factory=dict)  # probe id -> reconnects while open
 
 
 class Fleet(pb_grpc.ProbeControlServicer):
@@ -150,13 +109,18 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._hellos: OrderedDict[bytes, tuple[bytes, float]] = (
             OrderedDict()
         )  # server nonce -> (probe nonce, t)
-        self._windows: dict[str, _Window] = {}
+        self._windows: dict[str, Window] = {}
         self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
         self._closed_reconnects: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._seq = 0
         self._pruned_at = 0.0
         self.readings_received = 0
         self.readings_rejected = 0  # for a node, window or probe the window did not ask for
+        # A relay's downstream fleet keeps readings as they came (Window.raw), to forward them.
+        self.keep_raw = False
+        # Called (under the lock) with a probe's state and True when its session starts, False
+        # when its current session ends: how a relay learns the roster it announces upstream.
+        self.watch: Callable[[ProbeState, bool], None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> int:
@@ -191,7 +155,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
     def _send(self, items: list[tuple[ProbeState, pb.Command | None]]) -> None:
         """Queue commands on probes' streams: one hop to the loop for the whole batch."""
         if items:
-            self._aio.post(_put_all, items)
+            self._aio.post(put_all, relay_routes.route(self._probes, items))
 
     @property
     def address(self) -> str:
@@ -202,7 +166,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
     def probes(self, alive_only: bool = True) -> list[ProbeState]:
         with self._lock:
             self._prune()
-            return [p for p in self._probes.values() if not alive_only or self._alive(p.probe_id)]
+            return [
+                p
+                for p in self._probes.values()
+                if not p.relay and (not alive_only or self._alive(p.probe_id))
+            ]
 
     def wait_for_probes(self, count: int = 1, timeout_s: float = 60.0, hosts: set[str] | None = None) -> None:
         """Block until ``count`` live probes (or probes for every host in ``hosts``) are connected."""
@@ -213,10 +181,10 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if (hosts is None and len(live) >= count) or (hosts is not None and hosts <= have):
                 return
             if time.monotonic() >= deadline:
-                want = f"probes for {_few(hosts - have)}" if hosts else f"{count} probe(s)"
+                want = f"probes for {few(hosts - have)}" if hosts else f"{count} probe(s)"
                 raise FleetError(
                     f"timed out after {timeout_s:.0f}s waiting for {want}; connected: "
-                    f"{_few(have) if have else 'none'}. Is `swarmscope probe --controller "
+                    f"{few(have) if have else 'none'}. Is `swarmscope probe --controller "
                     f"{self.address}` running with the same token?"
                 )
             # Each look walks every probe: with thousands, look less often, not less surely.
@@ -251,48 +219,86 @@ class Fleet(pb_grpc.ProbeControlServicer):
         acknowledgement in time, or the probe's error). Those nodes will have no kernel count;
         the caller records them as missing and the run goes on.
         """
-        live = {p.host: p for p in self.probes()}
-        problems = {h: "no live probe" for h in nodes_by_host if h not in live}
         with self._lock:
-            hosts = {live[h].probe_id: h for h in nodes_by_host if h in live}
-            opens = {
-                pid: pb.Command(
-                    seq=self._next_seq(),
-                    open=pb.OpenWindow(
-                        run_id=run_id,
-                        window_id=window_id,
-                        traceparent=traceparent,
-                        programs=list(programs or []),
-                        nodes=nodes_by_host[host],
-                        options=dict(options or {}),
-                    ),
-                )
-                for pid, host in hosts.items()
-            }
-            win = _Window(
-                run_id,
-                window_id,
-                nodes={pid: {n.name for n in nodes_by_host[h]} for pid, h in hosts.items()},
-                opens=opens,
-                expected=set(hosts),
+            win, hosts, problems = self.begin_open(
+                run_id, window_id, nodes_by_host, programs, traceparent, options
             )
-            self._windows[window_id] = win
-            self._send([(self._probes[pid], cmd) for pid, cmd in opens.items()])
-            deadline = time.monotonic() + timeout_s
-            while len(win.acks) < len(win.expected):
-                # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
-                pending = {p for p in win.expected - set(win.acks) if not self._gone(p)}
-                left = deadline - time.monotonic()
-                if not pending or left <= 0:
-                    break
-                self._lock.wait(min(left, 0.25))
-            for pid in list(win.expected):
-                ack = win.acks.get(pid)
-                if ack is None or not ack.ok:
-                    problems[hosts[pid]] = f"window not opened: {ack.error if ack else 'no acknowledgement'}"
-                    win.expected.discard(pid)
+            failed = self.wait_acks(win, set(hosts), time.monotonic() + timeout_s)
+            problems.update({hosts[pid]: why for pid, why in failed.items()})
         if problems:
             log.warning("window %s: %s", window_id, problems)
+        return problems
+
+    def begin_open(
+        self,
+        run_id: str,
+        window_id: str,
+        nodes_by_host: Mapping[str, list[pb.NodeInfo]],
+        programs: list[str] | None = None,
+        traceparent: str = "",
+        options: Mapping[str, str] | None = None,
+    ) -> tuple[Window, dict[str, str], dict[str, str]]:
+        """Send OpenWindow to the live probe of each host (caller holds the lock); no wait.
+
+        A window already open is widened: a relay gets the open of a probe that moved to it
+        mid-window, and, if the window is closing, that probe's close right after.
+        Returns (window, {probe id: host} sent to, {host: "no live probe"})."""
+        live = {p.host: p for p in self.probes()}
+        problems = {h: "no live probe" for h in nodes_by_host if h not in live}
+        hosts = {live[h].probe_id: h for h in nodes_by_host if h in live}
+        win = self._windows.get(window_id)
+        if win is None:
+            win = self._windows[window_id] = Window(run_id, window_id, nodes={}, opens={}, expected=set())
+        win.template = pb.OpenWindow(
+            run_id=run_id,
+            window_id=window_id,
+            traceparent=traceparent,
+            programs=list(programs or []),
+            options=dict(options or {}),
+        )
+        items: list[tuple[ProbeState, pb.Command | None]] = []
+        batches: dict[str, pb.Command] = {}  # relay id -> its one OpenWindow for all its hosts
+        for pid, host in hosts.items():
+            state = self._probes[pid]
+            win.node_info[pid] = nodes = nodes_by_host[host]
+            win.nodes[pid] = {n.name for n in nodes}
+            win.expected.add(pid)
+            win.opens.pop(pid, None)  # built when first needed (open_cmd): most never are
+            if not state.via:
+                items.append((state, self.open_cmd(win, pid)))
+                if win.closing:
+                    items.append((state, win.close))
+                continue
+            relay_routes.batch_open(self, batches, items, win, state, host)
+        self._send(items)
+        return win, hosts, problems
+
+    def open_cmd(self, win: Window, pid: str) -> pb.Command:
+        """The OpenWindow of one probe of a window (lock held): sent to a direct probe, and sent
+        again to a probe that reconnected or moved to another relay."""
+        cmd = win.opens.get(pid)
+        if cmd is None:
+            cmd = win.opens[pid] = pb.Command(seq=self._next_seq(), open=win.template)
+            cmd.open.nodes.extend(win.node_info[pid])
+        return cmd
+
+    def wait_acks(self, win: Window, pids: set[str], deadline: float) -> dict[str, str]:
+        """Wait (lock held) for the acks of ``pids``; return {probe id: problem} of those not open."""
+        while True:
+            # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
+            pending = relay_routes.not_gone(self, pids - win.acks.keys())
+            left = deadline - time.monotonic()
+            if not pending or left <= 0 or win.closing:
+                break
+            self._lock.wait(min(left, poll_s(len(pending))))
+        if win.closing:  # widened while closing (a relay): the close accounts for every probe
+            return {}
+        problems = {}
+        for pid in pids:
+            ack = win.acks.get(pid)
+            if ack is None or not ack.ok:
+                problems[pid] = f"window not opened: {ack.error if ack else 'no acknowledgement'}"
+                win.expected.discard(pid)
         return problems
 
     def close_window(
@@ -303,30 +309,40 @@ class Fleet(pb_grpc.ProbeControlServicer):
             win = self._windows.get(window_id)
             if win is None:
                 raise FleetError(f"close of unknown window {window_id}")
-            win.closing = True
-            win.close = pb.Command(
-                seq=self._next_seq(), close=pb.CloseWindow(run_id=run_id, window_id=window_id)
-            )
-            close = win.close
-            self._send([(p, close) for p in map(self._probes.get, win.expected) if p is not None])
-            deadline = time.monotonic() + timeout_s
-            while not win.expected <= win.done:
-                pending = win.expected - win.done
-                if all(self._gone(pid) for pid in pending):
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._lock.wait(min(left, 0.25))
-            missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
-            del self._windows[window_id]
-            if win.reconnects:
-                self._closed_reconnects[window_id] = {
-                    self._probe_name(p): n for p, n in win.reconnects.items()
-                }
-                while len(self._closed_reconnects) > 1024:  # nobody took them: do not grow forever
-                    self._closed_reconnects.popitem(last=False)
+            self.begin_close(win)
+            missing = self.finish_close(win, time.monotonic() + timeout_s)
             return list(win.readings.values()), missing
+
+    def begin_close(self, win: Window) -> None:
+        """Send CloseWindow to every probe the window waits for (caller holds the lock)."""
+        win.closing = True
+        win.close = pb.Command(
+            seq=self._next_seq(), close=pb.CloseWindow(run_id=win.run_id, window_id=win.window_id)
+        )
+        close = win.close
+        self._send([(p, close) for p in map(self._probes.get, win.expected) if p is not None])
+
+    def finish_close(self, win: Window, deadline: float) -> list[str]:
+        """Wait (lock held) until every probe is done, gone, or lost below a relay, or the
+        deadline; forget the window; return the names of the probes that did not finish."""
+        while not win.expected <= win.done:
+            pending = win.expected - win.done
+            if all(self._gone(pid) or pid in win.lost for pid in pending):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._lock.wait(min(left, poll_s(len(pending))))
+        missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
+        if self._windows.get(win.window_id) is win:
+            del self._windows[win.window_id]
+        if win.reconnects:
+            self._closed_reconnects[win.window_id] = {
+                self._probe_name(p): n for p, n in win.reconnects.items()
+            }
+            while len(self._closed_reconnects) > 1024:  # nobody took them: do not grow forever
+                self._closed_reconnects.popitem(last=False)
+        return missing
 
     def take_spans(self, window_id: str) -> list[bytes]:
         """The spans probes sent with a window's readings (OTLP request bytes), removed here."""
@@ -344,6 +360,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     def _alive(self, probe_id: str) -> bool:
         p = self._probes.get(probe_id)
+        if p is not None and p.via:  # behind a relay: alive while listed and the relay is
+            return p.connected and self._alive(p.via)
         return p is not None and p.connected and time.monotonic() - p.last_seen <= self.liveness_s
 
     def _gone(self, probe_id: str) -> bool:
@@ -352,6 +370,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
         if p is None:
             return True
         now = time.monotonic()
+        if p.via and p.connected:
+            return self._gone(p.via)  # its relay answers for it
         if p.connected:
             return now - p.last_seen > self.liveness_s
         since = p.disconnected_at or p.last_seen
@@ -422,6 +442,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             version=request.version,
             registered_ns=time.time_ns(),
             last_seen=time.monotonic(),
+            relay=request.relay,
         )
         with self._lock:
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
@@ -468,6 +489,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             state.connected = True
             state.last_seen = time.monotonic()
             self._resend(state)
+            if self.watch is not None:
+                self.watch(state, True)
             self._lock.notify_all()
         self._handle(state, first)
         bad: list[str] = []  # a message that did not parse ends the stream as INVALID_ARGUMENT
@@ -495,13 +518,15 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if win.closing and win.close is not None and pid not in win.done:
                 state.outbox.put_nowait(win.close)  # on the loop: called from Session
             elif not win.closing and pid not in win.acks:
-                state.outbox.put_nowait(win.opens[pid])
+                state.outbox.put_nowait(self.open_cmd(win, pid))
 
     def _ended(self, state: ProbeState) -> None:
         with self._lock:
             if state.connected:
                 state.connected = False
                 state.disconnected_at = time.monotonic()
+                if self.watch is not None and self._probes.get(state.probe_id) is state:
+                    self.watch(state, False)
             self._lock.notify_all()
 
     async def _read_loop(self, state: ProbeState, it: AsyncIterator[bytes], bad: list[str]) -> None:
@@ -527,6 +552,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if kind == "heartbeat":
                 state.cpu_percent = msg.heartbeat.cpu_percent
                 state.rss_bytes = msg.heartbeat.rss_bytes
+            elif state.relay and kind in ("ack", "done", "roster"):
+                relay_routes.handle(self, state, msg)
             elif kind == "ack":
                 win = self._windows.get(msg.ack.window_id)
                 if win is not None and pid in win.expected and not win.closing:
@@ -546,49 +573,27 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     if win.expected <= win.done:
                         self._lock.notify_all()
 
-    def _take(self, state: ProbeState, window_id: str, readings: list[Any]) -> _Window | None:
+    def _take(self, state: ProbeState, window_id: str, readings: list[Any]) -> Window | None:
         """Keep the readings a window asked this probe for (caller holds the lock)."""
         win = self._windows.get(window_id)
         if win is None or state.probe_id not in win.expected:
             self.readings_rejected += len(readings)
             return None
-        asked = win.nodes.get(state.probe_id, set())
         for r in readings:
-            if r.node not in asked or r.run_id != win.run_id:
-                self.readings_rejected += 1
-                log.warning(
-                    "probe %s sent a reading for node %r, not asked in window %s",
-                    state.probe_id,
-                    r.node,
-                    window_id,
-                )
-                continue
-            # Keyed by node: a close answered twice (on both sides of a reconnect) counts once.
-            win.readings[(state.probe_id, r.node)] = _reading(r, state.probe_id)
-            self.readings_received += 1
+            self.accept(win, state.probe_id, r)
         return win
 
-
-def _few(names: set[str], n: int = 20) -> str:
-    """Up to ``n`` names and how many more: an error about 10,000 probes stays readable."""
-    s = sorted(names)
-    return str(s[:n]) + (f" and {len(s) - n} more" if len(s) > n else "")
-
-
-def _put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
-    for state, cmd in items:
-        state.outbox.put_nowait(cmd)
-
-
-def _reading(r: Any, probe_id: str) -> ProbeReading:
-    return ProbeReading(
-        probe_id=probe_id,  # the authenticated session's, not what the message claims
-        node=r.node,
-        counters=dict(r.counters),
-        gauges=dict(r.gauges),
-        start_ns=r.start_unix_ns,
-        end_ns=r.end_unix_ns,
-        error=r.error,
-        samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples],
-        pod=r.pod,
-    )
+    def accept(self, win: Window, probe_id: str, r: Any) -> None:
+        """Keep one reading if the window asked ``probe_id`` for its node (lock held)."""
+        if r.node not in win.nodes.get(probe_id, ()) or r.run_id != win.run_id:
+            self.readings_rejected += 1
+            log.warning(
+                "probe %s sent a reading for node %r, not asked in window %s", probe_id, r.node, win.window_id
+            )
+            return
+        # Keyed by node: a close answered twice (on both sides of a reconnect) counts once.
+        if self.keep_raw:
+            win.raw[(probe_id, r.node)] = r
+        else:
+            win.readings[(probe_id, r.node)] = to_reading(r, probe_id)
+        self.readings_received += 1

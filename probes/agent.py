@@ -119,6 +119,10 @@ class ProbeAgent:
         if not programs:
             raise FleetError("a probe needs at least one program")
         self.controller = controller
+        # "a,b,c": upstreams in turn (relays first, the controller last): a session that fails
+        # goes to the next one, under the same probe id, and its open windows go along.
+        self.upstreams = [u.strip() for u in controller.split(",") if u.strip()] or [controller]
+        self._up = 0
         self.node_name = node_name
         self.program_names = list(dict.fromkeys(programs))
         self.heartbeat_s = heartbeat_s
@@ -180,13 +184,23 @@ class ProbeAgent:
                 if time.monotonic() - started > max(5.0, 3 * self.heartbeat_s):
                     failures = 0
                 failures += 1
-                if failures > self.retries:
+                n = len(self.upstreams)
+                if failures > self.retries * n:
                     raise FleetError(
                         f"controller {self.controller} unreachable: gave up after {self.retries} "
                         f"retries (last: {last})"
                     )
-                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
-                log.warning("probe: %s; retry %d/%d in %.1fs", last, failures, self.retries, delay)
+                self._up += 1  # the next upstream; back off only after a whole round failed
+                rounds = (failures - 1) // n
+                delay = min(self.max_backoff_s, self.backoff_s * 2**rounds) if failures % n == 0 else 0.0
+                log.warning(
+                    "probe: %s; retry %d/%d at %s in %.1fs",
+                    last,
+                    failures,
+                    self.retries * n,
+                    self.upstream,
+                    delay,
+                )
                 self._stop.wait(delay)
         finally:
             self._close_programs()
@@ -228,15 +242,20 @@ class ProbeAgent:
 
     # -- gRPC --------------------------------------------------------------------------------
 
+    @property
+    def upstream(self) -> str:
+        """The upstream this probe dials now (a relay, or the controller)."""
+        return self.upstreams[self._up % len(self.upstreams)]
+
     def _channel(self) -> grpc.Channel:
         if self.tls is None:
-            return grpc.insecure_channel(self.controller)
-        return grpc.secure_channel(self.controller, channel_credentials(self.tls), channel_options(self.tls))
+            return grpc.insecure_channel(self.upstream)
+        return grpc.secure_channel(self.upstream, channel_credentials(self.tls), channel_options(self.tls))
 
     def _rpc_failed(self, what: str, e: grpc.RpcError) -> Exception:
         code = e.code() if hasattr(e, "code") else None
         detail = e.details() if hasattr(e, "details") else str(e)
-        msg = f"{what} at {self.controller} failed: {code.name if code else '?'}: {detail}"
+        msg = f"{what} at {self.upstream} failed: {code.name if code else '?'}: {detail}"
         if code in FATAL_CODES:
             return FleetError(msg + " (check the token / that this is a swarmscope controller)")
         return _SessionLost(msg)
@@ -252,7 +271,7 @@ class ProbeAgent:
         # The controller proves itself first: an impostor gets nothing keyed by the token.
         if not auth.check(auth.controller_proof(self._token, nonce, hello.server_nonce), hello.proof):
             raise FleetError(
-                f"controller {self.controller} failed to prove it holds the token "
+                f"controller {self.upstream} failed to prove it holds the token "
                 "(wrong HMAC proof: an impostor, or this probe's token is not the controller's): "
                 "refusing its commands, sending it nothing more"
             )

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "swarmscope.commands.run",
     "swarmscope.commands.roles",
     "swarmscope.probes.cli",
+    "swarmscope.controller.relay_cli",
     "swarmscope.probes.top_ebpf",
     "swarmscope.commands.report",
     "swarmscope.controller.trace_push",
@@ -34,7 +35,7 @@ COMMAND_MODULES = [
 
 # Long-lived node processes: parsed with their own module only, so the controller's imports
 # (fleet, tracers, gevent, prometheus parser: ~10 MiB of RSS) never load into every node's probe.
-LEAN_COMMANDS = {"probe": "swarmscope.probes.cli"}
+LEAN_COMMANDS = {"probe": "swarmscope.probes.cli", "relay": "swarmscope.controller.relay_cli"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

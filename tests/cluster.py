@@ -271,15 +271,20 @@ class Cluster:
     nodes: list[str]
     procs: list[Proc] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # "none": the API server leaves the `kubernetes` Service's endpoints alone (its own would be
+    # 127.0.0.1, where no pod reaches it); a real node writes one it can reach (tests/realnode.py).
+    endpoint_reconciler: str = "lease"
 
     @classmethod
     @contextlib.contextmanager
-    def start(cls, tools: Tools, workdir: Path, nodes: int = 3) -> Iterator[Cluster]:
+    def start(
+        cls, tools: Tools, workdir: Path, nodes: int = 3, endpoint_reconciler: str = "lease"
+    ) -> Iterator[Cluster]:
         procs: list[Proc] = []
         t0 = time.monotonic()
         timings: dict[str, float] = {}
         try:
-            c = cls._start(tools, workdir, nodes, procs, timings)
+            c = cls._start(tools, workdir, nodes, procs, timings, endpoint_reconciler)
             timings["total"] = time.monotonic() - t0
             print("cluster: up: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()), flush=True)
             yield c
@@ -288,7 +293,13 @@ class Cluster:
 
     @classmethod
     def _start(
-        cls, tools: Tools, d: Path, n_nodes: int, procs: list[Proc], timings: dict[str, float]
+        cls,
+        tools: Tools,
+        d: Path,
+        n_nodes: int,
+        procs: list[Proc],
+        timings: dict[str, float],
+        endpoint_reconciler: str = "lease",
     ) -> Cluster:
         pki = d / "pki"
         t = time.monotonic()
@@ -340,6 +351,7 @@ class Cluster:
             allow_privileged="false", enable_priority_and_fairness="false", profiling="false",
             # a real node (tests/realnode.py) is reached by its IP: its name resolves nowhere
             kubelet_preferred_address_types="InternalIP,Hostname",
+            endpoint_reconciler_type=endpoint_reconciler,
         )])  # fmt: skip
         api = Api(server, pki)
         _wait("kube-apiserver /readyz", lambda: api.get("/readyz") == "ok", START_TIMEOUT, procs)
@@ -401,7 +413,7 @@ class Cluster:
 
         _wait(f"{n_nodes} fake nodes Ready", nodes_ready, NODES_TIMEOUT, procs)
         timings["nodes"] = time.monotonic() - t
-        return cls(tools, d, kubeconfig, api, names, procs, timings)
+        return cls(tools, d, kubeconfig, api, names, procs, timings, endpoint_reconciler)
 
     def helm(
         self, *args: str, check: bool = True, timeout: float = 300.0, home: Path | None = None

@@ -70,7 +70,7 @@ def check_kill_pod(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         wait("the fault's record", lambda: inj.records, 30)
         inj.cancel()
         (rec,) = inj.records
-        assert rec["detail"] == {"pod": victim, "namespace": ns}, rec
+        assert rec["detail"] == {"pod": victim, "namespace": ns, "grace_period_s": 0}, rec
         # Gone from the API server (grace period 0: no terminating phase to wait through) ...
         wait(f"{victim} deleted", lambda: victim not in {p["metadata"]["name"] for p in pods(api, ns)}, 30)
         # ... and replaced by the ReplicaSet with a new pod, Running on a kwok node.

@@ -252,6 +252,8 @@ class RealNode:
         api = urllib.parse.urlsplit(self.cluster.api.server)
         target = (api.hostname or "127.0.0.1", api.port or 443)
         self.api_port = self._stack.enter_context(forward(self.net.host_ip, target))
+        if self.cluster.endpoint_reconciler == "none":
+            self._point_kubernetes_service()
         self.timings["net+cgroups"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -283,6 +285,28 @@ class RealNode:
         ])  # fmt: skip
         _wait(f"node {self.name} Ready", self._ready, START_TIMEOUT, self.procs)
         self.timings["kubelet"] = time.monotonic() - t
+
+    def _point_kubernetes_service(self) -> None:
+        """The `kubernetes` Service's endpoint: the API server's forwarder on the node IP.
+
+        A real cluster's API server advertises an address its pods reach; this one listens on
+        127.0.0.1 only, so in-cluster clients (the kill-pod fault) go 10.0.0.1:443 -> kube-proxy
+        -> node IP:api_port -> the API server. Its certificate names 10.0.0.1 (tests/cluster.py).
+        The cluster runs with --endpoint-reconciler-type=none, which leaves these to us."""
+        port = {"name": "https", "port": self.api_port, "protocol": "TCP"}
+        self.cluster.api.post("/api/v1/namespaces/default/endpoints", {
+            "apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes",
+                         "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": self.net.host_ip}], "ports": [port]}],
+        })  # fmt: skip
+        self.cluster.api.post("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [self.net.host_ip], "conditions": {"ready": True}}],
+            "ports": [port],
+        })  # fmt: skip
 
     def _ready(self) -> bool:
         n = self.cluster.api.get(f"/api/v1/nodes/{self.name}")

@@ -415,8 +415,11 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
     assert ("ss-swarmscope-jaeger" in deps) == v.get("jaeger", {}).get("enabled", True)
     # Default-deny NetworkPolicies, as the API server stored them.
     pols = api.get(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies")["items"]
-    want = {"default-deny", "controller", "workers", "probes"} | (
-        {"jaeger"} if "ss-swarmscope-jaeger" in deps else set()
+    target = v.get("target", {}).get("enabled", False)
+    want = (
+        {"default-deny", "controller", "workers", "probes"}
+        | ({"jaeger"} if "ss-swarmscope-jaeger" in deps else set())
+        | ({"target"} if target else set())
     )
     assert {x["metadata"]["name"].removeprefix("ss-swarmscope-") for x in pols} == want
     assert not api.get(
@@ -438,6 +441,15 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
         ][0]
         mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
         assert mounts["fleet-tls"] == "/var/run/swarmscope-tls"
+    if target:
+        assert "ss-swarmscope-target" in deps
+        # The kill-pod fault strikes from the target worker: its service account may delete
+        # pods here (and only because the scenario's fault is kill-pod).
+        kill = v["scenario"]["config"].get("fault") == "kill-pod"
+        assert (
+            api.can(f"system:serviceaccount:{ns}:ss-swarmscope-workers", "delete", "pods", namespace=ns)
+            == kill
+        )
     for extra_ns in v.get("rbac", {}).get("faultNamespaces", []):
         user = f"system:serviceaccount:{ns}:ss-swarmscope-controller"
         assert api.can(user, "delete", "pods", namespace=extra_ns)

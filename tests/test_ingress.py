@@ -175,12 +175,12 @@ def test_fault_registry_and_kill_pod_with_fake_api() -> None:
         def delete_namespaced_pod(self, name: str, ns: str, grace_period_seconds: int) -> None:
             calls.append(("delete", name, ns, grace_period_seconds))
 
-    inj = make_fault("kill-pod", at_s=0.0, namespace="ing", api=Api())
+    inj = make_fault("kill-pod", at_s=0.0, namespace="ing", api=Api(), grace_period_s=30)
     inj.arm(time.time())
     time.sleep(0.3)
     inj.cancel()
     assert inj.records and inj.records[0]["detail"]["pod"] == "ingress-nginx-controller-abc"
-    assert ("delete", "ingress-nginx-controller-abc", "ing", 0) in calls
+    assert ("delete", "ingress-nginx-controller-abc", "ing", 30) in calls
     with pytest.raises(ConfigError, match="unknown fault"):
         make_fault("unplug-everything", at_s=1)
 

@@ -112,3 +112,27 @@ def test_network_baseline_takes_whole_seconds_only() -> None:
     assert KIND.schema.load(env={}, sets=["network_baseline_s=0"]).network_baseline_s == 0
     with pytest.raises(SetupError, match="whole number"):
         network_baseline("ss-none", "127.0.0.1", seconds=0.5)  # type: ignore[arg-type]
+
+
+@needs_root
+@pytest.mark.slow
+def test_locustfile_request_counts_against_a_host_it_did_not_start(tmp_path: pathlib.Path) -> None:
+    """locust -f with a host (the chart's case: the target runs elsewhere, so no worker has its
+    access log) and count steps: every step sends exactly its count, and no step waits for a
+    log count no worker can give. Before, the target worker announced itself as the log's
+    owner for any URL and the master waited END_WAIT_S (20 s) at the end of every step."""
+    from swarmscope.targets.ingress.local import LocalIngress
+    from swarmscope.workers.step_sync import END_WAIT_S
+
+    with LocalIngress() as target:  # started here: to the worker, a host like any other
+        before = target.access_log_count()
+        r = locust_f(tmp_path, "--ss-host", target.url, "--ss-steps", "1,2", "--ss-requests", "50,80",
+                     "--ss-step-duration", "60", "--ss-network-baseline-s", "0")  # fmt: skip
+        served = target.access_log_count() - before
+    assert [s["requests"] for s in r["steps"]] == [50, 80]
+    assert r["ingress"]["server_requests"] is None  # not the worker's log to count
+    assert served == 130 + r["ingress"]["preflight_requests"] == 131
+    # The window holds both steps: a few seconds (the shape ticks), where the two waits alone
+    # took 40 s.
+    it = r["points"][0]["iterations"][0]
+    assert (it["ended_ns"] - it["started_ns"]) / 1e9 < END_WAIT_S

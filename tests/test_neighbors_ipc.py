@@ -48,6 +48,19 @@ def hash_map(max_entries: int = 1 << 14) -> Iterator[_MapTarget]:
         os.close(fd)
 
 
+@pytest.fixture(scope="module")
+def agent_lib() -> str:
+    """native/agent_list.c built and cached (cc and libbpf-dev come with tools/setup.sh)."""
+    from swarmscope.kinds.neighbor_writes.fastpath import agent_lib
+
+    lib = agent_lib()
+    assert lib is not None
+    return lib
+
+
+NATIVE = pytest.mark.parametrize("native", [False, True], ids=["python", "compiled"])
+
+
 def state(keys: bytes, values: bytes) -> dict[bytes, bytes]:
     return {keys[i : i + 4]: values[i // 4 * 12 : i // 4 * 12 + 12] for i in range(0, len(keys), 4)}
 
@@ -107,9 +120,12 @@ def test_put_get_watch_and_token(tmp_path: Path) -> None:
             c.close()
 
 
-def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
+@NATIVE
+def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """2500 entries in 3 transactions listed with page 1000: exactly 3 update calls (full pages
-    across records), every entry in the map; then a watch applies puts and a delete in order."""
+    across records), every entry in the map; then a watch applies puts and a delete in order,
+    and a new agent's list of that log (deletes in it: the Python walk) gives the same map."""
+    lib = agent_lib if native else None
     tracer = MapUpdateTracer([os.getpid()])
     tracer.load()
     try:
@@ -117,7 +133,8 @@ def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
             c = IpcClient(cp.socket, TOKEN)
             k, v = R.make_entries(2500)
             write_ipc(c, k, v, batch=1000)
-            a = IpcAgent(cp.socket, TOKEN, t)
+            a = IpcAgent(cp.socket, TOKEN, t, native=lib)
+            assert (a.native is not None) == native
             tracer.events()
             assert a.list_and_program(page_size=1000) == (3, 2500)
             calls = [e for e in tracer.events() if e.processed]
@@ -139,6 +156,11 @@ def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path) -> None:
             a.cancel()
             th.join(5)
             a.close()
+            with hash_map() as t2:
+                b = IpcAgent(cp.socket, TOKEN, t2, native=lib)
+                assert b.list_and_program(page_size=1000) == (r2, 2510)
+                assert bpf.map_read_all(t2.fd) == want and t2.rev == r2
+                b.close()
             c.close()
     finally:
         tracer.close()
@@ -161,11 +183,12 @@ def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
             c.close()
 
 
-def test_agent_process_programs_the_map_by_id(tmp_path: Path) -> None:
+@NATIVE
+def test_agent_process_programs_the_map_by_id(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """The agent as its own process: lists into the map it opened by id, a watch-only list
     receives everything without one update call, and a watch reaches the writer's revision."""
     meta = bpf.map_create(2, "ss_test_meta", 4, 8, 4)
-    agent = AgentProcess()
+    agent = AgentProcess(native=agent_lib if native else None)
     tracer = MapUpdateTracer([agent.pid])
     tracer.load()
     try:

@@ -68,7 +68,10 @@ class IngressFlood(Kind[IngressConfig]):
         if target is None:
             return {}
         self._lb_pids[str(target["url"])] = list(target.get("lb_pids") or [])
-        return {"url": target["url"], "target_node": target["node"]}
+        out = {"url": target["url"]}
+        if target.get("local_target", True):  # the node whose access log ends each step
+            out["target_node"] = target["node"]
+        return out
 
     def programs(self, cfg: IngressConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         if cfg.proxy_processes:

@@ -115,6 +115,21 @@ INGRESS_FIELDS: list[Field] = [
         "fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0, max=86400
     ),
     Field(
+        "grace_period_s",
+        int,
+        30,
+        "kill-pod: the deletion's grace period in seconds (30 = kubectl delete pod's default)",
+        min=0,
+        max=3600,
+    ),
+    Field("fault_namespace", str, "ingress-nginx", "kill-pod: namespace of the pod to delete"),
+    Field(
+        "fault_selector",
+        str,
+        "app.kubernetes.io/component=controller",
+        "kill-pod: label selector of the pod to delete (the first live match)",
+    ),
+    Field(
         "restart_delay_s",
         float,
         2.0,
@@ -190,6 +205,9 @@ class IngressConfig(RunConfig):
     path: str
     fault: str
     fault_at: float
+    grace_period_s: int
+    fault_namespace: str
+    fault_selector: str
     restart_delay_s: float
     stall_s: float
     backends: list[int] | None

@@ -129,6 +129,9 @@ class IngressDriver:
             out["error"] = self.error
         if self.index == 0:
             out["url"] = self.base_url
+            # Whether this worker has a log to count at each step's end (workers.step_sync): a
+            # remote host has none, and the master would wait for a count that never comes.
+            out["local_target"] = self.target is not None
             out["lb_pids"] = self._lb_pids_settled()
             out["preflight_requests"] = self.preflight_requests
         return out
@@ -285,7 +288,15 @@ class IngressDriver:
         if keep and self._fault is None:
             from swarmscope.controller.faults import make_fault
 
-            self._fault = make_fault(cfg.fault, at_s=cfg.fault_at, target=self.target, stall_s=cfg.stall_s)
+            self._fault = make_fault(
+                cfg.fault,
+                at_s=cfg.fault_at,
+                target=self.target,
+                stall_s=cfg.stall_s,
+                grace_period_s=cfg.grace_period_s,
+                namespace=cfg.fault_namespace,
+                label_selector=cfg.fault_selector,
+            )
             self._fault.arm(t0)  # fault_at counts from the first step's start
         return self.active
 

@@ -72,6 +72,14 @@ NEIGHBOR_FIELDS: list[Field] = [
         choices=("ipc", "grpc"),
     ),
     Field(
+        "durability",
+        str,
+        "fsync",
+        "when a write is answered: fsync (durable against power loss) or os (in the OS: survives "
+        "a killed server, not a power cut); not the default comparison (docs/neighbors.md)",
+        choices=("fsync", "os"),
+    ),
+    Field(
         "repeats", int, 1, "windows per (N, mode); the section's summary takes their medians", min=1, max=1000
     ),
     Field(
@@ -111,6 +119,7 @@ class NeighborConfig(RunConfig):
     page_size: int
     verify_packets: int
     transport: str
+    durability: str
     repeats: int
     master_samples: int
     point_timeout_s: float
@@ -163,6 +172,7 @@ class NeighborWrites(Kind[NeighborConfig]):
             "verify_packets": cfg.verify_packets,
             "target": cfg.target,
             "transport": cfg.transport,
+            "durability": cfg.durability,
             "master_samples": cfg.master_samples,
             "timeout_s": cfg.point_timeout_s,
             "shares": shares(n, list(shared.get("nodes", {}))),

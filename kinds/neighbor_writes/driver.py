@@ -79,9 +79,10 @@ class NeighborDriver:
         self._agent_proc: Any = None
         if cfg.transport == "ipc" and cfg.target == "xdp":
             # The fast path's agent is its own process, as a node's agent is (agent_proc.py).
+            from swarmscope.kinds.neighbor_writes.fastpath import agent_lib
             from swarmscope.targets.neighbors.agent_proc import AgentProcess
 
-            self._agent_proc = AgentProcess()
+            self._agent_proc = AgentProcess(native=agent_lib())
             self.pid = self._agent_proc.pid
         self.current_window = ""
         self._stack = contextlib.ExitStack()
@@ -190,7 +191,8 @@ class NeighborDriver:
         db = str(work / f"neigh-{stamp}.db")
         keys, values = R.make_entries(count, start=start)
         ipc = p.get("transport", "ipc") == "ipc"
-        cp = start_server(db, socket_path=str(work / f"cp-{stamp}" / "s") if ipc else "")
+        sock = str(work / f"cp-{stamp}" / "s") if ipc else ""
+        cp = start_server(db, socket_path=sock, durability=str(p.get("durability", "fsync")))
         try:
             if ipc:
                 out.update(self._fast(cp, target, keys, values, start, count, p))

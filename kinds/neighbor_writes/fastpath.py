@@ -4,6 +4,7 @@
     out = watch_only(cp, agent, maps, keys, values, p)     # the list received, not programmed
     out = write_watch_program(cp, agent, maps, start, count, p, work)
     out.update(master_latencies(cp, keys, values, samples=20))
+    AgentProcess(native=agent_lib())                       # the list's walk compiled, if it builds
 
 ``agent`` is the worker's agent process (targets/neighbors/agent_proc.py: its pid is the
 probe's filter, it opens the worker's XDP map and its revision map by id, ``maps``) or, for
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import statistics
@@ -30,12 +32,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import swarmscope.targets.neighbors as neighbors_pkg
 from swarmscope.errors import LoadGenError
 from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.ipc import IpcClient
 from swarmscope.targets.neighbors.server import TOKEN_ENV, ControlPlane
 from swarmscope.workers.neighbor_writer import write_ipc
+
+log = logging.getLogger(__name__)
+# -z now: every symbol bound at load, so no first call pays the dynamic linker.
+AGENT_LIB_FLAGS = ("-O2", "-Wall", "-shared", "-fPIC", "-Wl,-z,now", "-Wl,--no-as-needed", "-lbpf")
+
+
+def agent_lib() -> str | None:
+    """targets/neighbors/native/agent_list.c built as a shared library, cached like the
+    exec-storm helpers (workers/native.py); None, logged, when it cannot be built (no ``cc`` or
+    no libbpf-dev): the agent then walks the log in Python, slower at small N."""
+    from swarmscope.workers.native import Target, build_cached
+
+    src = Path(neighbors_pkg.__file__).resolve().parent / "native" / "agent_list.c"
+    try:
+        d = build_cached("agent", [Target("libssagent.so", src, AGENT_LIB_FLAGS)])
+    except LoadGenError as e:
+        log.warning("neighbor agent: the compiled list is unavailable, using Python: %s", e)
+        return None
+    return str(d / "libssagent.so")
 
 
 def _preload(cp: ControlPlane, keys: bytes, values: bytes, batch: int) -> None:

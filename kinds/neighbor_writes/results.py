@@ -247,6 +247,7 @@ def reconcile(
         if cfg.target == "kernel"
         else "bpf sys_exit_bpf (probe map_update)",
         "transport": cfg.transport,
+        "durability": cfg.durability,
         "workers": len(window.nodes),
         "verified": not problems,
         "problems": problems,

@@ -44,6 +44,7 @@ def summarize(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (mode, n), ps in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         row: dict[str, Any] = {"mode": mode, "neighbors": n, "repeats": len(ps)}
+        row["durability"] = str(ps[0].get("durability") or "fsync")
         for key in MEDIANS:
             row[key] = _median([p.get(key) for p in ps])
         arion = ARION_US.get(mode, {}).get(n)

@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeInfo(_message.Message):
-    __slots__ = ("name", "cgroup_id", "cgroup_path")
+    __slots__ = ("name", "cgroup_id", "cgroup_path", "host")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CGROUP_ID_FIELD_NUMBER: _ClassVar[int]
     CGROUP_PATH_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     name: str
     cgroup_id: int
     cgroup_path: str
-    def __init__(self, name: _Optional[str] = ..., cgroup_id: _Optional[int] = ..., cgroup_path: _Optional[str] = ...) -> None: ...
+    host: str
+    def __init__(self, name: _Optional[str] = ..., cgroup_id: _Optional[int] = ..., cgroup_path: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
     __slots__ = ("probe_nonce", "probe_id")
@@ -33,7 +35,7 @@ class HelloReply(_message.Message):
     def __init__(self, server_nonce: _Optional[bytes] = ..., proof: _Optional[bytes] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("probe_id", "hostname", "node_name", "kernel_release", "programs", "nonce", "version", "server_nonce", "proof")
+    __slots__ = ("probe_id", "hostname", "node_name", "kernel_release", "programs", "nonce", "version", "server_nonce", "proof", "relay")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +45,7 @@ class RegisterRequest(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SERVER_NONCE_FIELD_NUMBER: _ClassVar[int]
     PROOF_FIELD_NUMBER: _ClassVar[int]
+    RELAY_FIELD_NUMBER: _ClassVar[int]
     probe_id: str
     hostname: str
     node_name: str
@@ -52,7 +55,8 @@ class RegisterRequest(_message.Message):
     version: str
     server_nonce: bytes
     proof: bytes
-    def __init__(self, probe_id: _Optional[str] = ..., hostname: _Optional[str] = ..., node_name: _Optional[str] = ..., kernel_release: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nonce: _Optional[bytes] = ..., version: _Optional[str] = ..., server_nonce: _Optional[bytes] = ..., proof: _Optional[bytes] = ...) -> None: ...
+    relay: bool
+    def __init__(self, probe_id: _Optional[str] = ..., hostname: _Optional[str] = ..., node_name: _Optional[str] = ..., kernel_release: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nonce: _Optional[bytes] = ..., version: _Optional[str] = ..., server_nonce: _Optional[bytes] = ..., proof: _Optional[bytes] = ..., relay: bool = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("session_id", "heartbeat_interval_s")
@@ -122,18 +126,20 @@ class Heartbeat(_message.Message):
     def __init__(self, unix_ns: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ...) -> None: ...
 
 class WindowAck(_message.Message):
-    __slots__ = ("run_id", "window_id", "ok", "error", "unix_ns")
+    __slots__ = ("run_id", "window_id", "ok", "error", "unix_ns", "probes")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     ok: bool
     error: str
     unix_ns: int
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., ok: bool = ..., error: _Optional[str] = ..., unix_ns: _Optional[int] = ...) -> None: ...
+    probes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., ok: bool = ..., error: _Optional[str] = ..., unix_ns: _Optional[int] = ..., probes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Sample(_message.Message):
     __slots__ = ("series", "start_ns", "end_ns", "value", "labels")
@@ -197,29 +203,51 @@ class Reading(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., pod: _Optional[str] = ...) -> None: ...
 
 class WindowDone(_message.Message):
-    __slots__ = ("run_id", "window_id", "readings", "batch", "trace")
+    __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     READINGS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     readings: int
     batch: _containers.RepeatedCompositeFieldContainer[Reading]
     trace: bytes
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ...) -> None: ...
+    missing: _containers.RepeatedScalarFieldContainer[str]
+    probes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ..., missing: _Optional[_Iterable[str]] = ..., probes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RosterEntry(_message.Message):
+    __slots__ = ("probe_id", "host")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    probe_id: str
+    host: str
+    def __init__(self, probe_id: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+
+class Roster(_message.Message):
+    __slots__ = ("added", "removed")
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    added: _containers.RepeatedCompositeFieldContainer[RosterEntry]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, added: _Optional[_Iterable[_Union[RosterEntry, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProbeMessage(_message.Message):
-    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done")
+    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done", "roster")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     READING_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    ROSTER_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     heartbeat: Heartbeat
     ack: WindowAck
     reading: Reading
     done: WindowDone
-    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ...) -> None: ...
+    roster: Roster
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ...) -> None: ...

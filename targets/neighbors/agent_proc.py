@@ -1,6 +1,6 @@
 """The fast-path agent as its own process, as a node's agent is: commands on stdin, JSON out.
 
-    a = AgentProcess()                       # started once per worker (its pid: the probe filter)
+    a = AgentProcess(native=LIB)             # started once per worker (its pid: the probe filter)
     a.call(op="list", socket=S, token=T, map_id=ID, page=65536)   # {"t0", "t_user", "programmed"}
     a.call(op="watch", socket=S, token=T, map_id=ID, page=65536)  # {"watching": rev}
     a.call(op="wait", revision=R, timeout=60)                     # {"t_user", "received": [...]}
@@ -75,8 +75,9 @@ def digest(keys: bytes, values: bytes) -> str:
 
 
 class _Serve:
-    def __init__(self, target: Any = None):
+    def __init__(self, target: Any = None, native: str | None = None):
         self.fixed = target  # LocalAgent: this target whatever the map id
+        self.native = native  # the compiled list (ipc_agent.py), when built
         self.maps: dict[int, _MapTarget] = {}
         self.scratch: int | None = None
         self.agent: Any = None
@@ -102,7 +103,7 @@ class _Serve:
         from swarmscope.targets.neighbors.ipc_agent import IpcAgent
 
         target = self._target(int(c.get("map_id") or 0), c.get("meta_id"))
-        return IpcAgent(c["socket"], c["token"], target)
+        return IpcAgent(c["socket"], c["token"], target, native=self.native)
 
     def handle(self, c: dict[str, Any]) -> dict[str, Any]:
         op = c["op"]
@@ -111,9 +112,21 @@ class _Serve:
             try:
                 # watch only programs nothing: it primes the reads, never an update
                 agent.prime(self._scratch() if op == "list" else None)
+                page = int(c.get("page", 65536))
+                if op == "list" and agent.native is not None:
+                    # compiled: the arguments are ready, the timed list is the one C call
+                    fn, args = agent.native.fn, agent.native_args(page)
+                    t0 = time.monotonic_ns()
+                    got = fn(*args)
+                    t1 = time.monotonic_ns()
+                    n = agent.native_done(got)
+                    if n is None:  # deletes in the range: the Python walk, in order (same t0)
+                        _, n = agent.list_and_program(page_size=page)
+                        t1 = time.monotonic_ns()
+                    return {"t0": t0, "t_user": t1, "programmed": n}
                 t0 = time.monotonic_ns()
                 if op == "list":
-                    _, n = agent.list_and_program(page_size=int(c.get("page", 65536)))
+                    _, n = agent.list_and_program(page_size=page)
                     t1 = time.monotonic_ns()
                     return {"t0": t0, "t_user": t1, "programmed": n}
                 _, keys, values = agent.list_only()
@@ -161,8 +174,9 @@ class _Serve:
         return {"error": f"unknown op {op!r}"}
 
 
-def main() -> int:
-    serve = _Serve()
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    serve = _Serve(native=args[args.index("--native") + 1] if "--native" in args else None)
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         try:
@@ -193,8 +207,10 @@ class LocalAgent:
 class AgentProcess:
     """The worker's handle on its agent process (started once; dies with the worker)."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: str | None = None) -> None:
         cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.agent_proc"]
+        if native:  # native/agent_list.c built as a shared library (ipc_agent.py)
+            cmd += ["--native", native]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,

@@ -17,6 +17,8 @@ Frames: ``u32 length, u8 op`` then the payload. The first frame of a connection 
 the control plane's token (constant-time compare), answered with the log's fd (SCM_RIGHTS,
 read-only) and the current ``(revision, tail)``; anything else closes the connection. Ops:
 ``P`` put-batch ``(u32 n, u32 nd, keys, values, deleted)`` -> ``(revision, server_ns)``;
+Puts already waiting on a connection (a pipelining writer) are committed together with the
+one read, in one group commit (store.py), each acknowledged with its own revision.
 ``G`` get ``(key)`` -> ``(found, mod_revision, value)``; ``W`` watch -> ``(revision, tail)``, after
 which the connection carries notes only. Limits: the gRPC side's (entries per message, write
 rate, watchers) plus ``MAX_CONNECTIONS``; a watcher whose socket buffer is full is closed (it
@@ -50,6 +52,7 @@ GOT = struct.Struct("<BQ")  # found, mod_revision (+ value)
 MAX_FRAME = 32 << 20
 MAX_CONNECTIONS = 80
 MAX_WATCHERS = 64
+MAX_GROUP = 64  # put frames from one connection taken into one group commit
 
 
 class _Conn:
@@ -79,6 +82,26 @@ class _Conn:
                     raise LoadGenError("connection ended mid-frame")
                 return None
             self.buf += chunk
+
+    def pending_put(self) -> bytes | None:
+        """The next frame's payload if it is a put already here (buffered, or readable now
+        without waiting), else None; it leaves any other frame in the buffer."""
+        while len(self.buf) < FRAME.size + 1 or not self._whole():
+            try:
+                chunk = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not chunk:
+                break
+            self.buf += chunk
+        if len(self.buf) < FRAME.size or not self._whole() or self.buf[4] != ord("P"):
+            return None
+        f = self.frame()
+        return None if f is None else f[1]
+
+    def _whole(self) -> bool:
+        n, _ = FRAME.unpack_from(self.buf)
+        return n <= MAX_FRAME and len(self.buf) >= FRAME.size + n
 
     def send(self, op: int, payload: bytes = b"") -> None:
         self.sock.sendall(FRAME.pack(len(payload), op) + payload)
@@ -161,7 +184,12 @@ class IpcServer:
             while (f := c.frame()) is not None:
                 op, body = f
                 if op == ord("P"):
-                    c.send(*self._put(body))
+                    # Puts already waiting on this connection go into the same group commit.
+                    bodies = [body]
+                    while len(bodies) < MAX_GROUP and (more := c.pending_put()) is not None:
+                        bodies.append(more)
+                    for reply in self._puts(bodies):
+                        c.send(*reply)
                 elif op == ord("G"):
                     c.send(*self._get(body))
                 elif op == ord("W"):
@@ -186,20 +214,34 @@ class IpcServer:
                 self.conns -= 1
             s.close()
 
-    def _put(self, body: bytes) -> tuple[int, bytes]:
+    def _check_put(self, body: bytes) -> tuple[bytes, bytes, bytes] | bytes:
+        """(keys, values, deleted) of a well-formed put, or the error to send back."""
         if len(body) < PUT.size:
-            return ord("e"), b"short put"
+            return b"short put"
         n, nd = PUT.unpack_from(body)
         if max(n, nd) > R.MAX_BATCH_ENTRIES:
-            return ord("e"), f"more than {R.MAX_BATCH_ENTRIES} entries in one message".encode()
+            return f"more than {R.MAX_BATCH_ENTRIES} entries in one message".encode()
         if len(body) != PUT.size + n * (R.KEY_SIZE + R.VALUE_SIZE) + nd * R.KEY_SIZE:
-            return ord("e"), b"malformed put"
+            return b"malformed put"
         if self.writes is not None and not self.writes.take():
-            return ord("e"), b"write rate over the server's cap"
+            return b"write rate over the server's cap"
         k = PUT.size + n * R.KEY_SIZE
         v = k + n * R.VALUE_SIZE
-        rev = self.store.commit(body[PUT.size : k], body[k:v], body[v:])
-        return ord("p"), ACK.pack(rev, self._commit_ns.pop(rev, None) or time.monotonic_ns())
+        return body[PUT.size : k], body[k:v], body[v:]
+
+    def _puts(self, bodies: list[bytes]) -> list[tuple[int, bytes]]:
+        """One reply per put, in order; the well-formed ones share one group commit."""
+        checked = [self._check_put(b) for b in bodies]
+        txs = [c for c in checked if isinstance(c, tuple)]
+        revs = iter(self.store.commit_many(txs) if txs else [])
+        out = []
+        for c in checked:
+            if isinstance(c, bytes):
+                out.append((ord("e"), c))
+                continue
+            rev = next(revs)
+            out.append((ord("p"), ACK.pack(rev, self._commit_ns.pop(rev, None) or time.monotonic_ns())))
+        return out
 
     def _get(self, body: bytes) -> tuple[int, bytes]:
         if len(body) != R.KEY_SIZE:

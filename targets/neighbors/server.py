@@ -41,7 +41,7 @@ from swarmscope.errors import LoadGenError, SwarmscopeError
 from swarmscope.grpcauth import Guard, RateLimit, token_channel
 from swarmscope.sys import owners
 from swarmscope.targets.neighbors import records as R
-from swarmscope.targets.neighbors.store import Compacted, Store
+from swarmscope.targets.neighbors.store import DURABILITY, Compacted, Store
 from swarmscope.v1 import neighbors_pb2 as pb
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
 
@@ -194,10 +194,11 @@ def serve(
     workers: int = MAX_WATCHERS + 16,  # every watcher holds a thread: the others still get some
     calls_per_s: float | None = CALLS_PER_S,
     writes_per_s: float | None = WRITES_PER_S,
+    durability: str = "fsync",
 ) -> tuple[grpc.Server, Store, int]:
     if not token:
         raise SwarmscopeError("the neighbor control plane needs a token (it serves no anonymous calls)")
-    store = Store(db)
+    store = Store(db, durability=durability)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
         options=GRPC_OPTIONS,
@@ -210,7 +211,9 @@ def serve(
     return server, store, port
 
 
-def start_server(db: str, token: str | None = None, socket_path: str = "") -> ControlPlane:
+def start_server(
+    db: str, token: str | None = None, socket_path: str = "", durability: str = "fsync"
+) -> ControlPlane:
     """This server as a subprocess on a fresh port with a fresh token (or ``token``), once it
     listens (and on ``socket_path`` too, the fast path, when given). The token goes through
     the environment, never the command line."""
@@ -218,6 +221,8 @@ def start_server(db: str, token: str | None = None, socket_path: str = "") -> Co
     cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", db]
     if socket_path:
         cmd += ["--socket", socket_path]
+    if durability != "fsync":
+        cmd += ["--durability", durability]
     p = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -247,10 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", default="127.0.0.1:0")
     ap.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
     ap.add_argument("--socket", default="", help="also serve the Unix-socket fast path here (ipc.py)")
+    ap.add_argument(
+        "--durability",
+        choices=sorted(DURABILITY),
+        default="fsync",
+        help="fsync: a write is answered once fsync'd (survives power loss); os: once in the OS",
+    )
     ns = ap.parse_args(argv)
     try:
         token = auth.load_token(ns.token_file, env=TOKEN_ENV)
-        server, store, port = serve(ns.db, ns.listen, token)
+        server, store, port = serve(ns.db, ns.listen, token, durability=ns.durability)
     except SwarmscopeError as e:
         print(f"neighbor control plane: {e}", file=sys.stderr)
         return 2

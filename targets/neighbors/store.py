@@ -2,12 +2,18 @@
 
     st = Store("/tmp/neigh.db")
     rev = st.commit(keys, values)            # durable when it returns (fsync'd WAL commit)
+    revs = st.commit_many([(k1, v1, b""), (k2, v2, b"")])   # one fsync, two revisions
     rev, keys, values = st.snapshot(revision=rev - 10)   # the state at a recent revision
     w, upto = st.watch(start_revision=rev)   # Watcher: history after rev, then live batches
 
 Each put-batch is one row (the packed key/value byte strings as blobs), so writing 10k
 entries is one INSERT and one fsync, not 10k. Revisions are per transaction and strictly
 increasing (``rev INTEGER PRIMARY KEY``).
+
+Group commit: writers that arrive while a commit is being fsync'd are written together by
+the next one, in one SQLite transaction and one fsync, each with its own revision; none is
+answered before the fsync that covers its write (:meth:`Store.commit_many`).
+``durability="os"`` (not the default) answers once the commit is in the OS (:data:`DURABILITY`).
 
 Compaction (like etcd's): once ``2 * keep`` transactions are in the log, the state as of
 ``revision - keep`` becomes the ``base`` row and the log rows up to it are deleted, so opening
@@ -34,10 +40,25 @@ from swarmscope.targets.neighbors import records as R
 
 Batch = tuple[int, bytes, bytes, bytes]  # (revision, keys, values, deleted keys)
 BATCH_OVERHEAD = 64  # bytes a queued batch costs beyond its blobs (an empty one is not free)
+# What "durable" means when a commit returns. fsync (the default): the WAL is fsync'd before
+# the writer is answered, so an acknowledged write survives power loss. os: SQLite's NORMAL in
+# WAL mode, the commit is in the OS's page cache when answered (it survives a killed server,
+# not a machine that loses power); fsyncs happen at checkpoints only.
+DURABILITY = {"fsync": "FULL", "os": "NORMAL"}
 
 
 class Compacted(ValueError):
     """The revision asked for is older than the compacted base."""
+
+
+@dataclass
+class _Pending:
+    """One writer's transactions waiting for the group commit that covers them."""
+
+    txs: list[tuple[bytes, bytes, bytes]]
+    revs: list[int] = field(default_factory=list)
+    done: bool = False
+    error: BaseException | None = None
 
 
 @dataclass
@@ -53,16 +74,17 @@ class Watcher:
 
 class Store:
     def __init__(
-        self, path: str, synchronous: str = "FULL", keep: int = 1000, watch_queue_bytes: int = 64 << 20
+        self, path: str, durability: str = "fsync", keep: int = 1000, watch_queue_bytes: int = 64 << 20
     ):
         self.path = path
         self.keep = max(1, keep)
         self.watch_queue_bytes = watch_queue_bytes
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
-        # FULL: the WAL is fsync'd at every commit, so an acknowledged batch survives power loss,
-        # not only a killed process (NORMAL would be enough for SIGKILL).
-        self.db.execute(f"PRAGMA synchronous={synchronous}")
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {sorted(DURABILITY)}, not {durability!r}")
+        self.durability = durability
+        self.db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS log (rev INTEGER PRIMARY KEY, keys BLOB, vals BLOB, dels BLOB)"
         )
@@ -71,7 +93,12 @@ class Store:
             " keys BLOB, vals BLOB, revs BLOB)"
         )
         self._warm_wal()
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the state, watchers and compaction
+        self._group = threading.Condition()  # group commit: the queue and who leads
+        self._queue: list[_Pending] = []
+        self._leading = False
+        self._closed = False
+        self.groups = 0  # group commits (SQLite transactions, so fsyncs) written so far
         self.watchers: list[Watcher] = []
         self._readers = 0  # history / old-snapshot reads in progress: no compaction meanwhile
         self.compactions = 0
@@ -125,29 +152,83 @@ class Store:
 
     def commit(self, keys: bytes = b"", values: bytes = b"", deleted: bytes = b"") -> int:
         """Write one transaction durably, apply it, fan it out; return its revision."""
-        R.check(keys, values)
-        if len(deleted) % R.KEY_SIZE:
-            raise ValueError("malformed deleted keys")
-        cost = len(keys) + len(values) + len(deleted) + BATCH_OVERHEAD
+        return self.commit_many([(keys, values, deleted)])[0]
+
+    def commit_many(self, txs: list[tuple[bytes, bytes, bytes]]) -> list[int]:
+        """Commit transactions (keys, values, deleted), each its own revision, in order; they
+        return once the fsync that covers them is done. Group commit: the first writer to find
+        no commit in progress leads; it takes every transaction queued so far (its own and
+        those of writers that arrived while the previous fsync ran) and writes them in one
+        SQLite transaction, one fsync, then wakes each writer with its revisions. A writer
+        alone pays one fsync as before; writers that arrive together share one."""
+        for keys, values, deleted in txs:
+            R.check(keys, values)
+            if len(deleted) % R.KEY_SIZE:
+                raise ValueError("malformed deleted keys")
+        req = _Pending(txs)
+        with self._group:
+            if self._closed:
+                raise sqlite3.ProgrammingError("the neighbor store is closed")
+            self._queue.append(req)
+            while self._leading and not req.done:
+                self._group.wait()
+            if not req.done:  # nobody is committing: lead, with everything queued meanwhile
+                self._leading = True
+                group, self._queue = self._queue, []
+        if not req.done:
+            try:
+                self._commit_group(group)
+            finally:
+                with self._group:
+                    self._leading = False
+                    self._group.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.revs
+
+    def _commit_group(self, group: list[_Pending]) -> None:
+        """The leader's part: one SQLite transaction (one fsync) for every queued transaction,
+        then, under the lock, apply and publish them in revision order."""
+        rev = self.revision  # only the leader changes it, so reading it here is safe
+        rows = []
+        for req in group:
+            for keys, values, deleted in req.txs:
+                rev += 1
+                req.revs.append(rev)
+                rows.append((rev, keys, values, deleted))
+        try:
+            with self._tx():
+                self.db.executemany("INSERT INTO log VALUES (?, ?, ?, ?)", rows)
+        except BaseException as e:
+            for req in group:
+                req.error, req.revs = e, []
+            raise
+        finally:
+            for req in group:
+                req.done = True
+        self.groups += 1
         with self.lock:
-            rev = self.revision + 1
-            self.db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (rev, keys, values, deleted))
-            self.revision = rev
-            self._apply(self.values, self.revs, rev, keys, values, deleted)
-            for w in list(self.watchers):
-                if w.pending + cost > self.watch_queue_bytes:
-                    # Too far behind: drop it rather than hold its backlog in memory.
-                    w.overflowed = w.closed = True
-                    self.watchers.remove(w)
-                    w.q.put(None)
-                    continue
-                w.pending += cost
-                w.q.put((rev, keys, values, deleted))
-            if self.on_commit is not None:
-                self.on_commit(rev, keys, values, deleted)
+            for row in rows:
+                self._publish(*row)
             if rev - self.compacted >= 2 * self.keep and self._readers == 0:
                 self._compact(rev - self.keep)
-        return rev
+
+    def _publish(self, rev: int, keys: bytes, values: bytes, deleted: bytes) -> None:
+        """One durable transaction: apply it, fan it out (under the lock)."""
+        cost = len(keys) + len(values) + len(deleted) + BATCH_OVERHEAD
+        self.revision = rev
+        self._apply(self.values, self.revs, rev, keys, values, deleted)
+        for w in list(self.watchers):
+            if w.pending + cost > self.watch_queue_bytes:
+                # Too far behind: drop it rather than hold its backlog in memory.
+                w.overflowed = w.closed = True
+                self.watchers.remove(w)
+                w.q.put(None)
+                continue
+            w.pending += cost
+            w.q.put((rev, keys, values, deleted))
+        if self.on_commit is not None:
+            self.on_commit(rev, keys, values, deleted)
 
     def _compact(self, upto: int) -> None:
         """Make the state at ``upto`` the base and drop the log rows up to it (under the lock)."""
@@ -256,6 +337,14 @@ class Store:
             w.q.put(None)
 
     def close(self) -> None:
+        with self._group:  # a commit in progress finishes; writers still queued are refused
+            while self._leading:
+                self._group.wait()
+            self._closed = True
+            for req in self._queue:
+                req.error, req.done = sqlite3.ProgrammingError("the neighbor store is closed"), True
+            self._queue = []
+            self._group.notify_all()
         with self.lock:
             for w in self.watchers:
                 w.q.put(None)

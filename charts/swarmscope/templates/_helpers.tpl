@@ -76,6 +76,26 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- printf "%s-controller.%s.svc" (include "swarmscope.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
+{{/* In-cluster DNS name of the relays' Service. */}}
+{{- define "swarmscope.relaysHost" -}}
+{{- printf "%s-relays.%s.svc" (include "swarmscope.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* What probes dial, in turn: the relays (when on), then the controller's fleet port. */}}
+{{- define "swarmscope.probeUpstreams" -}}
+{{- $ctl := printf "%s:%v" (include "swarmscope.controllerHost" .) .Values.controller.ports.grpc -}}
+{{- if .Values.relays.enabled -}}
+{{- printf "%s:%v,%s" (include "swarmscope.relaysHost" .) .Values.relays.port $ctl -}}
+{{- else -}}
+{{- $ctl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The relays' mTLS Secret (server towards probes, client towards the controller). */}}
+{{- define "swarmscope.relaysTlsSecret" -}}
+{{- default (printf "%s-tls-relays" (include "swarmscope.fullname" .)) .Values.relays.tlsSecret -}}
+{{- end -}}
+
 {{/* OTLP endpoint the controller exports to (bundled Jaeger or otel.endpoint). */}}
 {{- define "swarmscope.otelEndpoint" -}}
 {{- if .Values.jaeger.enabled -}}
@@ -229,4 +249,10 @@ podSelector:
     secretName: {{ include "swarmscope.tlsSecret" . }}
     defaultMode: {{ ternary "0440" "0400" (eq .role "controller") }}
 {{- end }}
+{{- end -}}
+
+{{/* "true" when the workers run the kill-pod fault (the ingress flood's target worker deletes
+     the pod): they then get the fault Role and a mounted token; "" otherwise. */}}
+{{- define "swarmscope.workersKillPods" -}}
+{{- if and .Values.rbac.create (eq (toString .Values.scenario.config.fault) "kill-pod") -}}true{{- end -}}
 {{- end -}}

@@ -1,0 +1,100 @@
+"""The fleet's records: one registered probe (or relay), one open window, and their helpers.
+
+    state = ProbeState(probe_id="p1", session_id=sid, hostname="n1", node_name="n1", ...)
+    state.host          # the node it measures: what workers' nodes are matched against
+
+Split out of controller/fleet.py so the fleet and the relay routing (controller/relay_routes.py)
+share them. Caveat: ``outbox`` is an asyncio.Queue only the fleet's event loop may touch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmscope.controller.model import ProbeReading, ReadingSample
+from swarmscope.v1 import probe_pb2 as pb
+
+
+@dataclass
+class ProbeState:
+    """What the controller knows of one registered probe (its current session)."""
+
+    probe_id: str
+    session_id: str
+    hostname: str
+    node_name: str
+    kernel_release: str
+    programs: list[str]
+    version: str
+    registered_ns: int
+    last_seen: float = 0.0  # time.monotonic() of the last message
+    connected: bool = False
+    disconnected_at: float = 0.0  # time.monotonic() when its stream ended (0: never connected)
+    reconnects: int = 0  # registrations after the first one
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    relay: bool = False  # a relay's own session: it measures nothing, its Roster routes hosts
+    via: str = ""  # a probe behind a relay: that relay's probe id (its commands go down there)
+    # Commands down the stream; None ends it. Only the fleet's event loop touches it (Fleet._send).
+    outbox: asyncio.Queue[pb.Command | None] = field(default_factory=asyncio.Queue)
+
+    @property
+    def host(self) -> str:
+        """The node this probe measures: the key workers' nodes are matched against."""
+        return self.node_name or self.hostname
+
+
+@dataclass
+class Window:
+    run_id: str
+    window_id: str
+    nodes: dict[str, set[str]]  # probe id -> names of the nodes it was asked to read
+    opens: dict[str, pb.Command]  # probe id -> its OpenWindow (sent again after a reconnect)
+    expected: set[str]  # probe ids whose reading the window waits for
+    acks: dict[str, pb.WindowAck] = field(default_factory=dict)
+    readings: dict[tuple[str, str], ProbeReading] = field(default_factory=dict)  # (probe, node)
+    done: set[str] = field(default_factory=set)
+    closing: bool = False
+    close: pb.Command | None = None
+    reconnects: dict[str, int] = field(default_factory=dict)  # probe id -> reconnects while open
+    # Raw readings as they came (probe id -> its pb.Readings), kept only when the fleet is a
+    # relay's downstream: it forwards them upstream as they are, with no conversion.
+    raw: dict[tuple[str, str], Any] = field(default_factory=dict)
+    lost: dict[str, str] = field(default_factory=dict)  # probe id -> name, reported lost by a relay
+    template: pb.OpenWindow | None = None  # the window's OpenWindow without nodes
+    node_info: dict[str, list[pb.NodeInfo]] = field(default_factory=dict)  # probe id -> its nodes
+
+
+def few(names: set[str], n: int = 20) -> str:
+    """Up to ``n`` names and how many more: an error about 10,000 probes stays readable."""
+    s = sorted(names)
+    return str(s[:n]) + (f" and {len(s) - n} more" if len(s) > n else "")
+
+
+def put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+    for state, cmd in items:
+        state.outbox.put_nowait(cmd)
+
+
+def to_reading(r: Any, probe_id: str) -> ProbeReading:
+    return ProbeReading(
+        probe_id=probe_id,  # the authenticated session's, not what the message claims
+        node=r.node,
+        counters=dict(r.counters.items()),
+        gauges=dict(r.gauges.items()) if r.gauges else {},
+        start_ns=r.start_unix_ns,
+        end_ns=r.end_unix_ns,
+        error=r.error,
+        samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples]
+        if r.samples
+        else [],
+        pod=getattr(r, "pod", ""),  # namespace/pod/container (probes/pods.py); "" off Kubernetes
+    )
+
+
+def poll_s(pending: int) -> float:
+    """How often a wait looks at gone probes: each look walks the pending ones, so with many
+    (100,000 behind relays) look once a second; the last answer wakes the waiter at once."""
+    return 0.25 if pending < 1000 else 1.0

@@ -1,0 +1,198 @@
+"""The controller's side of relays: hosts routed through a relay, and its batched messages.
+
+    items = route(fleet_probes, [(state, cmd), ...])   # commands for relayed probes -> their relay
+    handle(fleet, relay_state, msg)                     # a relay's Roster, WindowAck or WindowDone
+
+A relay (``swarmscope relay``, controller/relay.py) registers like a probe with
+``RegisterRequest.relay`` set and announces the probes behind it with ``Roster`` messages. Each
+one becomes a ``ProbeState`` with ``via`` = the relay's probe id, so the fleet's per-probe window
+bookkeeping (expected, acks, done, reconnects, missing) holds unchanged; only the wire differs:
+one OpenWindow per relay per window carrying every node of its hosts (``NodeInfo.host`` says
+whose), one CloseWindow per relay, one WindowAck per outcome naming its probes, one WindowDone
+with every reading, the probes done and the probes the relay lost (``missing``).
+
+A probe that moves (its relay died; it re-registered, same id, at another relay or at the
+controller) takes its open windows along: the new relay is sent that probe's OpenWindow (the
+probe acknowledges an open it already has without a new snapshot) and, if the window is closing,
+the close. Caveat: everything here runs on the fleet's event loop with the fleet's lock held.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from swarmscope.controller.fleet_state import ProbeState, Window
+from swarmscope.v1 import probe_pb2 as pb
+
+if TYPE_CHECKING:
+    from swarmscope.controller.fleet import Fleet
+
+log = logging.getLogger(__name__)
+
+
+def route(
+    probes: dict[str, ProbeState], items: list[tuple[ProbeState, pb.Command | None]]
+) -> list[tuple[ProbeState, pb.Command | None]]:
+    """Direct probes' commands as they are; relayed probes' merged into one per relay and window.
+
+    Shutdown and end-of-stream are not routed: a relay gets its own and passes shutdown on."""
+    out: list[tuple[ProbeState, pb.Command | None]] = []
+    merged: dict[tuple[str, str, str], pb.Command] = {}
+    for state, cmd in items:
+        if not state.via:
+            out.append((state, cmd))
+            continue
+        relay = probes.get(state.via)
+        kind = cmd.WhichOneof("kind") if cmd is not None else None
+        if relay is None or cmd is None or kind not in ("open", "close"):
+            continue
+        body = cmd.open if kind == "open" else cmd.close
+        key = (relay.probe_id, kind, body.window_id)
+        if kind == "close":
+            if key not in merged:
+                merged[key] = cmd
+                out.append((relay, cmd))
+            continue
+        batch = merged.get(key)
+        if batch is None:
+            batch = merged[key] = pb.Command(seq=cmd.seq)
+            batch.open.CopyFrom(cmd.open)
+            del batch.open.nodes[:]
+            out.append((relay, batch))
+        for n in cmd.open.nodes:
+            batch.open.nodes.add(
+                name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=state.host
+            )
+    return out
+
+
+def batch_open(
+    fleet: Fleet,
+    batches: dict[str, pb.Command],
+    items: list[tuple[ProbeState, pb.Command | None]],
+    win: Window,
+    state: ProbeState,
+    host: str,
+) -> None:
+    """Add a relayed probe's nodes to its relay's one OpenWindow of this window (lock held):
+    no command per probe is built (``Fleet.open_cmd`` builds one only for a probe that moves)."""
+    batch = batches.get(state.via)
+    if batch is None:
+        batch = batches[state.via] = pb.Command(seq=fleet._next_seq(), open=win.template)
+        relay = fleet._probes[state.via]
+        items.append((relay, batch))
+        if win.closing:
+            items.append((relay, win.close))
+    add = batch.open.nodes.add
+    for n in win.node_info[state.probe_id]:
+        add(name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=host)
+
+
+def not_gone(fleet: Fleet, pids: Iterable[str]) -> set[str]:
+    """The probes among ``pids`` that may still answer (lock held). A relayed probe is gone when
+    its relay is: asked once per relay, not once per probe (a wait looks at 100,000 of them)."""
+    relays: dict[str, bool] = {}
+    out = set()
+    for pid in pids:
+        p = fleet._probes.get(pid)
+        if p is not None and p.via and p.connected:
+            gone = relays.get(p.via)
+            if gone is None:
+                gone = relays[p.via] = fleet._gone(p.via)
+        else:
+            gone = fleet._gone(pid)
+        if not gone:
+            out.add(pid)
+    return out
+
+
+def handle(fleet: Fleet, relay: ProbeState, msg: pb.ProbeMessage) -> None:
+    kind = msg.WhichOneof("kind")
+    if kind == "roster":
+        _roster(fleet, relay, msg.roster)
+    elif kind == "ack":
+        _ack(fleet, relay, msg.ack)
+    elif kind == "done":
+        _done(fleet, relay, msg.done)
+
+
+def _routed(fleet: Fleet, relay: ProbeState, pids: Any) -> list[str]:
+    """The probe ids this relay may speak for: those its roster routes through it now."""
+    probes = fleet._probes
+    return [pid for pid in pids if (p := probes.get(pid)) is not None and p.via == relay.probe_id]
+
+
+def _roster(fleet: Fleet, relay: ProbeState, roster: pb.Roster) -> None:
+    now = time.monotonic()
+    items: list[tuple[ProbeState, pb.Command | None]] = []
+    for e in roster.added:
+        old = fleet._probes.get(e.probe_id)
+        state = ProbeState(
+            probe_id=e.probe_id,
+            session_id="",
+            hostname=e.host,
+            node_name=e.host,
+            kernel_release="",
+            programs=[],
+            version="",
+            registered_ns=time.time_ns(),
+            last_seen=now,
+            connected=True,
+            via=relay.probe_id,
+        )
+        # Back at the same relay: its own fleet resends what the probe missed. Elsewhere before
+        # (another relay, or the controller directly): it moved, and its windows move with it.
+        moved = old is not None and old.via != relay.probe_id
+        if old is not None:
+            state.reconnects = old.reconnects + (1 if moved or not old.connected else 0)
+            if not old.via and not old.relay:
+                old.outbox.put_nowait(None)  # a direct session it replaced
+        fleet._probes[e.probe_id] = state
+        if moved:
+            log.info("probe %s@%s moved to relay %s", e.probe_id, e.host, relay.probe_id)
+            for win in fleet._windows.values():
+                if e.probe_id in win.expected and e.probe_id not in win.done:
+                    win.reconnects[e.probe_id] = win.reconnects.get(e.probe_id, 0) + 1
+                    items.append((state, fleet.open_cmd(win, e.probe_id)))
+                    if win.closing:
+                        items.append((state, win.close))
+    for pid in _routed(fleet, relay, roster.removed):
+        p = fleet._probes[pid]
+        if p.connected:
+            p.connected, p.disconnected_at = False, now
+    fleet._send(items)
+    fleet._lock.notify_all()
+
+
+def _ack(fleet: Fleet, relay: ProbeState, ack: pb.WindowAck) -> None:
+    win = fleet._windows.get(ack.window_id)
+    if win is None or win.closing:
+        return
+    for pid in _routed(fleet, relay, ack.probes):
+        if pid in win.expected:
+            win.acks[pid] = ack
+    fleet._lock.notify_all()  # one ack per relay and outcome: waking the waiter is cheap
+
+
+def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
+    win = fleet._windows.get(done.window_id)
+    if win is None:
+        fleet.readings_rejected += len(done.batch)
+        return
+    ok = {pid for pid in _routed(fleet, relay, done.probes) if pid in win.expected}
+    for r in done.batch:
+        if r.probe_id in ok:
+            fleet.accept(win, r.probe_id, r)
+        else:
+            fleet.readings_rejected += 1
+    win.done |= ok
+    if done.trace:  # the relay's probes' OTLP requests, concatenated (protobuf merges them)
+        fleet._spans.setdefault(win.window_id, []).append(done.trace)
+    for name in done.missing:
+        pid = name.rsplit("@", 1)[0]
+        if pid in win.expected and pid not in win.done and _routed(fleet, relay, [pid]):
+            win.lost[pid] = name
+    fleet._lock.notify_all()  # one WindowDone per relay: waking the waiter is cheap

@@ -1,0 +1,308 @@
+"""The ingress flood and its kill-pod fault through the chart's controller, on a real node.
+
+    .venv/bin/python -m pytest tests/test_realnode_chart_ingress.py -v -s   # -s: timings, figures
+
+One `helm install` with the chart's own target (target.enabled: an nginx LB and its backends in
+one pod, tests/../charts/swarmscope/templates/target.yaml) and the ingress_flood scenario, then
+two `helm upgrade`s that each make the controller run one headless scenario:
+
+1. The flood, in request-count steps: the worker pod's requests equal the LB's access-log lines
+   exactly (the preflight included), as the one-machine ingress tests check.
+2. kill-pod with the chart's seed settings (target.hostPort, target.backendsHoldSigterm) and a
+   30 s grace period: the worker deletes the LB's pod through the real API server from inside
+   the cluster (its service account, the `kubernetes` Service -> kube-proxy -> the API server;
+   tests/realnode.py points that Service at the node IP). The seed (Kubernetes ingress
+   benchmark write-up, "Killing the loadbalancer"): the pod stays Terminating ~30 s, its
+   replacement Pending as long, "~30 seconds of downtime". Checked: the first success after
+   the outage comes no earlier than the grace period after the fault (the old pod holds the
+   node's port until the kubelet kills it at the end of its grace period, so the replacement
+   cannot be scheduled before), and the outage ends within BOUND_S of the grace period (what is
+   left is scheduling, two container starts, one readiness check and a kube-proxy sync: under
+   15 s measured here; BOUND_S leaves room for a loaded machine).
+
+The API server's view of the victim (deletion, gone) and of its replacement (Pending, Running)
+is polled during the run and printed next to the seed's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster, build_tools
+from imagebuild import build_swarmscope_image
+from realnode import RealNode, build_node_tools, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = str(ROOT / "charts" / "swarmscope")
+NS = "ssrk"
+RELEASE = "rk"
+IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"
+JAEGER_REPO = "docker.io/jaegertracing/jaeger"
+TIMEOUT = 300.0
+GRACE_S = 30  # kubectl delete pod's default, and the seed's
+BOUND_S = 45.0  # outage beyond the grace period: see the module docstring
+HOST_PORT = 18080
+SEED = "seed: Terminating ~30 s, replacement Pending ~30 s, ~30 s of downtime"
+HEADLESS = ["--", "--headless", "--expect-workers", "1"]  # the scenario's steps set the run's length
+COUNTS = [150, 250]  # requests per step (boom's -n): exact, whatever the machine's speed
+
+# Keys of the chart's default scenario (an exec storm) that an ingress flood does not take: null
+# removes them from the merged values.
+NOT_INGRESS = {"iterations": None, "burst_s": None, "concurrency": None}
+# The kill-pod runs: one step of 4 users for 75 s, the fault 5 s in (room for the outage and
+# the recovery after it).
+KILL = [
+    "--set", "scenario.config.fault=kill-pod", "--set", "scenario.config.fault_at=5",
+    "--set", f"scenario.config.grace_period_s={GRACE_S}",
+    "--set", "scenario.config.step_duration=75", "--set", "scenario.config.steps={4}",
+    "--set", "scenario.config.requests=null",
+]  # fmt: skip
+
+
+def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
+    tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
+    with (
+        Cluster.start(tools, tmp_path / "c", nodes=0, endpoint_reconciler="none") as c,
+        RealNode.start(c, node_tools) as node,
+    ):
+        t = time.monotonic()
+        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
+        assert node.import_image(node_tools.jaeger_tar, JAEGER_REPO) == f"{JAEGER_REPO}:2.13.0"
+        print(f"images imported in {time.monotonic() - t:.1f} s", flush=True)
+
+        # Installed idle (no --headless: the controller waits for the web UI), so the target is
+        # Ready before any worker sends its preflight.
+        t = time.monotonic()
+        # Every upgrade passes the whole values file, not --reuse-values: with it Helm brings the
+        # chart's exec-storm defaults that the file sets to null back (an ingress flood refuses
+        # them as unknown keys).
+        seed = {"enabled": True, "hostPort": HOST_PORT, "backendsHoldSigterm": True,
+                "terminationGracePeriodSeconds": GRACE_S}  # fmt: skip
+        values = _values(tmp_path / "values.json", seed)
+        c.helm("install", RELEASE, CHART, "-n", NS, "--create-namespace", "-f", str(values))
+        try:
+            _runs(c, node, tmp_path, values, seed, t)
+        finally:
+            # Uninstalled first: the node's teardown would otherwise wait out the pods the
+            # Deployments keep recreating.
+            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+
+
+def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[str, Any], t: float) -> None:
+    """The three headless runs on the installed release (see the module docstring)."""
+    wait_for("every pod Running and ready", lambda: _all_ready(c, 5), TIMEOUT)
+    print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+    (target,) = _pods(c, "target")
+    assert target["spec"]["nodeName"] == node.name
+
+    # 1. The flood: requests == access-log lines.
+    t = time.monotonic()
+    rep = _run_headless(c, node, values, [])
+    print(f"flood through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True)
+    ing = rep["ingress"]
+    log = _volume(node, target, "logs") / "access.log"
+    # Lines up to the run's end: a restarted controller (the Deployment restarts it after
+    # its headless run) may already be sending the next run's preflight.
+    end = rep["finished_ns"] / 1e9
+    lines = [float(x.split()[0]) for x in log.read_text().splitlines()]
+    served = sum(1 for ts in lines if ts <= end)
+    print(f"  worker requests {ing['requests']} (+{ing['preflight_requests']} preflight), "
+          f"access log {served}", flush=True)  # fmt: skip
+    assert ing["requests"] == ing["successes"] == sum(COUNTS)
+    assert ing["target_requests"] == sum(COUNTS) + ing["preflight_requests"] == served
+
+    # 2. kill-pod with the grace period, from the worker pod through the API server, with
+    # the seed's settings (installed above): the grace period is the outage's floor.
+    victim = target["metadata"]["name"]
+    f, seen = _kill_run(c, node, values, victim, "seed settings")
+    # Nothing serves between the LB's exit and the end of the grace period: the outage
+    # covers (last success, fault + grace] at least, and ends within BOUND_S after.
+    assert f["first_success_after"] - f["at"] >= GRACE_S
+    assert f["last_success_before"] < f["at"] + GRACE_S
+    assert f["downtime_s"] <= GRACE_S + BOUND_S
+    assert seen["terminating_s"] >= GRACE_S
+
+    # 3. The same kill, with a target that exits on SIGTERM and holds no node port: the
+    # grace period no longer forces anything; the outage is the replacement's start.
+    before = {p["metadata"]["uid"] for p in _pods(c, "target")}
+    values = _values(tmp_path / "plain.json", {**seed, "hostPort": None, "backendsHoldSigterm": False})
+    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *KILL)
+
+    def new_target() -> dict[str, Any] | None:
+        ps = _pods(c, "target")  # Recreate: the old pods go first
+        ready = [
+            p
+            for p in ps
+            if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        ]
+        return ready[0] if len(ps) == 1 and ready and ready[0]["metadata"]["uid"] not in before else None
+
+    victim = wait_for("the target without the seed's settings", new_target, TIMEOUT)["metadata"]["name"]
+    f, seen = _kill_run(c, node, values, victim, "exits on SIGTERM, no node port")
+    assert f["first_success_after"] - f["at"] < GRACE_S
+    assert f["downtime_s"] <= BOUND_S
+
+
+def _values(path: Path, target: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({
+        "target": target,
+        "scenario": {"config": {**NOT_INGRESS, "scenario": "ingress_flood", "steps": [1, 2],
+                                "requests": COUNTS, "step_duration": 60}},
+    }))  # fmt: skip
+    return path
+
+
+def _kill_run(
+    c: Cluster, node: RealNode, values: Path, victim: str, what: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One headless run whose kill-pod fault deletes ``victim``; its fault record (with the
+    worker's downtime) and what the API server showed of the victim and its replacement."""
+    t = time.monotonic()
+    watch = _PodWatch(c)
+    watch.start()
+    try:
+        rep = _run_headless(c, node, values, KILL)
+    finally:
+        watch.stop()
+    _scale(c, "controller", 0)  # no second run (and no second kill) once the report is in
+    print(f"kill-pod run ({what}): report in {time.monotonic() - t:.1f} s", flush=True)
+    if len(rep["faults"]) != 1:
+        brief = {k: rep.get(k) for k in ("status", "flags", "faults", "ingress")}
+        raise AssertionError(
+            f"one fault record expected: {json.dumps(brief, default=str)[:3000]}\n{_logs(node)}"
+        )
+    (f,) = rep["faults"]
+    assert "error" not in f, f
+    assert f["detail"] == {"pod": victim, "namespace": NS, "grace_period_s": GRACE_S}
+    seen = watch.figures(victim, f["at"])
+    last, first = f["last_success_before"] - f["at"], f["first_success_after"] - f["at"]
+    print(
+        f"  downtime {f['downtime_s']:.1f} s ({f['failed_requests']} failed requests): last success "
+        f"{last:.1f} s, first success {first:.1f} s after the fault, recovery {f['recovery_s']} s; "
+        f"API server: {seen}; {SEED}",
+        flush=True,
+    )
+    assert f["failed_requests"] > 0
+    assert seen["replacement"] not in (None, victim)
+    return f, seen
+
+
+def _run_headless(c: Cluster, node: RealNode, values: Path, sets: list[str]) -> dict[str, Any]:
+    """helm upgrade: the controller runs the scenario once, headless; returns its report.
+
+    Two upgrades: the values first with an idle controller, until exactly one worker pod of the
+    new spec is left (a worker whose spec changed, e.g. its token for kill-pod, rolls; a master
+    starting meanwhile could take the old worker), then the same values made headless, which
+    restarts only the controller."""
+    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets)
+
+    def settled() -> bool:
+        ws = _pods(c, "workers")
+        ready = [
+            p
+            for p in ws
+            if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        ]
+        return len(ws) == 1 and len(ready) == 1 and len(_pods(c, "controller")) == 1
+
+    wait_for("one worker of the new spec", settled, TIMEOUT)
+    old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
+    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets,
+           "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}")  # fmt: skip
+
+    def new_pod() -> dict[str, Any] | None:
+        fresh = [p for p in _pods(c, "controller") if p["metadata"]["uid"] not in old]
+        return fresh[0] if fresh and fresh[0]["status"].get("phase") == "Running" else None
+
+    pod = wait_for("the upgraded controller Running", new_pod, TIMEOUT)
+    results = _volume(node, pod, "results")
+
+    def report() -> Path | None:
+        done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+        return done[0] if done else None
+
+    return dict(json.loads(wait_for("the run's report", report, TIMEOUT).read_text()))
+
+
+class _PodWatch:
+    """Polls the target's pods through the API server: when the victim got its deletion and
+    disappeared, when its replacement was created and Running."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c = c
+        self.seen: list[tuple[float, list[dict[str, Any]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                self.seen.append((time.time(), _pods(self.c, "target")))
+            except Exception:  # an API hiccup: the next poll
+                continue
+
+    def figures(self, victim: str, fault_at: float) -> dict[str, Any]:
+        gone = next((t for t, ps in self.seen if t > fault_at and all(
+            p["metadata"]["name"] != victim for p in ps)), None)  # fmt: skip
+        others = [(t, p) for t, ps in self.seen for p in ps if p["metadata"]["name"] != victim]
+        running = next((t for t, p in others if p["status"].get("phase") == "Running"), None)
+        pending = [t for t, p in others if p["status"].get("phase") == "Pending"]
+        return {
+            "terminating_s": None if gone is None else round(gone - fault_at, 1),
+            "replacement": others[-1][1]["metadata"]["name"] if others else None,
+            "pending_s": round(pending[-1] - pending[0], 1) if pending else 0.0,
+            "running_after_s": None if running is None else round(running - fault_at, 1),
+        }
+
+
+def _logs(node: RealNode, lines: int = 40) -> str:
+    """The last lines of the controller's and workers' container logs (diagnosis)."""
+    out = []
+    for f in sorted((node.dir / "pod-logs").glob(f"{NS}_*/*/*.log")):
+        if "controller" in f.parts[-2] or "worker" in f.parts[-2]:
+            tail = [x[:300] for x in f.read_text(errors="replace").splitlines() if x.strip()[-1:] != "F"]
+            out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
+    return "\n".join(out)
+
+
+def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
+    pods = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+    ok = len(pods) == n and all(
+        p["status"].get("phase") == "Running"
+        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        for p in pods
+    )
+    return pods if ok else None
+
+
+def _volume(node: RealNode, pod: dict[str, Any], name: str) -> Path:
+    """A pod's emptyDir on the node (the kubelet's pod directory)."""
+    uid = pod["metadata"]["uid"]
+    return node.dir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / name
+
+
+def _scale(c: Cluster, component: str, replicas: int) -> None:
+    name = f"{RELEASE}-swarmscope-{component}"
+    c.api.request("PUT", f"/apis/apps/v1/namespaces/{NS}/deployments/{name}/scale", {
+        "apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": name, "namespace": NS}, "spec": {"replicas": replicas},
+    })  # fmt: skip
+
+
+def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
+    sel = f"app.kubernetes.io/component={component}"
+    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])
