@@ -90,6 +90,7 @@ def to_reading(r: Any, probe_id: str) -> ProbeReading:
         samples=[ReadingSample(s.series, s.start_ns, s.end_ns, s.value, dict(s.labels)) for s in r.samples]
         if r.samples
         else [],
+        pod=getattr(r, "pod", ""),  # namespace/pod/container (probes/pods.py); "" off Kubernetes
     )
 
 

@@ -79,6 +79,7 @@ class ProbeReading:
     end_ns: int = 0
     error: str = ""
     samples: list[ReadingSample] = field(default_factory=list)
+    pod: str = ""  # "namespace/pod/container" of the node's cgroup ("" when it is no pod's)
 
 
 @dataclass
@@ -90,6 +91,7 @@ class NodeCount:
     reported_lost: int | None = None  # what the tracer itself said it lost
     missing: list[str] = field(default_factory=list)  # "worker", "probe", "tracer"
     rate: float | None = None  # generated per second, as the worker measured it
+    pod: str | None = None  # "namespace/pod/container" the probe counted (Kubernetes nodes)
 
     @property
     def loss_ratio(self) -> float | None:

@@ -149,6 +149,8 @@ class RunSpans:
                 attrs["swarmscope.loss_ratio"] = n.loss_ratio
             if n.missing:
                 attrs["swarmscope.missing"] = ",".join(n.missing)
+            if n.pod:
+                attrs["swarmscope.pod"] = n.pod
             w = self.tracer.start_span(
                 f"window {n.node}", context=ctx, start_time=result.started_ns, attributes=attrs
             )

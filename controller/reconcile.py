@@ -97,3 +97,12 @@ def reconcile(
         flags=flags,
         extra=extra,
     )
+
+
+def name_pods(result: IterationResult, readings: list[ProbeReading]) -> None:
+    """Each node's pod as its probe named it (``NodeCount.pod``), whatever the kind's reconcile:
+    the counts of a Kubernetes node then say which container they are (probes/pods.py)."""
+    pods = {r.node: r.pod for r in readings if r.pod}
+    for n in result.per_node:
+        if n.node in pods:
+            n.pod = pods[n.node]

@@ -177,7 +177,7 @@ def render_console(report: dict[str, Any]) -> str:
                 notes.append(f"missing x{n['missing_iterations']}")
             rows.append(
                 (
-                    n["node"],
+                    _node_label(n),
                     _n(n["generated"]),
                     _n(n["kernel"]),
                     _n(n["reported"]),
@@ -380,7 +380,7 @@ def render_html(
                 out.append(_img(plots[name]))
         rows = [
             [
-                n["node"],
+                _node_label(n),
                 _n(n["generated"]),
                 _n(n["kernel"]),
                 _n(n["reported"]),
@@ -491,3 +491,9 @@ def attach_report_writer(
 
     events.run_finished.add_listener(on_finished)
     return on_finished
+
+
+def _node_label(n: dict[str, Any]) -> str:
+    """A node and the pod(s) its probe counted: ``n1 (ns/pod/container)``."""
+    pods = n.get("pods") or []
+    return f"{n['node']} ({', '.join(pods)})" if pods else str(n["node"])

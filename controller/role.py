@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, RunInfo, WindowInfo
+from swarmscope.controller.reconcile import name_pods
 from swarmscope.errors import FleetError
 from swarmscope.events import RunEvents
 from swarmscope.v1 import probe_pb2 as pb
@@ -194,6 +195,7 @@ class ControllerRole:
             self._reporters.pop(win.window_id, None)
         self.events.window_closed.fire(run=self.run, window=win, readings=readings, missing=missing)
         result = self.reconcile(win, point, generated, readings, tracer_result, missing)
+        name_pods(result, readings)
         if silent:
             result.extra["silent_workers"] = sorted(silent)
         # Probes that reconnected while the window was open (their readings were kept).

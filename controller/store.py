@@ -138,6 +138,7 @@ CREATE TABLE IF NOT EXISTS node_counts (
     reported_lost INTEGER,
     missing TEXT NOT NULL,
     rate REAL,
+    pod TEXT,
     PRIMARY KEY (run_id, point, iteration, seq)
 );
 CREATE TABLE IF NOT EXISTS sections (
@@ -218,6 +219,9 @@ class ResultStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(node_counts)")}
+            if "pod" not in cols:  # a store written before pod attribution
+                self._db.execute("ALTER TABLE node_counts ADD COLUMN pod TEXT")
         except (OSError, sqlite3.Error) as e:
             raise ResultsError(f"cannot open the results store {self.path}: {e}") from e
         self._lock = threading.RLock()
@@ -377,7 +381,7 @@ class ResultStore:
             db.execute("DELETE FROM node_counts WHERE run_id = ? AND point = ? AND iteration = ?", key)
             db.executemany(
                 "INSERT INTO node_counts (run_id, point, iteration, seq, node, generated, kernel,"
-                " reported, reported_lost, missing, rate) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " reported, reported_lost, missing, rate, pod) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         *key,
@@ -389,6 +393,7 @@ class ResultStore:
                         n.reported_lost,
                         _dumps(list(n.missing)),
                         n.rate,
+                        n.pod,
                     )
                     for seq, n in enumerate(result.per_node)
                 ],
@@ -471,8 +476,8 @@ class ResultStore:
             )
         ]
         nodes: dict[tuple[int, int], list[NodeCount]] = {}
-        for pt, it, node, gen, ker, rep, rlost, missing, rate in self._query(
-            "SELECT point, iteration, node, generated, kernel, reported, reported_lost, missing, rate"
+        for pt, it, node, gen, ker, rep, rlost, missing, rate, pod in self._query(
+            "SELECT point, iteration, node, generated, kernel, reported, reported_lost, missing, rate, pod"
             " FROM node_counts WHERE run_id = ? ORDER BY point, iteration, seq",
             (run_id,),
         ):
@@ -485,6 +490,7 @@ class ResultStore:
                     reported_lost=rlost,
                     missing=json.loads(missing),
                     rate=rate,
+                    pod=pod,
                 )
             )
         results = [

@@ -90,11 +90,14 @@ def per_node_totals(results: Sequence[IterationResult]) -> list[dict[str, Any]]:
                     "iterations": 0,
                     "mismatched_iterations": 0,
                     "missing_iterations": 0,
+                    "pods": [],  # the containers its probe counted (Kubernetes), in order seen
                     "_rep_both": None,
                     "_ker_both": None,
                 }
             a = acc[n.node]
             a["iterations"] += 1
+            if n.pod and n.pod not in a["pods"]:
+                a["pods"].append(n.pod)
             a["generated"] = _add(a["generated"], n.generated)
             a["kernel"] = _add(a["kernel"], n.kernel)
             a["reported"] = _add(a["reported"], n.reported)

@@ -50,6 +50,7 @@ from opentelemetry import trace
 from swarmscope import __version__, auth
 from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
 from swarmscope.probes import window_span
+from swarmscope.probes.pods import PodIndex
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
 from swarmscope.sys import otel
@@ -88,6 +89,7 @@ class _Window:
     before: dict[str, Snapshot] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # by program
     node_errors: dict[str, str] = field(default_factory=dict)  # by node name (unresolvable cgroup)
+    pods: dict[str, str] = field(default_factory=dict)  # by node name: "namespace/pod/container"
 
 
 class _SessionLost(Exception):
@@ -112,6 +114,7 @@ class ProbeAgent:
         tracer: trace.Tracer | None = None,
         metrics: Any = None,
         tls: TLSFiles | None = None,
+        pods: PodIndex | None = None,
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -132,6 +135,9 @@ class ProbeAgent:
         self._token = token
         self.tls = tls if tls is not None and tls.enabled else None
         self._factory = program_factory
+        # cgroup path -> pod (the kubelet's directory names); None off Kubernetes.
+        self.pods = pods
+        self._told: set[tuple[str, str]] = set()  # (node, cgroup path) already logged
         # The probe's own provider: its window spans go back in WindowDone (and over OTLP when
         # an endpoint is set), so the run's trace has them either way.
         self._spans = WindowSpans("swarmscope-probe", {"host.name": node_name})
@@ -405,6 +411,7 @@ class ProbeAgent:
                 except SwarmscopeError as e:
                     w.node_errors[n.name] = f"node {n.name}: {e}"
             w.nodes.append(n)
+            self._attribute(w, n)
         names = list(cmd.programs) or list(self._programs)
         try:
             options = window_options(cmd.options, names, self._programs)
@@ -437,6 +444,19 @@ class ProbeAgent:
         if err:
             log.warning("probe: window %s opened with errors: %s", cmd.window_id, err)
         return pb.WindowAck(run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=start)
+
+    def _attribute(self, w: _Window, n: pb.NodeInfo) -> None:
+        """Name the pod a node's cgroup is (reading, span, one log line per node and path)."""
+        if self.pods is None or not n.cgroup_path:
+            return
+        ref = self.pods.lookup(n.cgroup_path)
+        if ref is None:
+            return
+        w.pods[n.name] = str(ref)
+        w.span.set_attribute(f"swarmscope.pod.{n.name}", str(ref))
+        if (n.name, n.cgroup_path) not in self._told:
+            self._told.add((n.name, n.cgroup_path))
+            log.info("probe: node %s cgroup %s (id %d) is pod %s", n.name, n.cgroup_path, n.cgroup_id, ref)
 
     def _configure(self, w: _Window, name: str, prog: Program, options: dict[str, Any]) -> bool:
         """Apply this window's options to ``prog`` if they differ from the last ones; False if it failed."""
@@ -539,6 +559,7 @@ class ProbeAgent:
                 error="; ".join(
                     [*([w.node_errors[n.name]] if n.name in w.node_errors else []), *errors.values()]
                 ),
+                pod=w.pods.get(n.name, ""),
             )
             for n in w.nodes
         ]

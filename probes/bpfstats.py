@@ -60,6 +60,7 @@ class ProgStats:
     map_ids: list[int] = field(default_factory=list)
     map_memlock: int = 0  # bytes, summed over the program's maps
     owners: list[tuple[int, str]] = field(default_factory=list)  # (pid, comm)
+    pods: list[str] = field(default_factory=list)  # the owners' pods, "namespace/pod/container"
 
 
 @dataclass

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import socket
@@ -122,6 +123,18 @@ def register(subparsers: Any) -> None:
         "swarmscope.probes.native) "
         f"[${ENV_MODE}]",
     )
+    p.add_argument(
+        "--pod-logs-dir",
+        metavar="DIR",
+        help="the kubelet's pod log dir, read for its names only: cgroups named as namespace/pod/"
+        "container (default /var/log/pods; none there: no pod names) [$SWARMSCOPE_POD_LOGS_DIR]",
+    )
+    p.add_argument(
+        "--container-logs-dir",
+        metavar="DIR",
+        help="the kubelet's container log links (default /var/log/containers) "
+        "[$SWARMSCOPE_CONTAINER_LOGS_DIR]",
+    )
     p.add_argument("--once", action="store_true", help="standalone: count for --seconds, print, exit")
     p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
     p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
@@ -204,7 +217,11 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         metrics=metrics,
         tls=tls,
         program_factory=factory,
+        pods=pod_index(args),
     )
+    # A daemon says what it does (registered, which pod a node is) without -v.
+    agent_log = logging.getLogger("swarmscope.probes.agent")
+    agent_log.setLevel(min(agent_log.getEffectiveLevel(), logging.INFO))
     if metrics is not None:
         metrics.set_programs(lambda: agent.programs)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -220,6 +237,17 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         if stats_fd is not None:
             os.close(stats_fd)
     return 0
+
+
+def pod_index(args: argparse.Namespace) -> Any:
+    """The pod names of this node's cgroups (probes.pods), or None where there is no kubelet."""
+    from swarmscope.probes.pods import PodIndex
+
+    idx = PodIndex.from_env(getattr(args, "pod_logs_dir", None), getattr(args, "container_logs_dir", None))
+    if not idx.available():  # not a Kubernetes node (the usual case on one machine): say nothing
+        return None
+    idx.scan()
+    return idx
 
 
 def _factory(mode: str, programs: list[str]) -> Any:

@@ -12,7 +12,8 @@ Statistics are switched on with BPF_ENABLE_STATS for as long as the command runs
 it exits (unless ``kernel.bpf_stats_enabled`` is set by someone else). Columns: ID, TYPE, NAME
 (full BTF name), RUNS and RUN_NS in the interval, AVG_NS per run, CPU% of one core, MISSES
 (recursion misses, cumulative), MAP_MEM (memlock of its maps), PIDS (processes holding a prog
-or link fd); ``-o custom-columns=A,B`` picks and orders them, ``-o json`` is ``--json``. Sort
+or link fd), POD (their pods, ``namespace/pod/container``, on a Kubernetes node: probes/pods.py;
+JSON ``pods``); ``-o custom-columns=A,B`` picks and orders them, ``-o json`` is ``--json``. Sort
 keys: cpu, runs, avg, time, id, name, mem (``-s KEY`` or ``--by-KEY``). JSON rows also carry the
 cumulative ``run_cnt`` / ``run_time_ns`` read at the end of the interval (compare with
 ``bpftool prog show -j``). The live table ends with CPU_TREND: each program's CPU share over
@@ -45,6 +46,7 @@ from typing import Any
 from swarmscope.errors import ConfigError, Problem
 from swarmscope.probes import bpfstats
 from swarmscope.probes.bpfstats import ProgRate, ProgStats
+from swarmscope.probes.pods import PodIndex
 from swarmscope.sys import bpf
 
 SORT_KEYS = {
@@ -128,8 +130,18 @@ def measure(delay_s: float, filters: Filters, sort: str = "cpu") -> tuple[list[P
         time.sleep(delay_s)
         after = bpfstats.list_programs(owners_too=True)
         elapsed = time.monotonic_ns() - t0
+    name_pods(after.values(), PodIndex.from_env())
     rows = [r for r in bpfstats.rates(before, after, elapsed) if filters.keep(r.prog)]
     return sorted(rows, key=SORT_KEYS[sort]), elapsed / 1e9
+
+
+def name_pods(progs: Iterable[ProgStats], index: PodIndex) -> None:
+    """Each program's pods: those of the processes holding it (none off Kubernetes)."""
+    if not index.available():
+        return
+    for p in progs:
+        refs = (index.of_pid(pid) for pid, _ in p.owners)
+        p.pods = list(dict.fromkeys(str(r) for r in refs if r is not None))
 
 
 def to_json(rows: Iterable[ProgRate], seconds: float) -> dict[str, Any]:
@@ -151,6 +163,7 @@ def to_json(rows: Iterable[ProgRate], seconds: float) -> dict[str, Any]:
                 "map_ids": r.prog.map_ids,
                 "map_memlock": r.prog.map_memlock,
                 "pids": [{"pid": pid, "comm": comm} for pid, comm in r.prog.owners],
+                "pods": list(r.prog.pods),
             }
             for r in rows
         ],
@@ -179,13 +192,16 @@ COLUMNS: dict[str, tuple[bool, Callable[[ProgRate], str]]] = {
     "MISSES": (False, lambda r: str(r.prog.recursion_misses)),
     "MAP_MEM": (False, lambda r: _mem(r.prog.map_memlock)),
     "PIDS": (True, lambda r: ",".join(f"{pid}/{comm}" for pid, comm in r.prog.owners) or "-"),
+    "POD": (True, lambda r: ",".join(r.prog.pods) or "-"),
 }
+# Shown by default only when some row has one (off Kubernetes a column of "-" is noise).
+OPTIONAL_COLUMNS = {"POD"}
 
 
 def parse_output(spec: str) -> tuple[str, list[str]]:
     """``-o``: ``table`` (default), ``json``, or ``custom-columns=A,B`` (``columns=`` too)."""
     if spec in ("table", "json"):
-        return spec, list(COLUMNS)
+        return spec, []  # the default columns (format_table)
     key, sep, value = spec.partition("=")
     if not sep or key not in ("custom-columns", "columns"):
         raise ConfigError([Problem("-o", "output", "expected table, json or custom-columns=COL,COL,...")])
@@ -217,7 +233,9 @@ def format_table(
     trend: dict[int, list[float]] | None = None,
 ) -> str:
     """The table; with ``trend`` (program id -> CPU % per interval) a CPU_TREND column last."""
-    header = columns or list(COLUMNS)
+    header = columns or [
+        c for c in COLUMNS if c not in OPTIONAL_COLUMNS or any(COLUMNS[c][1](r) != "-" for r in rows)
+    ]
     body = [[COLUMNS[c][1](r) for c in header] for r in rows]
     if trend is not None:
         top = max((v for r in rows for v in trend.get(r.prog.id, [])), default=0.0)

@@ -117,6 +117,7 @@ def register_messages(proc: Any, runner: Any) -> None:
 
         def on_window(environment: Any, msg: Any, **_: Any) -> None:
             proc.worker.current_window = msg.data["window_id"]
+            worker_spans.begin(msg.data["window_id"], msg.data.get("traceparent", ""))
 
         def on_stop(environment: Any, msg: Any, **_: Any) -> None:
             if proc.worker is not None and proc.worker.current_window == msg.data["window_id"]:
@@ -246,8 +247,11 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     )
     if proc.worker is not None:
         proc.worker.current_window = free.window.window_id
-    else:
-        runner.send_message(M.WINDOW, {"window_id": free.window.window_id})
+        worker_spans.begin(free.window.window_id, free.window.traceparent)
+    else:  # the traceparent: the workers' spans of the window are children of its span
+        runner.send_message(
+            M.WINDOW, {"window_id": free.window.window_id, "traceparent": free.window.traceparent}
+        )
 
 
 def _on_test_stop(environment: Any, **_: Any) -> None:
@@ -259,7 +263,9 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         window_id = proc.worker.current_window
         proc.worker.current_window = ""
         proc.worker.stop_window(window_id)
-        runner.send_message(M.RESULT, {"window_id": window_id, "per_node": proc.worker.take(window_id)})
+        per_node = proc.worker.take(window_id)
+        spans = worker_spans.finish(window_id, per_node)
+        runner.send_message(M.RESULT, {"window_id": window_id, "per_node": per_node, "spans": spans})
     if proc.controller is not None and free.window is not None and free.point is not None:
         if isinstance(runner, MasterRunner):
             # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:

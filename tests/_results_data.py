@@ -156,6 +156,7 @@ def expected_iteration_json(r: IterationResult) -> dict:
                 "reported_lost": n.reported_lost,
                 "missing": n.missing,
                 "rate": n.rate,
+                "pod": n.pod,
                 "loss_ratio": None if n.reported is None or not n.kernel else 1.0 - n.reported / n.kernel,
                 "loss_vs_reported": None
                 if n.reported is None or n.generated is None or not n.reported

@@ -57,6 +57,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # (only when empty) if the node created them.
 GLOBAL_DIRS = (
     Path("/var/log/containers"),
+    Path("/var/log/pods"),  # the chart's probe mounts it (DirectoryOrCreate): its kubelet logs elsewhere
     Path("/run/containerd/runc/k8s.io"),
     Path("/run/containerd/runc"),
     Path("/run/containerd/s"),

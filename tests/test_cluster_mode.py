@@ -8,6 +8,7 @@ must be exact for that node, and the controller's /healthz and /metrics must ans
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -19,6 +20,7 @@ import yaml
 from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
 
 from swarmscope.sys.cgroups import cgroup2_mount
+from swarmscope.sys.otlpjson import spans_of
 
 pytestmark = [
     pytest.mark.root,
@@ -43,11 +45,13 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
         "SWARMSCOPE_WORKER_TOKEN": "cluster-worker-token",
     }
     logs = {n: open(tmp_path / f"{n}.log", "wb") for n in ("controller", "worker", "probe")}
+    # -t counts from Locust's start, and the window opens only once the probe has registered
+    # (BCC compiles first: seconds under load). 3 s was seen to end before it: no window at all.
     controller = subprocess.Popen(
         [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
          "--web-port", str(ports["web"]),
-         "--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"],
+         "--", "--headless", "-u", "1", "-r", "1", "-t", "10s", "--expect-workers", "1"],
         cwd=ROOT, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT,
     )  # fmt: skip
     node_env = {**env, "NODE_NAME": "kind-node-1"}
@@ -94,3 +98,16 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     (n,) = it["per_node"]
     assert n["node"] == "kind-node-1"
     assert n["generated"] == n["kernel"] > 0, (n, (tmp_path / "controller.log").read_text()[-2000:])
+    # The run's trace links the three processes: the worker's span of the window (a Locust-driven
+    # window: it learns the traceparent from the window message) and the probe's are children of
+    # the controller's iteration span.
+    spans = spans_of(json.loads((only_run_dir(tmp_path / "results") / "trace.json").read_text()))
+    by_id = {s["spanId"]: s for s in spans}
+    (load,) = [s for s in spans if s["service"] == "swarmscope-worker"]
+    (probe_win,) = [s for s in spans if s["service"] == "swarmscope-probe"]
+    assert load["name"] == "load kind-node-1"
+    for s in (load, probe_win):
+        assert by_id[s["parentSpanId"]]["name"] == "iteration 1", s["name"]
+    assert {a["key"]: a["value"] for a in load["attributes"]}["swarmscope.generated"] == {
+        "intValue": str(n["generated"])
+    }

@@ -19,7 +19,11 @@ A cold machine builds the image first (minutes; see docs/realnode.md for the fig
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,10 @@ from typing import Any
 import pytest
 from cluster import Cluster, build_tools, fake_node
 from imagebuild import build_swarmscope_image
+from jaegerapi import fetch_trace, span_tree
 from realnode import RealNode, build_node_tools, wait_for
+
+from swarmscope.sys.otlpjson import spans_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
 
@@ -37,8 +44,10 @@ RELEASE = "rn"
 IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
 JAEGER_REPO = "docker.io/jaegertracing/jaeger"  # values.yaml jaeger.image.repository
 RUNNING_TIMEOUT = 300.0
-# After `--`: Locust's own flags, one short headless run with the one worker pod.
-HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "3s", "--expect-workers", "1"]
+# After `--`: Locust's own flags, one short headless run with the one worker pod. -t counts
+# from Locust's start, and the window opens only once the probe has (re)connected to the new
+# controller (its retries back off to 8 s): 3 s was seen to end first, with no window at all.
+HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "15s", "--expect-workers", "1"]
 
 
 def pods_wide(pods: list[dict[str, Any]]) -> str:
@@ -67,68 +76,154 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
 
         t = time.monotonic()
         c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace")
-
-        def all_running() -> list[dict[str, Any]] | None:
-            pods = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
-            ok = len(pods) == 5 and all(
-                p["status"].get("phase") == "Running"
-                and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-                for p in pods
-            )
-            return pods if ok else None
-
         try:
-            pods = wait_for("every pod Running and ready", all_running, RUNNING_TIMEOUT)
+
+            def all_running() -> list[dict[str, Any]] | None:
+                pods = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+                ok = len(pods) == 5 and all(
+                    p["status"].get("phase") == "Running"
+                    and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+                    for p in pods
+                )
+                return pods if ok else None
+
+            try:
+                pods = wait_for("every pod Running and ready", all_running, RUNNING_TIMEOUT)
+            finally:
+                now = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+                print(pods_wide(now), flush=True)
+            print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+
+            by_component: dict[str, list[dict[str, Any]]] = {}
+            for p in pods:
+                comp = p["metadata"]["labels"]["app.kubernetes.io/component"]
+                by_component.setdefault(comp, []).append(p)
+            assert sorted((k, len(v)) for k, v in by_component.items()) == [
+                ("controller", 1), ("jaeger", 1), ("probes", 2), ("workers", 1),
+            ]  # fmt: skip
+            for comp in ("controller", "jaeger", "workers"):
+                assert by_component[comp][0]["spec"]["nodeName"] == node.name
+            probe = next(p for p in by_component["probes"] if p["spec"].get("nodeName") == node.name)
+            sc = probe["spec"]["containers"][0]["securityContext"]
+            assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
+            assert sc["privileged"] is False
+            log = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe['metadata']['name']}/log")
+            print("probe log:\n" + log, flush=True)
+            assert "CAP_SYS_ADMIN" in log  # the statistics it cannot have, said once
+
+            worker = by_component["workers"][0]
+            wsc = worker["spec"]["containers"][0]["securityContext"]
+            assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (
+                10001,
+                True,
+                True,
+            )
+
+            # This kubelet keeps pod logs in its own dir (podLogsDir), not /var/log/pods: the probe
+            # mounts that one, to name pods (probes.podLogs; docs/pod-attribution.md).
+            t = time.monotonic()
+            _probe_upgrade(c, node)
+            print(f"probe upgraded (podLogs) and ready in {time.monotonic() - t:.1f} s", flush=True)
+
+            # The exec storm through the chart's controller: the same release, its controller told to
+            # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
+            t = time.monotonic()
+            ctrl_uid = _exec_storm_upgrade(c)
+            results = (
+                node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
+            )
+
+            def report() -> Path | None:
+                done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+                return done[0] if done else None
+
+            report_path = wait_for("the exec storm's report", report, RUNNING_TIMEOUT)
+            rep = json.loads(report_path.read_text())
+            print(
+                f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s",
+                flush=True,
+            )
+            print(f"report: status {rep['status']}, flags {rep['flags']}", flush=True)
+            iterations = rep["points"][0]["iterations"]
+            worker_pod = _running(c, "workers")
+            want_pod = f"{NS}/{worker_pod['metadata']['name']}/worker"
+            assert iterations
+            for it in iterations:
+                (n,) = it["per_node"]
+                print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
+                assert n["node"] == node.name
+                assert n["generated"] == n["kernel"] > 0, n
+            probe_now = next(
+                p for p in _pods(c, "probes")
+                if p["spec"].get("nodeName") == node.name and not p["metadata"].get("deletionTimestamp")
+            )  # fmt: skip
+            plog = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe_now['metadata']['name']}/log")
+            attributed = [ln for ln in plog.splitlines() if "is pod" in ln]
+            print("probe log, attribution:\n" + "\n".join(attributed), flush=True)
+
+            # top-ebpf on the node: the probe pod's programs are named by the pod holding them.
+            top = subprocess.run(
+                [str(Path(sys.executable).parent / "swarmscope"), "top-ebpf", "--json", "-d", "0.2"],
+                env={**os.environ, "SWARMSCOPE_POD_LOGS_DIR": str(node.dir / "pod-logs")},
+                capture_output=True, text=True, check=True, timeout=120,
+            )  # fmt: skip
+            probe_pod = f"{NS}/{probe_now['metadata']['name']}/probe"
+            held = [
+                (p["id"], p["name"]) for p in json.loads(top.stdout)["programs"] if p["pods"] == [probe_pod]
+            ]
+            print(f"top-ebpf: programs held by {probe_pod}: {held}", flush=True)
+
+            # The run's trace from the chart's Jaeger (its query API on the pod IP: the host routes
+            # to the node's pod subnet): controller, worker pod and probe pod, parents intact.
+            jaeger_ip = _running(c, "jaeger")["status"]["podIP"]
+            services = {"swarmscope-controller", "swarmscope-worker", "swarmscope-probe"}
+            spans = fetch_trace(f"http://{jaeger_ip}:16686", rep["trace_id"], services)
+            print(f"trace {rep['trace_id']} from Jaeger:\n" + span_tree(spans), flush=True)
+            if {s["service"] for s in spans} != services:  # what the run's own trace.json has
+                tj = json.loads((report_path.parent / "trace.json").read_text())
+                have = sorted({(s["service"], s["name"]) for s in spans_of(tj)})
+                print(f"trace.json spans: {have}", flush=True)
+                wname = worker_pod["metadata"]["name"]
+                for q in ("", "?previous=true"):
+                    with contextlib.suppress(Exception):
+                        print(
+                            f"worker log{q}:\n"
+                            + c.api.get(f"/api/v1/namespaces/{NS}/pods/{wname}/log{q}")[-3000:]
+                        )
+            for it in iterations:  # by name: the probe mapped the worker's cgroup to its pod
+                assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
+            assert any(want_pod in ln for ln in attributed)
+            assert held  # at least exec_count's program
+            _check_trace(spans, rep["trace_id"], {
+                "swarmscope-controller": next(
+                    p["metadata"]["name"] for p in _pods(c, "controller") if p["metadata"]["uid"] == ctrl_uid
+                ),
+                "swarmscope-worker": worker_pod["metadata"]["name"],
+                "swarmscope-probe": probe_now["metadata"]["name"],
+            }, want_pod, len(iterations))  # fmt: skip
         finally:
-            now = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
-            print(pods_wide(now), flush=True)
-        print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+            # Uninstall first, also after a failure: the node's teardown would otherwise wait out
+            # pods the Deployments keep recreating (250 s measured here, against seconds).
+            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
 
-        by_component: dict[str, list[dict[str, Any]]] = {}
-        for p in pods:
-            comp = p["metadata"]["labels"]["app.kubernetes.io/component"]
-            by_component.setdefault(comp, []).append(p)
-        assert sorted((k, len(v)) for k, v in by_component.items()) == [
-            ("controller", 1), ("jaeger", 1), ("probes", 2), ("workers", 1),
-        ]  # fmt: skip
-        for comp in ("controller", "jaeger", "workers"):
-            assert by_component[comp][0]["spec"]["nodeName"] == node.name
-        probe = next(p for p in by_component["probes"] if p["spec"]["nodeName"] == node.name)
-        sc = probe["spec"]["containers"][0]["securityContext"]
-        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
-        assert sc["privileged"] is False
-        log = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe['metadata']['name']}/log")
-        print("probe log:\n" + log, flush=True)
-        assert "CAP_SYS_ADMIN" in log  # the statistics it cannot have, said once
 
-        worker = by_component["workers"][0]
-        wsc = worker["spec"]["containers"][0]["securityContext"]
-        assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (10001, True, True)
+def _probe_upgrade(c: Cluster, node: RealNode) -> None:
+    """helm upgrade: the probe mounts this kubelet's pod log dir; wait for the new probe pod."""
+    old = {p["metadata"]["uid"] for p in _pods(c, "probes")}
+    c.helm(
+        "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
+        "--set", f"probes.podLogs.podsDir={node.dir / 'pod-logs'}",
+    )  # fmt: skip
 
-        # The exec storm through the chart's controller: the same release, its controller told to
-        # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
-        t = time.monotonic()
-        ctrl_uid = _exec_storm_upgrade(c)
-        results = node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
-
-        def report() -> Path | None:
-            done = sorted(results.glob("*/report.json")) if results.is_dir() else []
-            return done[0] if done else None
-
-        rep = json.loads(wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
-        print(
-            f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True
+    def ready() -> bool:
+        return any(
+            p["metadata"]["uid"] not in old
+            and p["spec"].get("nodeName") == node.name  # unset until scheduled
+            and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+            for p in _pods(c, "probes")
         )
-        iterations = rep["points"][0]["iterations"]
-        assert iterations
-        for it in iterations:
-            (n,) = it["per_node"]
-            print(f"  window {it.get('index', '?')}: {n}", flush=True)
-            assert n["node"] == node.name
-            assert n["generated"] == n["kernel"] > 0, n
-        # Uninstall first: the node's teardown would otherwise wait out pods the Deployments
-        # keep recreating (250 s measured here, against seconds).
-        c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
+
+    wait_for("the upgraded probe ready", ready, RUNNING_TIMEOUT)
 
 
 def _exec_storm_upgrade(c: Cluster) -> str:
@@ -146,6 +241,43 @@ def _exec_storm_upgrade(c: Cluster) -> str:
         return fresh[0] if fresh else None
 
     return wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
+
+
+def _check_trace(
+    spans: list[dict[str, Any]], trace_id: str, pods: dict[str, str], worker: str, windows: int
+) -> None:
+    """Every service's spans come from its pod (resource k8s.pod.name); every parent is in the
+    trace; each probe window and worker span hangs under the controller's iteration span."""
+    by_id = {s["id"]: s for s in spans}
+    assert {s["service"] for s in spans} == set(pods), trace_id
+    for s in spans:
+        assert s["resource"].get("k8s.pod.name") == pods[s["service"]], s
+        assert s["resource"].get("k8s.namespace.name") == NS, s
+        if s["parent"]:
+            assert s["parent"] in by_id, f"{s['service']} {s['name']}: parent {s['parent']} not in the trace"
+    roots = [s for s in spans if not s["parent"]]
+    assert [(r["service"], r["name"]) for r in roots] == [("swarmscope-controller", "run exec_storm")]
+    probe_windows = [s for s in spans if s["service"] == "swarmscope-probe" and s["name"] == "probe window"]
+    assert len(probe_windows) == windows
+    for s in [*probe_windows, *(s for s in spans if s["service"] == "swarmscope-worker")]:
+        parent = by_id[s["parent"]]
+        assert (parent["service"], parent["name"].split()[0]) == ("swarmscope-controller", "iteration"), s
+    for s in probe_windows:  # the probe's span names the pod it counted, as does the controller's
+        assert s["tags"]["swarmscope.pod." + s["tags"]["swarmscope.node"]] == worker
+    node_windows = [
+        s for s in spans if s["service"] == "swarmscope-controller" and s["name"].startswith("window ")
+    ]
+    assert len(node_windows) == windows
+    assert {s["tags"].get("swarmscope.pod") for s in node_windows} == {worker}
+
+
+def _running(c: Cluster, component: str) -> dict[str, Any]:
+    """The one Running pod of a component that is not being deleted (a rollout may leave two)."""
+    (p,) = [
+        p for p in _pods(c, component)
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    return p
 
 
 def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:

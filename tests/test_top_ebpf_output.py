@@ -24,8 +24,8 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 
 def test_parse_output() -> None:
-    assert parse_output("table") == ("table", list(COLUMNS))
-    assert parse_output("json") == ("json", list(COLUMNS))
+    assert parse_output("table") == ("table", [])  # the default columns
+    assert parse_output("json") == ("json", [])
     assert parse_output("custom-columns=id, name,cpu%") == ("table", ["ID", "NAME", "CPU%"])
     assert parse_output("columns=RUNS") == ("table", ["RUNS"])
     with pytest.raises(ConfigError) as e:
@@ -52,8 +52,12 @@ def test_custom_columns_table() -> None:
         "12  b_prog    10  0.05  7/agent",
     ]
     full = format_table(rows, 1.0).splitlines()
-    assert full[1].split() == list(COLUMNS)
+    assert full[1].split() == [c for c in COLUMNS if c != "POD"]  # no row is a pod's
     assert full[2].split() == ["3", "xdp", "a_prog", "40", "8000", "200", "0.08", "0", "2.0K", "7/agent"]
+    rows[0].prog.pods = ["ssrn/rn-probes-bhn2s/probe"]  # on a Kubernetes node (probes/pods.py)
+    full = format_table(rows, 1.0).splitlines()
+    assert full[1].split() == list(COLUMNS)
+    assert [ln.split()[-1] for ln in full[2:]] == ["ssrn/rn-probes-bhn2s/probe", "-"]
 
 
 def test_cpu_trend_sparkline() -> None:

@@ -32,6 +32,7 @@ from swarmscope.sys.otlpjson import WINDOW_ATTR, WindowSpans
 _lock = threading.Lock()
 _buf: WindowSpans | None = None
 _parents: dict[str, Context] = {}
+_begun: dict[str, int] = {}  # window_id -> wall ns when a free-running window began here
 
 
 def _spans() -> WindowSpans:
@@ -63,6 +64,31 @@ def window(window_id: str, traceparent: str) -> Iterator[_Window]:
     finally:
         with _lock:
             _parents.pop(window_id, None)
+
+
+def begin(window_id: str, traceparent: str) -> None:
+    """A free-running window (Locust's own start/stop: the chart's controller) starts on this
+    worker: what is recorded for it until :func:`finish` is a child of ``traceparent``."""
+    parent = otel.extract(traceparent)
+    with _lock:
+        _begun[window_id] = time.time_ns()
+        if parent is not None:
+            _parents[window_id] = parent
+
+
+def finish(window_id: str, per_node: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """End a free-running window: one ``load <node>`` span per node, from :func:`begin` to now,
+    with its tally; returns the window's spans as OTLP request bytes (b"" without a traceparent)."""
+    end = time.time_ns()
+    with _lock:
+        start = _begun.pop(window_id, end)
+    for node, t in per_node.items():
+        attrs = {f"swarmscope.{k}": t.get(k) for k in ("generated", "failed", "rate")}
+        record(window_id, f"load {node}", start, end, {"swarmscope.node": node, **attrs})
+    blob = _Window(window_id).take()
+    with _lock:
+        _parents.pop(window_id, None)
+    return blob
 
 
 def record(

@@ -163,7 +163,7 @@ class Sample(_message.Message):
     def __init__(self, series: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., value: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Reading(_message.Message):
-    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error", "samples")
+    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error", "samples", "pod")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +188,7 @@ class Reading(_message.Message):
     END_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     probe_id: str
@@ -198,7 +199,8 @@ class Reading(_message.Message):
     end_unix_ns: int
     error: str
     samples: _containers.RepeatedCompositeFieldContainer[Sample]
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ...) -> None: ...
+    pod: str
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., pod: _Optional[str] = ...) -> None: ...
 
 class WindowDone(_message.Message):
     __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes")

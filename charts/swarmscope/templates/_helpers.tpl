@@ -130,6 +130,25 @@ still travel back to the controller with each window's results and land in trace
       fieldPath: metadata.name
 {{- end -}}
 
+{{/* The pod's identity on every span it makes (OpenTelemetry k8s.* resource attributes), so a
+trace says which pod each span came from. Call with (dict "container" NAME). */}}
+{{- define "swarmscope.podResourceEnv" -}}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: K8S_POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: K8S_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: "k8s.namespace.name=$(K8S_POD_NAMESPACE),k8s.pod.name=$(K8S_POD_NAME),k8s.node.name=$(K8S_NODE_NAME),k8s.container.name={{ .container }}"
+{{- end -}}
+
 {{/* Container security context of the unprivileged roles (controller, workers). */}}
 {{- define "swarmscope.restrictedSecurityContext" -}}
 allowPrivilegeEscalation: false
