@@ -208,10 +208,8 @@ class SwarmscopeProcess:
             return self.report
         self._closed = True
         ctl = self.controller
-        if status == "ok" and ctl is not None and kernel_missing_everywhere(ctl.results):
-            # No node's kernel count in any window: nothing was measured, whatever else ran.
-            log.warning("no kernel count for any node in any window (sources missing): the run is failed")
-            status = "failed"
+        if ctl is not None and self.run is not None:
+            status = final_status(status, ctl.results)
         try:
             if self.run is not None:
                 try:
@@ -265,6 +263,23 @@ def _fleet_tls(cfg: Any) -> Any:
     if problems:
         raise ConfigError(problems)
     return files
+
+
+def final_status(status: str, results: Any) -> str:
+    """The run's status once its windows are known: an "ok" run that measured nothing is
+    "failed" (and says why in the log); any other status stands."""
+    results = list(results)
+    if status != "ok":
+        return status
+    if not results:
+        # Under `locust -f`, `-t` counts from Locust's start: a run whose probes or workers
+        # came late can end before its first window. An empty run is not a measurement.
+        log.warning("no window was measured (the run ended before its first window): the run is failed")
+        return "failed"
+    if kernel_missing_everywhere(results):
+        log.warning("no kernel count for any node in any window (sources missing): the run is failed")
+        return "failed"
+    return status
 
 
 def kernel_missing_everywhere(results: Any) -> bool:

@@ -25,6 +25,7 @@ from swarmscope.sys.otlpjson import spans_of
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
+    pytest.mark.slow,  # 34-39 s: a 10 s Locust run plus the chart's processes
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 

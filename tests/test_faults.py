@@ -173,3 +173,17 @@ def test_status_rule_no_kernel_count_anywhere_is_not_ok() -> None:
     assert not kernel_missing_everywhere([it(*gone), it(NodeCount("n1", 5, 5), gone[1])])
     assert not kernel_missing_everywhere([it(NodeCount("n1", 5, None))])  # no kernel column
     assert not kernel_missing_everywhere([])
+
+
+def test_final_status_an_ok_run_with_no_window_is_failed() -> None:
+    """`locust -f … -t 3s` whose probes came late ended with no window and said "ok" (seen on
+    the real node): an empty run is failed; a measured one stays ok; other statuses stand."""
+    from swarmscope.controller.model import IterationResult, NodeCount
+    from swarmscope.process import final_status
+
+    measured = [IterationResult("r", 0, {}, 1, "w", 0, 1, [NodeCount("n1", 5, 5)])]
+    gone = [IterationResult("r", 0, {}, 1, "w", 0, 1, [NodeCount("n1", 5, None, missing=["probe"])])]
+    assert final_status("ok", []) == "failed"
+    assert final_status("ok", measured) == "ok"
+    assert final_status("ok", gone) == "failed"
+    assert final_status("interrupted", []) == "interrupted"

@@ -157,6 +157,7 @@ def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
     assert_exact(rep)
 
 
+@pytest.mark.slow
 def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     out, recount = tmp_path / "results", str(tmp_path / "recount.json")
     p = run_with_recount(
@@ -174,6 +175,7 @@ def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", rep["trace_id"])
 
 
+@pytest.mark.slow
 def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     """Two worker processes, each its own agent, XDP map and namespace; timings pooled exactly."""
     out, recount = tmp_path / "results", str(tmp_path / "recount.json")

@@ -122,6 +122,7 @@ class Locust:
             self.p.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     with Locust("scenarios/exec_storm.py", out, "--ss-burst-s", "0.3") as loc:
