@@ -210,22 +210,30 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     rep = load_report(run_dir)
     assert rep["scenario"] == "ingress_flood" and rep["status"] == "ok"
     assert [s["users"] for s in rep["steps"]] == [10, 30]
+    unlogged = []
     for s, pt in zip(rep["steps"], rep["points"], strict=True):
         assert s["requests"] > 0 and s["latency_ms"]["p99"] >= s["latency_ms"]["p50"] > 0
         w = pt["iterations"][0]["extra"]
-        assert w["server_requests"] == w["successes"]  # every success is in nginx's log, no other
+        unlogged.append(w["successes"] - w["server_requests"])
+    # Step 1 has no fault: every success is in nginx's log, and nothing else is. Step 0 has the
+    # SIGKILL: nginx writes a request's log line after sending its response, so a kill between
+    # the two loses the line of an answered request (seen once: 5284 answered, 5283 logged). At
+    # most one request per user is in flight in the closed model: at most 10 (step 0's users).
+    assert unlogged[1] == 0
+    assert 0 <= unlogged[0] <= 10
     # The probe samples the LB's pids (master + its one worker) that the window opened with.
     # A process shows only from its second 1 s tick (CPU is a difference), and the restart
     # (fault_at + restart_delay = 2.5 s, in step 0) ends the pids the window opened with: between
     # 1 and the 2 pids, and ticks happened. 3 s steps leave the load time to recover after it.
     assert 1 <= rep["steps"][0]["proxy"]["processes"] <= 2
     assert rep["steps"][0]["proxy"]["ticks"] >= 1
-    assert rep["ingress"]["server_requests"] == rep["ingress"]["successes"]
+    assert rep["ingress"]["successes"] - rep["ingress"]["server_requests"] == unlogged[0]
     (fault,) = rep["faults"]
     assert 1.0 <= fault["downtime_s"] <= 1.0 + 0.5, fault
     assert fault["recovery_s"] is not None
     assert any(s["name"] == "fault kill-lb-local" for s in read_spans(run_dir))
-    assert "(equal)" in (run_dir / "report.html").read_text()
+    html = (run_dir / "report.html").read_text()
+    assert ("(equal)" if unlogged[0] == 0 else "(differ!)") in html  # the page says which
 
 
 def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
