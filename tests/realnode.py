@@ -555,12 +555,22 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, cond: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
-    """Poll ``cond`` until it returns something truthy (returned); AssertionError at ``timeout``."""
+    """Poll ``cond`` until it returns something truthy (returned); AssertionError at ``timeout``.
+
+    A poll whose API request times out counts as "not yet" (a loaded API server answered one
+    GET after its 10 s timeout and failed a whole real-node test); it still ends at ``timeout``,
+    naming the last error."""
     deadline = time.monotonic() + timeout
     last: T | None = None
+    error: OSError | None = None
     while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
+        try:
+            last = cond()
+        except OSError as e:  # TimeoutError, URLError, a reset connection
+            error = e
+        else:
+            error = None
+            if last:
+                return last
         time.sleep(every)
-    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r})")
+    raise AssertionError(f"{what} not reached in {timeout:.0f} s (last: {last!r}, last error: {error!r})")
