@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,8 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
         (tree / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tree / f, follow_symlinks=False)
     with (tree / "swarmscope" / "__init__.py").open("a") as fh:
-        fh.write("# a code change\n")
+        # Unique per run: the same change twice would find its own image cached from the last run.
+        fh.write(f"# a code change {uuid.uuid4().hex}\n")
     r = subprocess.run(["nice", "-n", "19", sys.executable, str(tree / "tools" / "build_image.py")],
                        capture_output=True, text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
