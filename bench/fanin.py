@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psutil
 from fanin_relays import run_relays
-from fanin_windows import measure_windows, pct
+from fanin_windows import measure_windows, window_figures
 from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
@@ -100,12 +99,7 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
         "pinned": bool(ctl_cpus),
         "heartbeat_s": heartbeat_s,
         "join_s": join_s,
-        "readings_lost": lost,
-        "readings_wrong": wrong,
-        "open_p50_ms": 1000 * statistics.median(open_lat),
-        "close_p50_ms": 1000 * statistics.median(close_lat),
-        "close_p99_ms": 1000 * pct(close_lat, 0.99),
-        "ctl_cpu_s_per_window_per_1k": cpu_s / windows / (n / 1000),
+        **window_figures(open_lat, close_lat, lost, wrong, cpu_s, windows, n),
         "controller_cpu_pct": 100 * cpu_s / wall,
         "controller_rss_mib": rss,
     }

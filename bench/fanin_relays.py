@@ -15,14 +15,13 @@ bounded by that core, not by the controller.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
 import psutil
-from fanin_windows import measure_windows, pct
+from fanin_windows import measure_windows, window_figures
 from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
@@ -118,12 +117,7 @@ def run_relays(
         "pinned": two,
         "join_s": join_s,
         "direct_probes": direct,
-        "readings_lost": lost,
-        "readings_wrong": wrong,
-        "open_p50_ms": 1000 * statistics.median(open_lat),
-        "close_p50_ms": 1000 * statistics.median(close_lat),
-        "close_p99_ms": 1000 * pct(close_lat, 0.99),
-        "ctl_cpu_s_per_window_per_1k": cpu_s / windows / (n / 1000),
+        **window_figures(open_lat, close_lat, lost, wrong, cpu_s, windows, n),
         "relays_cpu_s_per_window_per_1k": rcpu / windows / (n / 1000),
         "controller_rss_mib": rss,
         "relays_rss_mib": relay_rss,

@@ -9,6 +9,7 @@ is one whose counters are not the simulated probes' ``COUNTERS``.
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from typing import Any
@@ -25,6 +26,20 @@ def pct(values: list[float], q: float) -> float:
     k = (len(s) - 1) * q
     lo, hi = int(k), min(int(k) + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def window_figures(
+    open_lat: list[float], close_lat: list[float], lost: int, wrong: int, cpu_s: float, windows: int, n: int
+) -> dict[str, Any]:
+    """The figures every fan-in design reports for its measured windows (n probes)."""
+    return {
+        "readings_lost": lost,
+        "readings_wrong": wrong,
+        "open_p50_ms": 1000 * statistics.median(open_lat),
+        "close_p50_ms": 1000 * statistics.median(close_lat),
+        "close_p99_ms": 1000 * pct(close_lat, 0.99),
+        "ctl_cpu_s_per_window_per_1k": cpu_s / windows / (n / 1000),
+    }
 
 
 def measure_windows(
