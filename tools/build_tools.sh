@@ -20,6 +20,7 @@
 # (user+sys of the step and its children): CPU time does not depend on the machine's load.
 #
 # Caveats: a failing step stops its lane; the script waits for the other lane and exits 1.
+# Two lanes add their memory peaks: a Jaeger compile reached 2.3 GB RSS, so allow ≈ 5 GB.
 # The swarmscope image's cache key hashes the code (tools/build_image.py); it needs no Go tool.
 set -euo pipefail
 cd "$(dirname "$0")/.."
