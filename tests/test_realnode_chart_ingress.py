@@ -146,14 +146,13 @@ def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[s
 
     victim = wait_for("the target without the seed's settings", new_target, TIMEOUT)["metadata"]["name"]
     f, seen = _kill_run(c, node, values, victim, "exits on SIGTERM, no node port")
-    # What the API server saw is the exact evidence here: the pod left well before its grace
-    # period and its replacement ran at once. The client-seen outage is not bounded by them: a
-    # request that reconnects through the Service while the old endpoint is still listed waits
-    # for its timeout (measured once: replacement Running 2.8 s after the fault, Terminating
-    # 3.3 s, first success 62.3 s; another run: 6.5 s).
+    # The pod left well before its grace period and its replacement ran at once, and the
+    # client saw it: a connect the Service still sent to the gone pod gives up after the
+    # scenario's connect_timeout_s (2 s), not Locust's 60 s (before: replacement Running 2.8 s
+    # after the fault, first success 62.3 s; tests/test_ingress_timeouts.py).
     assert seen["terminating_s"] < GRACE_S
     assert seen["running_after_s"] < GRACE_S
-    assert f["first_success_after"] > f["at"]  # it did recover within the run
+    assert f["at"] < f["first_success_after"] < f["at"] + GRACE_S
 
 
 def _values(path: Path, target: dict[str, Any]) -> Path:
@@ -195,6 +194,7 @@ def _kill_run(
         f"API server: {seen}; {SEED}",
         flush=True,
     )
+    print(f"  failures by reason: {_failures(rep.get('ingress'))}", flush=True)
     assert f["failed_requests"] > 0
     assert seen["replacement"] not in (None, victim)
     return f, seen
@@ -273,6 +273,24 @@ class _PodWatch:
             "pending_s": round(pending[-1] - pending[0], 1) if pending else 0.0,
             "running_after_s": None if running is None else round(running - fault_at, 1),
         }
+
+
+def _failures(section: Any) -> dict[str, int]:
+    """The report's failed requests by reason (its steps' ``failures_by_reason``, summed)."""
+    out: dict[str, int] = {}
+    if isinstance(section, dict):
+        for k, v in section.items():
+            if k == "failures_by_reason" and isinstance(v, dict):
+                for reason, n in v.items():
+                    out[reason] = out.get(reason, 0) + int(n)
+            else:
+                for r, n in _failures(v).items():
+                    out[r] = out.get(r, 0) + n
+    elif isinstance(section, list):
+        for x in section:
+            for r, n in _failures(x).items():
+                out[r] = out.get(r, 0) + n
+    return out
 
 
 def _logs(node: RealNode, lines: int = 40) -> str:
