@@ -53,16 +53,13 @@ SEED = "seed: Terminating ~30 s, replacement Pending ~30 s, ~30 s of downtime"
 HEADLESS = ["--", "--headless", "--expect-workers", "1"]  # the scenario's steps set the run's length
 COUNTS = [150, 250]  # requests per step (boom's -n): exact, whatever the machine's speed
 
-# Keys of the chart's default scenario (an exec storm) that an ingress flood does not take: null
-# removes them from the merged values.
-NOT_INGRESS = {"iterations": None, "burst_s": None, "concurrency": None}
 # The kill-pod runs: one step of 4 users for 75 s, the fault 5 s in (room for the outage and
 # the recovery after it).
 KILL = [
-    "--set", "scenario.config.fault=kill-pod", "--set", "scenario.config.fault_at=5",
-    "--set", f"scenario.config.grace_period_s={GRACE_S}",
-    "--set", "scenario.config.step_duration=75", "--set", "scenario.config.steps={4}",
-    "--set", "scenario.config.requests=null",
+    "--set", "scenario.ingress_flood.fault=kill-pod", "--set", "scenario.ingress_flood.fault_at=5",
+    "--set", f"scenario.ingress_flood.grace_period_s={GRACE_S}",
+    "--set", "scenario.ingress_flood.step_duration=75", "--set", "scenario.ingress_flood.steps={4}",
+    "--set", "scenario.ingress_flood.requests=null",
 ]  # fmt: skip
 
 
@@ -80,9 +77,6 @@ def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path:
         # Installed idle (no --headless: the controller waits for the web UI), so the target is
         # Ready before any worker sends its preflight.
         t = time.monotonic()
-        # Every upgrade passes the whole values file, not --reuse-values: with it Helm brings the
-        # chart's exec-storm defaults that the file sets to null back (an ingress flood refuses
-        # them as unknown keys).
         seed = {"enabled": True, "hostPort": HOST_PORT, "backendsHoldSigterm": True,
                 "terminationGracePeriodSeconds": GRACE_S}  # fmt: skip
         values = _values(tmp_path / "values.json", seed)
@@ -158,8 +152,8 @@ def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[s
 def _values(path: Path, target: dict[str, Any]) -> Path:
     path.write_text(json.dumps({
         "target": target,
-        "scenario": {"config": {**NOT_INGRESS, "scenario": "ingress_flood", "steps": [1, 2],
-                                "requests": COUNTS, "step_duration": 60}},
+        "scenario": {"config": {"scenario": "ingress_flood"},
+                     "ingress_flood": {"steps": [1, 2], "requests": COUNTS, "step_duration": 60}},
     }))  # fmt: skip
     return path
 
