@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from neighbors_util import needs_root
@@ -41,7 +42,7 @@ print(json.dumps({"s": time.monotonic() - t, "error": type(r.error).__name__, "s
 """
 
 
-def _connect_once(ns: VethNetns, opts: dict[str, float], timeout: float) -> dict[str, object]:
+def _connect_once(ns: VethNetns, opts: dict[str, float], timeout: float) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # 10.99.0.2: the namespace's gateway, a permanent neighbor on a veth whose host side has no
     # address (so nothing ever answers a SYN: no RST, no ICMP).

@@ -65,7 +65,7 @@ def fields() -> tuple[list[Any], dict[str, list[Any]]]:
 
 
 def scenario_schema(common: list[Any], kinds: dict[str, list[Any]]) -> dict[str, Any]:
-    config = {
+    config: dict[str, Any] = {
         "type": "object",
         "description": "Options every kind takes (the kind's own go under scenario.<kind>).",
         "required": ["scenario"],

@@ -51,6 +51,13 @@ def register(sub: Any) -> None:
         help="serve the web UI without Locust's login page (default: login, password from "
         "$SWARMSCOPE_WEB_PASSWORD_FILE or $SWARMSCOPE_WEB_PASSWORD)",
     )
+    c.add_argument(
+        "--run-once",
+        metavar="ID",
+        default="",
+        help="headless only: run the scenario at most once for ID (claimed in <out>/.run-once-ID.json); "
+        "a restarted controller that finds the claim idles instead (the chart: once per upgrade)",
+    )
     c.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
     c.set_defaults(func=_controller)
     w = sub.add_parser("worker", help="Locust worker with swarmscope's nodes (cluster mode)")
@@ -70,13 +77,13 @@ def _extra(args: argparse.Namespace) -> list[str]:
     return extra[1:] if extra and extra[0] == "--" else extra
 
 
-def _kind_of(path: str | None, default: str) -> str:
+def _load(path: str) -> tuple[str, str]:
+    """The scenario's kind and results directory (validated here: a bad file fails before
+    Locust starts)."""
     from swarmscope.kinds import load_scenario
 
-    if not path:
-        return default
-    kind, _ = load_scenario(path, [])  # validated here: a bad file fails before Locust starts
-    return str(kind.name)
+    kind, cfg = load_scenario(path, [])
+    return str(kind.name), str(cfg.out)
 
 
 def _locust(argv: list[str], kind: str) -> int:
@@ -115,8 +122,29 @@ def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
 
 
 def _controller(args: argparse.Namespace) -> int:
-    kind = _kind_of(args.scenario, "exec_storm")
-    return _locust(controller_argv(args, kind), kind)
+    kind, out = _load(args.scenario)
+    if not args.run_once:
+        return _locust(controller_argv(args, kind), kind)
+    import os
+    import sys
+
+    from swarmscope.controller.once import RunOnce
+    from swarmscope.errors import SetupError
+
+    if "--headless" not in _extra(args):
+        raise SetupError("--run-once is for headless runs (-- --headless ...): the web UI starts runs itself")
+    gate = RunOnce(out, args.run_once)
+    if not gate.claim():
+        return gate.idle(args.metrics_port)
+    argv = list(sys.orig_argv)  # before Locust rewrites sys.argv
+    rc = _locust(controller_argv(args, kind), kind)
+    gate.finish(rc)
+    # Idle in a fresh process (Locust's servers may still hold the metrics port in this one):
+    # it finds the claim. Not an exit: the Deployment would restart the container.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return rc  # pragma: no cover (execv does not return)
 
 
 def _worker(args: argparse.Namespace) -> int:
