@@ -184,7 +184,7 @@ def _kill_run(
         f"API server: {seen}; {SEED}",
         flush=True,
     )
-    print(f"  failures by reason: {_failures(rep.get('ingress'))}", flush=True)
+    print(f"  failures by reason: {_failures(rep.get('steps'))}", flush=True)
     assert f["failed_requests"] > 0
     assert seen["replacement"] not in (None, victim)
     return f, seen
