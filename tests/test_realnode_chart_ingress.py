@@ -230,7 +230,9 @@ def _run_headless(c: Cluster, node: RealNode, values: Path, sets: list[str]) -> 
     # and run (and kill) again.
     (claim,) = results.glob(".run-once-*.json")
     wait_for("the claim's exit code", lambda: "exit_code" in json.loads(claim.read_text() or "{}"), TIMEOUT)
-    assert json.loads(claim.read_text())["exit_code"] == 0
+    # Locust's own exit code: 1 when any request failed (--exit-code-on-error), as a kill's do.
+    failed = sum(int(s["failures"]) for s in rep["steps"])
+    assert json.loads(claim.read_text())["exit_code"] == (1 if failed else 0)
     logs = node.dir / "pod-logs" / f"{NS}_{pod['metadata']['name']}_{pod['metadata']['uid']}" / "controller"
     wait_for("the controller idle", lambda: any("claimed here" in f.read_text(errors="replace")
                                                 for f in logs.glob("*.log")), TIMEOUT)  # fmt: skip
