@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,8 @@ def main() -> None:
     ap.add_argument("--direct-probes", type=int, default=10000, help="with --relays: the direct figure's N")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C: the finally blocks stop relays and probes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows = []
     load0 = os.getloadavg()
     if a.baseline_ref != "none" and not a.relays:
