@@ -66,10 +66,9 @@ def test_controller_keeps_only_asked_nodes_of_probes_routed_through_that_relay()
     for r in relays:
         fleet._probes[r.probe_id] = r
     with fleet._lock:
-        relay_routes.handle(fleet, relays[0], pb.ProbeMessage(roster=pb.Roster(added=[
-            pb.RosterEntry(probe_id="p1", host="h1"), pb.RosterEntry(probe_id="p2", host="h2")])))  # fmt: skip
-        relay_routes.handle(fleet, relays[1], pb.ProbeMessage(roster=pb.Roster(added=[
-            pb.RosterEntry(probe_id="p3", host="h3")])))  # fmt: skip
+        for relay, entries in ((relays[0], [("p1", "h1"), ("p2", "h2")]), (relays[1], [("p3", "h3")])):
+            added = [pb.RosterEntry(probe_id=p, host=h) for p, h in entries]
+            relay_routes.handle(fleet, relay, pb.ProbeMessage(roster=pb.Roster(added=added)))
         win, hosts, problems = fleet.begin_open(
             "r", "w", {h: [pb.NodeInfo(name=f"{h}-n")] for h in ("h1", "h2", "h3")}
         )
