@@ -85,3 +85,55 @@ def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest
     assert after[0]["map_update.ringbuf_dropped"] == 0
     # The host's other map updates count too, so only bounds are exact here.
     assert dropped == 0 and delivered >= n + 1 and in_map >= n + 1
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_nodes_mode_records_the_window_nodes_cgroups_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """map_update.nodes (a worker in a pod, whose pids are not the host's): the calls of every
+    process in the node's cgroup are counted and sampled with their map's id; this process's own
+    updates, outside that cgroup, are not recorded at all."""
+    from types import SimpleNamespace
+
+    from swarmscope.sys import bpf
+
+    monkeypatch.delenv("SWARMSCOPE_MAP_UPDATE_PIDS", raising=False)
+    n, m = 11, 300
+    prog = MapUpdateCount(pids=[])
+    prog.load()
+    own = bpf.map_create(bpf.BPF_MAP_TYPE_HASH, "ss_test_own", 4, 8, 16)
+    try:
+        with temp_cgroup("mapupdnodes") as cg:
+            node = SimpleNamespace(name="w1-n1", cgroup_id=cgroup_id(cg))
+            prog.configure({"map_update.nodes": True})
+            prog.open_window([node])
+            start = time.time_ns()
+            before = prog.snapshot()
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(cg), str(n), str(m)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert child.stdout is not None
+                _pid, mid = (int(x) for x in child.stdout.readline().split())
+                for i in range(5):  # outside the node's cgroup: never recorded
+                    bpf.map_update_elem(own, i.to_bytes(4, "little"), bytes(8))
+                time.sleep(0.3)  # > poll_s: the pump has resolved the fd
+                after = prog.snapshot()
+                samples = prog.window_samples(start, time.time_ns(), [node])
+            finally:
+                child.communicate("", timeout=10)
+    finally:
+        import os
+
+        os.close(own)
+        prog.close()
+    delta = delta_by_cgroup(before, after)
+    assert set(delta) - {0} == {node.cgroup_id}, delta  # nothing of this process's cgroup
+    got = delta[node.cgroup_id]
+    assert (got["map_update.calls"], got["map_update.entries"]) == (n + 1, n + m)
+    calls = samples["w1-n1"]
+    assert [s.value for s in calls] == [1] * n + [m]
+    assert {s.labels["map_id"] for s in calls} == {str(mid)}

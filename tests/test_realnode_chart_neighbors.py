@@ -103,26 +103,29 @@ def _report(c: Cluster, node: RealNode) -> tuple[dict[str, Any], dict[str, Any]]
 
 def _check(rep: dict[str, Any], pod: str) -> None:
     """Every window exact, as on one machine (tests/test_neighbors_*), and named by the pod."""
-    assert rep["status"] == "ok", (rep["status"], rep["flags"])
-    assert rep["flags"] == []
-    assert [p["params"]["mode"] for p in rep["points"]] == MODES
+    keys = ("generated", "kernel_entries", "reported", "update_calls", "verified", "problems")
+    by_mode = {x["mode"]: x for x in rep["neighbors"]["points"]}
     for p in rep["points"]:
         (it,) = p["iterations"]
-        (n,) = it["per_node"]
-        print(f"{p['params']['mode']}: {n}", flush=True)
+        x = by_mode[p["params"]["mode"]]
+        print(
+            f"{p['params']['mode']}: {it['per_node']} {json.dumps({k: x.get(k) for k in keys})}", flush=True
+        )
+        print(f"  iteration: {json.dumps(it, default=str)[:1500]}", flush=True)
+    assert (rep["status"], rep["flags"]) == ("ok", [])
+    assert [p["params"]["mode"] for p in rep["points"]] == MODES
+    for p in rep["points"]:
+        (n,) = p["iterations"][0]["per_node"]
         assert n["pod"] == pod
         assert n["missing"] == []
         if p["params"]["mode"] == "watch_only":  # received, not programmed
             assert (n["generated"], n["kernel"], n["reported"]) == (N, None, N)
         else:
             assert n["generated"] == n["kernel"] == n["reported"] == N
-    by_mode = {x["mode"]: x for x in rep["neighbors"]["points"]}
-    for mode in MODES:
-        x = by_mode[mode]
-        print(f"{mode}: {json.dumps({k: x.get(k) for k in ('generated', 'kernel_entries', 'reported', 'update_calls', 'verified', 'problems')})}", flush=True)  # fmt: skip
+        x = by_mode[p["params"]["mode"]]
         assert x["verified"] is True and x["problems"] == [], x
         assert x["generated"] == x["reported"] == N
-        assert x["kernel_entries"] == (0 if mode == "watch_only" else N)
+        assert x["kernel_entries"] == (0 if p["params"]["mode"] == "watch_only" else N)
 
 
 def _logs(node: RealNode, lines: int = 40) -> str:

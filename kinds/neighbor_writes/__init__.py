@@ -7,8 +7,9 @@ One point per (N, mode), one window each. A worker is one node: its driver (driv
 the system under test for its share of N (a control plane server, the agent in the worker
 process programming its own XDP map, a test namespace) and returns its start times (CLOCK_MONOTONIC),
 map id and verification. The window's probe program ``map_update``, restricted to the workers'
-pids (``agent_filter: cgroup``: to the workers' cgroups, for workers in pods), times every map-update call in the kernel; reconcile (results.py) matches each worker's
-starts with the ends of its calls into per-entry latencies, pooled over workers.
+pids (``agent_filter: cgroup``: to the workers' cgroups, for workers in pods, whose pids are not
+the host's), times every map-update call in the kernel; reconcile (results.py) matches each
+worker's starts with the ends of its calls into per-entry latencies, pooled over workers.
 generated (written) == kernel (in the probe's update calls) == reported (read back from the
 map) on every node, or the point is not verified.
 

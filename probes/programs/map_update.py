@@ -24,8 +24,9 @@ process) and changes per window without a reload (a kernel-side switch); samples
 a pid list. ``map_update.nodes`` records, and samples, the calls made in the window's nodes'
 cgroups instead (set by :meth:`open_window`, after ``configure``): in a pod the worker knows its
 cgroup but not its host pid, and every call's tgid here is the host's. A node of cgroup id 0
-(the whole host) then records every process. One sample per call whose sys_exit_bpf falls in the window (start/end_ns are
-bpf_ktime, CLOCK_MONOTONIC; the window's wall-clock bounds are converted at close). Caveats:
+(the whole host) then records every process. One sample per call whose sys_exit_bpf falls in
+the window (start/end_ns are bpf_ktime, CLOCK_MONOTONIC; the window's wall-clock bounds are
+converted at close). Caveats:
 ``window_samples`` raises IncompleteSamplesError (with what it has) when the ring buffer dropped
 events during the window, when more than ``map_update.max_samples`` calls happened (the first ones
 are kept), or when retention evicted some; retained events older than the window being closed
@@ -184,7 +185,7 @@ class MapUpdateCount:
         with self._lock:
             if self.tracer.bpf is None:
                 raise ProbeError("map_update: open_window before load()")
-            pids = None if 0 in ids else []
+            pids: list[int] | None = None if 0 in ids else []
             cgroups = [i for i in ids if i]
             if pids != self.tracer.pids or cgroups != self.tracer.cgroups:
                 self._drain_locked()  # events so far belong to the old selection

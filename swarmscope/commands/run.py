@@ -88,7 +88,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def run_file(scenario_file: str, sets: list[str]) -> int:
     """``swarmscope run SCENARIO --set ...`` (``swarmscope controller --sweep`` runs this)."""
-    return _run(argparse.Namespace(scenario_file=scenario_file, sets=sets, out=None, checks=[], explain=False))
+    return _run(
+        argparse.Namespace(scenario_file=scenario_file, sets=sets, out=None, checks=[], explain=False)
+    )
 
 
 def _explain(kind: Any, cfg: Any) -> None:
