@@ -113,9 +113,7 @@ def main() -> None:
     a = ap.parse_args()
     rows = [("one message per reading (before)", run(a.probes, a.relays, a.windows, table=False))]
     rows.append(("by column (WindowDone.table)", run(a.probes, a.relays, a.windows, table=True)))
-    print(
-        f"{a.probes} probes through {a.relays} relays, {a.windows} windows: controller CPU-s per window per 1k"
-    )
+    print(f"{a.probes} probes, {a.relays} relays, {a.windows} windows: controller CPU-s per window per 1k")
     head = list(rows[0][1])
     print(f"{'readings sent':>34}" + "".join(f"{h:>10}" for h in head))
     for name, fig in rows:
