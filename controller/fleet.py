@@ -445,7 +445,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
             old = self._probes.get(request.probe_id)
             if old is not None:
-                old.outbox.put_nowait(None)  # on the loop: Register is a handler
+                if not old.via:  # a relayed one has no stream here (relay_routes._NO_OUTBOX)
+                    old.outbox.put_nowait(None)  # on the loop: Register is a handler
                 state.reconnects = old.reconnects + 1
                 for win in self._windows.values():
                     if request.probe_id in win.expected:
