@@ -166,6 +166,47 @@ def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path, native: bool,
         tracer.close()
 
 
+def _part(key: bytes, threads: int) -> int:
+    """agent_list.c's split of keys among the list's threads (the same arithmetic)."""
+    return ((int.from_bytes(key, "little") * 2654435761) % (1 << 32) * threads) >> 32
+
+
+def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str) -> None:
+    """A big list programmed by 2 threads (min_entries lowered to 1000 here): 2500 entries in 3
+    records, then the first 300 written again with new values. Each thread programs its own
+    keys, in record order, so the map holds the last values; the update calls are exactly
+    ceil(each thread's entries / page), from two threads."""
+    tracer = MapUpdateTracer([os.getpid()])
+    tracer.load()
+    try:
+        with hash_map() as t, plane(tmp_path) as cp:
+            c = IpcClient(cp.socket, TOKEN)
+            k, v = R.make_entries(2500)
+            k2, v2 = R.make_entries(300, gen=7)  # the first 300 keys again, new values
+            write_ipc(c, k, v, batch=1000)
+            r4, _ = c.put_batch(k2, v2)
+            a = IpcAgent(cp.socket, TOKEN, t, native=agent_lib)
+            assert a.native is not None
+            a.native.threads, a.native.min_entries = 2, 1000
+            tracer.events()
+            assert a.list_and_program(page_size=1000) == (r4, 2800)
+            calls = [e for e in tracer.events() if e.processed]
+            per = [0, 0]
+            for i in range(0, len(k + k2), 4):
+                per[_part((k + k2)[i : i + 4], 2)] += 1
+            want_calls = sorted(
+                m for n in per for m in [1000] * (n // 1000) + ([n % 1000] if n % 1000 else [])
+            )
+            assert min(per) > 0 and sum(per) == 2800
+            assert sorted(e.processed for e in calls) == want_calls
+            assert len({e.tid for e in calls}) == 2
+            assert bpf.map_read_all(t.fd) == state(k, v) | state(k2, v2) and t.rev == r4
+            a.close()
+            c.close()
+    finally:
+        tracer.close()
+
+
 def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
     with plane(tmp_path) as cp:
         c = IpcClient(cp.socket, TOKEN)
