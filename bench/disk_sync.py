@@ -15,7 +15,9 @@ each as the median µs of ``writes`` 4 KiB writes at consecutive offsets:
   (what SQLite does in WAL mode: its WAL is preallocated by ``Store._warm_wal``);
 - ``prealloc+O_DSYNC``: the same overwrites, a ``pwrite`` on an ``O_DSYNC`` file (one syscall);
 - ``fallocate+fdatasync``: space reserved with fallocate but never written (unwritten extents:
-  the first write of each converts it, a metadata change).
+  the first write of each converts it, a metadata change);
+- ``prealloc+fdatasync after idle``: the prealloc+fdatasync write after 20 ms of sleep, as a
+  lone small put meets the disk (the other cases run back to back).
 
 Caveat: a shared disk's flush time moves with everyone else's writes; compare the rows of one
 run, not runs.
@@ -70,24 +72,34 @@ CASES: dict[str, tuple[int, str, Callable[[int], None] | None]] = {
     "prealloc+O_DSYNC": (os.O_DSYNC, "write", None),
     "fallocate+fdatasync": (0, "fallocate", os.fdatasync),
 }
+IDLE = "prealloc+fdatasync after idle"
 
 
-def sync_costs(directory: str | None = None, writes: int = 100, rounds: int = 5) -> dict[str, float]:
-    """Median µs per durable 4 KiB write, per case (see the module doc), interleaved in rounds."""
+def sync_costs(
+    directory: str | None = None, writes: int = 100, rounds: int = 5, idle_s: float = 0.02
+) -> dict[str, float]:
+    """Median µs per durable 4 KiB write, per case (see the module doc), interleaved in rounds,
+    plus ``prealloc+fdatasync after idle``: the same write after ``idle_s`` of sleep, as a lone
+    small put meets the disk (on the 2-core VM it cost several times the back-to-back one)."""
     d = tempfile.mkdtemp(prefix="ss-sync-", dir=directory)
     per = max(1, writes // rounds)
     fns = {name: _case(os.path.join(d, name.replace("+", "_")), *spec) for name, spec in CASES.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    idle = _case(os.path.join(d, "idle"), 0, "write", os.fdatasync)
+    fns_all = {**fns, IDLE: idle}
+    times: dict[str, list[float]] = {name: [] for name in fns_all}
     try:
-        for fn in fns.values():
+        for fn in fns_all.values():
             fn.prepare(per * rounds * BLOCK)  # type: ignore[attr-defined]
         for _ in range(rounds):
             for name, fn in fns.items():
                 times[name] += [fn() for _ in range(per)]
+            for _ in range(max(1, per // 4)):  # fewer: each costs idle_s of sleep
+                time.sleep(idle_s)
+                times[IDLE].append(idle())
     finally:
-        for name, fn in fns.items():
+        for name, fn in fns_all.items():
             os.close(fn.fd)  # type: ignore[attr-defined]
-            os.unlink(os.path.join(d, name.replace("+", "_")))
+            os.unlink(os.path.join(d, "idle" if fn is idle else name.replace("+", "_")))
         os.rmdir(d)
     return {name: round(statistics.median(t), 1) for name, t in times.items()}
 
