@@ -184,7 +184,7 @@ def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str)
     """A big list programmed by 2 threads (min_entries lowered to 1000 here): 2500 entries in 3
     records, then the first 300 written again with new values. Each thread programs its own
     keys, in record order, so the map holds the last values; the update calls are exactly
-    ceil(each thread's entries / page), from two threads."""
+    ceil(each thread's entries / page), from two threads; then 3 threads list it again."""
     with written_2500(tmp_path) as (tracer, t, cp, c, k, v):
         k2, v2 = R.make_entries(300, gen=7)  # the first 300 keys again, new values
         r4, _ = c.put_batch(k2, v2)
@@ -194,9 +194,17 @@ def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str)
         tracer.events()
         try:
             assert a.list_and_program(page_size=1000) == (r4, 2800)
+            calls = [e for e in tracer.events() if e.processed]
+            with hash_map() as t3:  # more threads than before: each gets its own buffers
+                b = IpcAgent(cp.socket, TOKEN, t3, native=agent_lib)
+                assert b.native is a.native
+                b.native.threads = 3
+                assert b.list_and_program(page_size=1000) == (r4, 2800)
+                assert len({e.tid for e in tracer.events() if e.processed}) == 3
+                assert bpf.map_read_all(t3.fd) == state(k, v) | state(k2, v2)
+                b.close()
         finally:
             a.native.threads, a.native.min_entries = LIST_THREADS, PARALLEL_MIN_ENTRIES
-        calls = [e for e in tracer.events() if e.processed]
         per = [0, 0]
         for i in range(0, len(k + k2), 4):
             per[_part((k + k2)[i : i + 4], 2)] += 1

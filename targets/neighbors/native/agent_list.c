@@ -59,9 +59,10 @@ static long update(int fd, const void *k, const void *v, uint32_t n, uint64_t *c
 #define MAX_THREADS 8
 
 static struct {
-    uint32_t threads, min_entries, page;
+    uint32_t threads, min_entries, page; /* page: the entries every thread's buffers hold */
+    uint32_t cap[MAX_THREADS];          /* entries thread t's buffers hold */
     uint8_t *kbuf[MAX_THREADS], *vbuf[MAX_THREADS];
-} par = {1, 0, 0, {0}, {0}};
+} par = {1, 0, 0, {0}, {0}, {0}};
 
 /* Threads for big lists and their page buffers (allocated and touched here, before any timed
  * call, so a list never pays page faults for them). threads <= 1: every list is sequential.
@@ -70,20 +71,26 @@ long ss_threads(uint32_t threads, uint32_t min_entries, uint32_t page)
 {
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
-    for (uint32_t t = 0; t < MAX_THREADS; t++) {
-        if (t < threads && threads > 1 && page > par.page) {
+    par.threads = 1; /* sequential unless every thread's buffers are ready */
+    if (threads > 1) {
+        for (uint32_t t = 0; t < threads; t++) {
+            if (par.cap[t] >= page)
+                continue;
             free(par.kbuf[t]);
             free(par.vbuf[t]);
-            par.kbuf[t] = calloc(page, KEY);
-            par.vbuf[t] = calloc(page, VAL);
+            par.cap[t] = 0;
+            par.kbuf[t] = malloc((size_t)page * KEY);
+            par.vbuf[t] = malloc((size_t)page * VAL);
             if (!par.kbuf[t] || !par.vbuf[t])
                 return -ENOMEM;
             memset(par.kbuf[t], 1, (size_t)page * KEY); /* touched: faulted in now */
             memset(par.vbuf[t], 1, (size_t)page * VAL);
+            par.cap[t] = page;
         }
-    }
-    if (threads > 1 && page > par.page)
         par.page = page;
+        for (uint32_t t = 0; t < threads; t++)
+            par.page = par.cap[t] < par.page ? par.cap[t] : par.page;
+    }
     par.threads = threads ? threads : 1;
     par.min_entries = min_entries;
     return 0;
