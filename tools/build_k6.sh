@@ -53,7 +53,8 @@ if [ "$ours" = 1 ]; then
   grep -q "go.k6.io/k6 $VER\$" "$SRC/go.mod" \
     || { echo "build_k6: $SRC/go.mod does not require go.k6.io/k6 $VER" >&2; exit 1; }
   echo "build_k6: building k6 $VER with swarmscope's output ($hash; cold build ≈ 4.5 min)" >&2
-  (cd "$SRC" && CGO_ENABLED=0 go build -o "$tmp/k6" ./cmd/k6) >&2
+  # -buildvcs=false: inside the repo Go would otherwise stamp (or fail to read) its git state.
+  (cd "$SRC" && CGO_ENABLED=0 go build -buildvcs=false -o "$tmp/k6" ./cmd/k6) >&2
 else
   echo "build_k6: building go.k6.io/k6@$VER (cold build ≈ 4.5 min)" >&2
   GOBIN="$tmp" CGO_ENABLED=0 go install "go.k6.io/k6@$VER" >&2
