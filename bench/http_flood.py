@@ -28,7 +28,10 @@ with no ``--out``: what a user who does not need per-request samples runs. The k
 same k6 version built with swarmscope's output compiled in (``tools/build_k6.sh --swarmscope``,
 same Go, same flags), writing one line per request. ``k6_plain_csv`` is upstream k6 writing
 k6's CSV output with the tags the k6 path asks for: what the k6 path cost before it had its own
-output (k6's CSV writes ~13 samples per request), in the same run.
+output (k6's CSV writes ~13 samples per request), in the same run. ``k6_plain_tags`` is upstream
+k6 with those tags and no output: the k6 path asks k6 for 3 system tags (scenario, status,
+error_code) where plain k6 builds its ~14 default ones, so this row tells that saving apart from
+the output's cost (the k6 path against it is the output and the orchestration alone).
 
 Prints medians over the rounds, the plain/ours CPU ratio of each interleaved round, and the load
 average. Caveats: 2 shared cores — the machine's other load moves every figure; compare within
@@ -280,16 +283,18 @@ def plain_locust(target: Target, args: argparse.Namespace, tmp: Path) -> dict[st
     return r
 
 
-def plain_k6(target: Target, args: argparse.Namespace, tmp: Path, csv: bool = False) -> dict[str, Any] | None:
+def plain_k6(
+    target: Target, args: argparse.Namespace, tmp: Path, csv: bool = False, tags: bool = False
+) -> dict[str, Any] | None:
     s = tmp / "plain.js"
     s.write_text(PLAIN_K6)
     summ = tmp / "plain-k6-summary.json"
     dur = math.ceil(_duration(args))
     # csv=True: plain k6 writing the same per-request CSV as swarmscope's k6 path (same tags,
     # same µs stamps): the part of the k6 path's cost that is the per-request samples it needs.
-    out = (
-        ["--system-tags", "scenario,status,error_code", "--out", f"csv={tmp / 'plain-k6.csv'}"] if csv else []
-    )
+    # tags=True: only the k6 path's system tags, no output.
+    out = ["--system-tags", "scenario,status,error_code"] if csv or tags else []
+    out += ["--out", f"csv={tmp / 'plain-k6.csv'}"] if csv else []
     k6 = k6_binary(swarmscope=False)  # upstream k6, unmodified
     cmd = [k6, "run", "--quiet", "--no-usage-report", "--vus", str(args.users), "--duration",
            f"{dur}s", "-e", f"TARGET={target.t.url}", "--summary-export", str(summ), *out,
@@ -311,11 +316,19 @@ def wrk(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] |
     return measure("wrk", lines, sampler, int(m.group(1)) if m else None, args)
 
 
-PATHS = ("locust_plain", "locust_swarmscope", "k6_plain", "k6_swarmscope", "k6_plain_csv", "wrk")
+PATHS = (
+    "locust_plain",
+    "locust_swarmscope",
+    "k6_plain",
+    "k6_swarmscope",
+    "k6_plain_tags",
+    "k6_plain_csv",
+    "wrk",
+)
 GROUPS = {
     "all": PATHS,
     "locust": ("locust_plain", "locust_swarmscope"),
-    "k6": ("k6_plain", "k6_swarmscope", "k6_plain_csv"),
+    "k6": ("k6_plain", "k6_swarmscope", "k6_plain_tags", "k6_plain_csv"),
 }
 
 
@@ -389,6 +402,7 @@ def _rounds(args: argparse.Namespace, paths: tuple[str, ...], runs: dict[str, li
             "locust_swarmscope": lambda: swarmscope_path(target, "locust", args, tmp),
             "k6_plain": lambda: plain_k6(target, args, tmp),
             "k6_swarmscope": lambda: swarmscope_path(target, "k6", args, tmp),
+            "k6_plain_tags": lambda: plain_k6(target, args, tmp, tags=True),
             "k6_plain_csv": lambda: plain_k6(target, args, tmp, csv=True),
             "wrk": lambda: wrk(target, args, tmp),
         }
@@ -456,13 +470,19 @@ def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, 
             f"(rounds {spread})"
         )
     if "k6_plain" in med:
-        kc, kp, ks = med["k6_plain_csv"], med["k6_plain"], med["k6_swarmscope"]
+        kc, kp, ks, kt = (med[k] for k in ("k6_plain_csv", "k6_plain", "k6_swarmscope", "k6_plain_tags"))
         p = kp["gen_ms_per_1k"]
         rows.append(
             f"k6 CPU-ms/1k: plain {p:.1f}; swarmscope's k6 path (its own output, one line per "
-            f"request) {ks['gen_ms_per_1k']:.1f} (x{ks['gen_ms_per_1k'] / p:.3f}); plain with k6's "
-            f"CSV output (~13 lines per request, the path's old output) {kc['gen_ms_per_1k']:.1f} "
-            f"(x{kc['gen_ms_per_1k'] / p:.3f})"
+            f"request) {ks['gen_ms_per_1k']:.1f} (x{ks['gen_ms_per_1k'] / p:.3f}); plain with the "
+            f"path's 3 system tags {kt['gen_ms_per_1k']:.1f} (x{kt['gen_ms_per_1k'] / p:.3f}); plain "
+            f"with those tags and k6's CSV output (~13 lines per request, the path's old output) "
+            f"{kc['gen_ms_per_1k']:.1f} (x{kc['gen_ms_per_1k'] / p:.3f})"
+        )
+        rows.append(
+            f"k6 path against plain k6 with the same tags (the output and orchestration alone): "
+            f"req/s {ks['rps'] / kt['rps']:.3f}, CPU per request plain/ours "
+            f"{kt['gen_ms_per_1k'] / ks['gen_ms_per_1k']:.3f}"
         )
     if w:
         rows.append(
