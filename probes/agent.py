@@ -121,7 +121,11 @@ class ProbeAgent:
         self.controller = controller
         # "a,b,c": upstreams in turn (relays first, the controller last): a session that fails
         # goes to the next one, under the same probe id, and its open windows go along.
-        self.upstreams = [u.strip() for u in controller.split(",") if u.strip()] or [controller]
+        self.upstreams = [u.strip() for u in controller.split(",") if u.strip()]
+        if not self.upstreams:
+            raise FleetError(
+                f"a probe needs a controller address (host:port[,host:port...]), got {controller!r}"
+            )
         self._up = 0
         self.node_name = node_name
         self.program_names = list(dict.fromkeys(programs))

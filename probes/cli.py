@@ -184,7 +184,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     from swarmscope import auth
 
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
-    if not controller:
+    if not controller.replace(",", "").strip():  # "" or only commas: no address at all
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
     token = auth.load_token(args.token_file)
     tls = tls_files(args)

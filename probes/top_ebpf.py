@@ -324,8 +324,9 @@ def _live(args: argparse.Namespace, filters: Filters) -> int:
 class ProgCollector:
     """prometheus_client collector: reads every program on each scrape."""
 
-    def __init__(self, filters: Filters) -> None:
+    def __init__(self, filters: Filters, index: PodIndex | None = None) -> None:
         self.filters = filters
+        self.index = index if index is not None else PodIndex.from_env()  # rescans as it ages
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -341,18 +342,20 @@ class ProgCollector:
         mem = GaugeMetricFamily(
             "swarmscope_probe_prog_map_memory_bytes", "memlock of its maps", labels=labels
         )
+        # The pods go on the info metric only: a label added to the counters would change their
+        # series (and every query that sums them) whenever a holder's pod came or went.
         info = GaugeMetricFamily(
-            "swarmscope_probe_prog_info", "program and its holders", labels=[*labels, "pids"]
+            "swarmscope_probe_prog_info", "program and its holders", labels=[*labels, "pids", "pods"]
         )
-        for p in bpfstats.list_programs(owners_too=True).values():
-            if not self.filters.keep(p):
-                continue
+        progs = [p for p in bpfstats.list_programs(owners_too=True).values() if self.filters.keep(p)]
+        name_pods(progs, self.index)
+        for p in progs:
             lv = [str(p.id), p.name, p.type]
             runs.add_metric(lv, p.run_cnt)
             secs.add_metric(lv, p.run_time_ns / 1e9)
             miss.add_metric(lv, p.recursion_misses)
             mem.add_metric(lv, p.map_memlock)
-            info.add_metric([*lv, ",".join(f"{pid}/{c}" for pid, c in p.owners)], 1)
+            info.add_metric([*lv, ",".join(f"{pid}/{c}" for pid, c in p.owners), ",".join(p.pods)], 1)
         yield from (runs, secs, miss, mem, info)
 
 

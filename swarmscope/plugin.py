@@ -206,6 +206,23 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     # Registered after the runner's own quitting listener, so it runs first (quitting fires in
     # reverse order): a master's would stop without telling its workers.
     environment.events.quitting.add_listener(_on_quitting_first)
+    if not isinstance(runner, WorkerRunner):
+        import atexit
+
+        atexit.register(_on_exit_unreported, environment)
+
+
+def _on_exit_unreported(environment: Any) -> None:
+    """The process exits without Locust's quitting event: Locust's headless master that gives
+    up waiting for workers (--expect-workers-max-wait) calls sys.exit straight away. Write the
+    report anyway, "failed", with what was measured, so the run directory is never left
+    without report.json. Does nothing when quitting already closed the run."""
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None or free.proc.closed:
+        return
+    log.warning("the process is exiting without Locust's quitting event: writing the report")
+    free.status = "failed"
+    _on_quitting(environment)
 
 
 def _on_quitting_first(environment: Any, **_: Any) -> None:

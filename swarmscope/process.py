@@ -201,6 +201,11 @@ class SwarmscopeProcess:
         register_section("checks")(render_section)
         self.store.add_section(self.run.run_id, "checks", results)
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() ran (the report, if any, is written)."""
+        return self._closed
+
     def close(self, status: str = "ok", write_report: bool = True) -> dict[str, Any] | None:
         """Finish the run (the kind's sections, events, report), then tear down probe, fleet and
         nodes. Idempotent."""

@@ -223,6 +223,9 @@ def test_top_ebpf_prometheus_exporter(xdp: tuple[str, int]) -> None:
         )
         assert float(line.split()[-1]) == before + 25
         assert f"swarmscope_probe_prog_map_memory_bytes{label}" in text
+        head = f'swarmscope_probe_prog_info{{id="{pid}",'
+        info = next(ln for ln in text.splitlines() if ln.startswith(head))
+        assert 'pods=""' in info  # not on a Kubernetes node: no pod holds it
         assert "swarmscope_probe_prog_run_time_seconds_total" in text
         assert 'type="tracepoint"' not in text  # --type filter applies to the exporter
     finally:

@@ -123,3 +123,26 @@ def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
         if p.poll() is None:
             p.kill()
     _check_interrupted(out, stderr)
+
+
+def test_master_that_gives_up_waiting_for_workers_writes_a_failed_report(tmp_path: pathlib.Path) -> None:
+    """Locust's headless master exits through sys.exit when no worker came within
+    --expect-workers-max-wait, without its quitting event: the run directory still gets its
+    report, "failed", with no window, and Locust's own exit code stays."""
+    out = tmp_path / "results"
+    p = locust_exec_storm(
+        "--master", "--headless", "-u", "1", "-r", "1", "-t", "30s", "--expect-workers", "1",
+        "--expect-workers-max-wait", "2", "--master-bind-host", "127.0.0.1",
+        "--master-bind-port", str(free_port()), "--ss-out", str(out),
+    )  # fmt: skip
+    try:
+        _, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, stderr[-3000:]
+    assert "Gave up waiting for workers" in stderr
+    rep = load_report(only_run_dir(out))
+    assert rep["status"] == "failed", stderr[-3000:]
+    assert rep["points"] == []
+    assert "swarmscope: report in" in stderr

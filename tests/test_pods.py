@@ -125,6 +125,31 @@ def test_pid_to_pod_and_top_ebpf_rows(tmp_path: Path) -> None:
     assert [p.pods for p in progs] == [["ssrn/rn-probes-bhn2s/probe"], []]
 
 
+def test_top_ebpf_exporter_names_pods_on_its_info_metric(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Prometheus exporter's info metric carries the holders' pods (the counters keep their
+    labels). Program list faked here; the real exporter is scraped in test_bpfstats."""
+    from swarmscope.probes import bpfstats
+    from swarmscope.probes.top_ebpf import Filters, ProgCollector
+
+    pods_dir, ctrs_dir = kubelet_tree(tmp_path, {("ssrn", "rn-probes-bhn2s", UID): {"probe": CID}})
+    proc = tmp_path / "proc"
+    (proc / "10").mkdir(parents=True)
+    (proc / "10" / "cgroup").write_text(f"0::/kubepods/besteffort/pod{UID}/{CID}\n")
+    progs = {
+        1: ProgStats(1, "tracepoint", "exec_count", "t", 0, 0, 0, owners=[(10, "swarmscope")]),
+        2: ProgStats(2, "xdp", "other", "t", 0, 0, 0, owners=[(11, "bpftool")]),
+    }
+    monkeypatch.setattr(bpfstats, "list_programs", lambda **_: progs)
+    collector = ProgCollector(Filters(), PodIndex(pods_dir, ctrs_dir, proc=str(proc)))
+    families = {f.name: f for f in collector.collect()}
+    info = {s.labels["id"]: s.labels for s in families["swarmscope_probe_prog_info"].samples}
+    assert info["1"]["pods"] == "ssrn/rn-probes-bhn2s/probe"
+    assert info["2"]["pods"] == ""
+    assert "pods" not in families["swarmscope_probe_prog_run_count"].samples[0].labels
+
+
 @pytest.mark.root
 @pytest.mark.bpf
 def test_agent_names_the_pod_it_counts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -90,6 +90,12 @@ def test_wrong_token_is_rejected_without_retry(controller) -> None:
     assert len(ctl.hellos) == 1 and ctl.registers == []
 
 
+@pytest.mark.parametrize("controller", ["", ",", " , "])
+def test_a_probe_needs_an_address(controller: str) -> None:
+    with pytest.raises(FleetError, match="needs a controller address"):
+        ProbeAgent(controller, "t", "n", ["f"], program_factory=fake_factory({"f": FakeProgram("f")}))
+
+
 def test_controller_with_wrong_proof_is_refused() -> None:
     ctl = TestController(bad_proof=True)
     server, port = _serve(ctl)
@@ -255,3 +261,14 @@ def test_reconnects_when_controller_restarts() -> None:
     finally:
         run.agent.stop()
         server.stop(0)
+
+
+def test_probe_cli_without_an_address_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from swarmscope import cli
+
+    monkeypatch.delenv("SWARMSCOPE_CONTROLLER", raising=False)
+    assert cli.main(["probe", "--controller", ",", "--node", "n"]) == 2
+    err = capsys.readouterr().err
+    assert "--controller" in err and "required" in err and "Traceback" not in err
