@@ -55,6 +55,10 @@ def test_neighbor_writes_through_the_chart_on_the_real_node(tmp_path: Path) -> N
             sc = worker["spec"]["containers"][0]["securityContext"]
             assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "SYS_ADMIN"]}
             assert sc["privileged"] is False
+            # The image's prebuilt library: the pod (read-only root) cannot compile it.
+            logs = node.dir.glob(f"pod-logs/{NS}_*workers*/*/*.log")
+            wlog = "".join(f.read_text(errors="replace") for f in logs)
+            assert wlog and "compiled list is unavailable" not in wlog, wlog[-3000:]
         finally:
             # Uninstalled first: the node's teardown would otherwise wait out the pods the
             # Deployments keep recreating.
