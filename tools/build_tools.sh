@@ -31,7 +31,8 @@ step() {
 step go tools/go.sh
 step k8s tools/k8s/build.sh all
 step node tools/k8s/build.sh node
-step k6 tools/build_k6.sh
+step k6 tools/build_k6.sh --swarmscope  # k6 with swarmscope's output: the k6 path and its tests
+step k6-upstream tools/build_k6.sh     # unmodified k6: bench/http_flood.py's plain k6 (mostly links)
 step jaeger tools/build_jaeger.sh
 step ig tools/build_ig.sh
 step reader tools/build_probe_reader.sh

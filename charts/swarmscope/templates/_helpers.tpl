@@ -256,3 +256,25 @@ podSelector:
 {{- define "swarmscope.workersKillPods" -}}
 {{- if and .Values.rbac.create (eq (toString (include "swarmscope.scenarioConfig" . | fromJson).fault) "kill-pod") -}}true{{- end -}}
 {{- end -}}
+
+{{/* The node's kernel headers for BCC's compile step (probes, the neighbor worker): mounts. */}}
+{{- define "swarmscope.headerMounts" -}}
+- name: modules
+  mountPath: /lib/modules
+  readOnly: true
+- name: usr-src
+  mountPath: /usr/src
+  readOnly: true
+{{- end -}}
+
+{{/* ... and their volumes. */}}
+{{- define "swarmscope.headerVolumes" -}}
+- name: modules
+  hostPath:
+    path: /lib/modules
+    type: Directory
+# Some distributions ship headers elsewhere or not at all: no type check on /usr/src.
+- name: usr-src
+  hostPath:
+    path: /usr/src
+{{- end -}}
