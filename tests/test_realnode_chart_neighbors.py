@@ -85,8 +85,8 @@ def _values(node: RealNode) -> dict[str, Any]:
 
 
 def _report(c: Cluster, node: RealNode) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The first report in the controller's results volume (the controller exits after its
-    sweep and the kubelet restarts it: a later run writes another directory), and the worker pod."""
+    """The first report in the controller's results volume (the chart's --run-once: the
+    controller idles after its sweep instead of sweeping again), and the worker pod."""
 
     def first() -> Path | None:
         for pod in _pods(c, "controller"):
