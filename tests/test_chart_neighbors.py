@@ -60,8 +60,8 @@ BAD = [
     (NEIGH, "for the neighbor_writes scenario only"),
     (WRITES, "needs workers.neighbors.enabled=true"),
     (["probes.enabled=false"], "needs probes.enabled=true"),
-    (["scenario.config.target=kernel"], "runs the xdp target only"),
-    (["scenario.config.agent_filter=pid"], "cannot work in a pod"),
+    (["scenario.neighbor_writes.target=kernel"], "runs the xdp target only"),
+    (["scenario.neighbor_writes.agent_filter=pid"], "cannot work in a pod"),
     (["workers.mode=daemonset"], "use workers.mode=deployment"),
 ]
 

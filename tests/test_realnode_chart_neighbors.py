@@ -73,19 +73,20 @@ def _values(node: RealNode) -> dict[str, Any]:
         "workers": {"neighbors": {"enabled": True}, "resources": {"limits": {"memory": "1Gi"}}},
         # This kubelet keeps pod logs in its own dir: the probe names pods from it.
         "probes": {"podLogs": {"podsDir": str(node.dir / "pod-logs")}},
-        "scenario": {"config": {
-            # The chart's exec-storm defaults, which a neighbor sweep does not take.
-            "iterations": None, "burst_s": None, "concurrency": None,
-            "scenario": "neighbor_writes", "neighbors": [N], "modes": MODES, "plot": False,
-            # The probe compiles with BCC before it registers: minutes under load.
-            "probe_timeout_s": 300, "worker_timeout_s": 300,
-        }},
+        "scenario": {
+            "config": {
+                "scenario": "neighbor_writes",
+                # The probe compiles with BCC before it registers: minutes under load.
+                "probe_timeout_s": 300, "worker_timeout_s": 300,
+            },
+            "neighbor_writes": {"neighbors": [N], "modes": MODES, "plot": False},
+        },
     }  # fmt: skip
 
 
 def _report(c: Cluster, node: RealNode) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The first report in the controller's results volume (the controller exits after its
-    sweep and the kubelet restarts it: a later run writes another directory), and the worker pod."""
+    """The first report in the controller's results volume (the chart's --run-once: the
+    controller idles after its sweep instead of sweeping again), and the worker pod."""
 
     def first() -> Path | None:
         for pod in _pods(c, "controller"):

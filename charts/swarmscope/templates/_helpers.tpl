@@ -254,7 +254,7 @@ podSelector:
 {{/* "true" when the workers run the kill-pod fault (the ingress flood's target worker deletes
      the pod): they then get the fault Role and a mounted token; "" otherwise. */}}
 {{- define "swarmscope.workersKillPods" -}}
-{{- if and .Values.rbac.create (eq (toString .Values.scenario.config.fault) "kill-pod") -}}true{{- end -}}
+{{- if and .Values.rbac.create (eq (toString (include "swarmscope.scenarioConfig" . | fromJson).fault) "kill-pod") -}}true{{- end -}}
 {{- end -}}
 
 {{/* The node's kernel headers for BCC's compile step (probes, the neighbor worker): mounts. */}}
