@@ -20,9 +20,12 @@ COPY tools/setup.sh tools/image-install.sh /opt/swarmscope/tools/
 RUN tools/image-install.sh
 
 COPY . /opt/swarmscope
-# The exec-storm helpers, prebuilt into /var/cache/swarmscope/native: worker pods run as uid
-# 10001 with a read-only root filesystem and find them there instead of compiling.
-RUN .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; print(ensure_built())' && rm -rf .git results
+# The exec-storm helpers and the neighbor agent's compiled list, prebuilt into
+# /var/cache/swarmscope: worker pods run with a read-only root filesystem and find them there
+# instead of compiling (a neighbor worker without its library would walk the list in Python).
+RUN .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; print(ensure_built())' \
+ && .venv/bin/python -c 'from swarmscope.kinds.neighbor_writes.fastpath import agent_lib; assert agent_lib()' \
+ && rm -rf .git results
 
 ENV PATH=/opt/swarmscope/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-done
 
-.PHONY: setup run test tools lint typecheck pytest proto bench bench-http clean
+.PHONY: setup run test tools lint typecheck pytest proto bench bench-http bench-http-k6 clean
 
 setup:
 	tools/setup.sh
@@ -39,6 +39,10 @@ bench: setup
 # Ingress: swarmscope's Locust/k6 paths vs plain Locust/k6 on the same local nginx, wrk as ceiling.
 bench-http: setup
 	$(PY) bench/http_flood.py --users 50 --repeat 3
+
+# The k6 rows alone: plain (upstream) k6, the k6 path, and the references (a few minutes).
+bench-http-k6: setup
+	$(PY) bench/http_flood.py --users 50 --paths k6 --repeat 3
 
 clean:
 	rm -rf .venv results build dist

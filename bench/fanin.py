@@ -4,6 +4,15 @@
     .venv/bin/python bench/fanin.py --probes 100,1000 --windows 10 --baseline-ref none --json
     nice -n 5 .venv/bin/python bench/fanin.py --relays 4 --probes 100000 --windows 5   # + direct at 10k
 
+The two goal figures, one command each (a few minutes on a quiet 2-core machine):
+
+    .venv/bin/python bench/fanin.py --probes 10000 --windows 5 --baseline-ref none
+    .venv/bin/python bench/fanin.py --relays 16 --probes 100000 --direct-probes 0 --windows 3 \
+        --heartbeat-s 30 --per-process 5000
+
+(at 100,000 a 5 s heartbeat alone is 20,000 messages a second on the probes' core: the relayed
+run hands out 30 s, liveness 180 s.)
+
 Starts N simulated probes (bench/simprobes.py: real gRPC, the real handshake, fake readings, no
 BPF; thousands of aio Sessions per process) against one in-process controller fleet, and runs
 windows: open on every probe, close, collect one reading per node. The controller (this process:
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -154,6 +164,8 @@ def main() -> None:
     ap.add_argument("--direct-probes", type=int, default=10000, help="with --relays: the direct figure's N")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C: the finally blocks stop relays and probes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows = []
     load0 = os.getloadavg()
     if a.baseline_ref != "none" and not a.relays:

@@ -25,6 +25,7 @@ from fanin_windows import measure_windows, window_figures
 from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
+from swarmscope.errors import FleetError
 
 
 def _start_relays(
@@ -77,7 +78,15 @@ def run_relays(
         t0 = time.monotonic()
         ups = [addr for _, addr in relays] + [fleet.address]
         sims = SimProbes.spawn(ups, token, names, per_process, per_channel, spread=k)
-        fleet.wait_for_probes(n, timeout_s=max(300, n / 20))
+        join_deadline = time.monotonic() + max(300, n / 20)
+        while True:  # the join of 100,000 takes minutes: say how far it is every 30 s
+            try:
+                fleet.wait_for_probes(n, timeout_s=min(30.0, max(0.0, join_deadline - time.monotonic())))
+                break
+            except FleetError:
+                if time.monotonic() >= join_deadline:
+                    raise
+                print(f"  joined {len(fleet.probes())}/{n}", file=sys.stderr, flush=True)
         join_s = time.monotonic() - t0
         # A probe whose relay was too starved to take it during the join registered with its
         # next upstream, in the end the controller itself (the design's fallback): counted.

@@ -1,6 +1,7 @@
 """HTTP bench: does swarmscope's orchestration cost throughput? Same nginx, same users, same counter.
 
     .venv/bin/python bench/http_flood.py --users 50 [--warmup 2 --window 4 --repeat 3]
+    .venv/bin/python bench/http_flood.py --paths k6 --repeat 5     # the k6 rows only (~3 min)
 
 Against one local target (targets.ingress.local: nginx LB with 2 workers + 2 backends in our
 netns), one after the other and interleaved over ``--repeat`` rounds: swarmscope's Locust path
@@ -20,15 +21,24 @@ generator's ceiling per core next to wrk's, and how many one-core Locust workers
 nginx needs. Each path's CPU-ms per 1,000 requests (its generator's CPU in the window over the
 requests nginx logged in it) is the figure the machine's load moves least: a generator starved
 to a tenth of a core still spends about the same CPU on a request, while its request rate
-follows the share it got. Plain k6 is also run writing the same per-request CSV as the k6 path
-(``k6_plain_csv``), so the cost of the samples the k6 path records each request from is shown
-beside it, in the same run.
+follows the share it got.
+
+Plain k6 is upstream k6, unmodified (``tools/build_k6.sh``: ``go install go.k6.io/k6@v1.8.1``),
+with no ``--out``: what a user who does not need per-request samples runs. The k6 path runs the
+same k6 version built with swarmscope's output compiled in (``tools/build_k6.sh --swarmscope``,
+same Go, same flags), writing one line per request. ``k6_plain_csv`` is upstream k6 writing
+k6's CSV output with the tags the k6 path asks for: what the k6 path cost before it had its own
+output (k6's CSV writes ~13 samples per request), in the same run. ``k6_plain_tags`` is upstream
+k6 with those tags and no output: the k6 path asks k6 for 3 system tags (scenario, status,
+error_code) where plain k6 builds its ~14 default ones, so this row tells that saving apart from
+the output's cost (the k6 path against it is the output and the orchestration alone).
 
 Prints medians over the rounds, the plain/ours CPU ratio of each interleaved round, and the load
 average. Caveats: 2 shared cores — the machine's other load moves every figure; compare within
 one run only. Every tool runs ``--start-allowance`` seconds longer than the window needs, as a
 starved machine starts them late; a round whose load still ended early is dropped, with a
-message. Needs root (netns).
+message. Needs root (netns). SIGTERM/SIGINT stop the running tool (SIGTERM, then SIGKILL after
+10 s) and remove the target's namespace; a second signal during that is ignored.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import json
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -179,6 +190,13 @@ def run_tool(
     sampler = CpuSampler(p.pid, target.nginx_pids, gen_names, root_gen)
     try:
         out, err = p.communicate(timeout=timeout)
+    except BaseException:  # stopped (a signal, a timeout): let the tool tear down its own first
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        raise
     finally:
         if p.poll() is None:
             p.kill()
@@ -265,17 +283,20 @@ def plain_locust(target: Target, args: argparse.Namespace, tmp: Path) -> dict[st
     return r
 
 
-def plain_k6(target: Target, args: argparse.Namespace, tmp: Path, csv: bool = False) -> dict[str, Any] | None:
+def plain_k6(
+    target: Target, args: argparse.Namespace, tmp: Path, csv: bool = False, tags: bool = False
+) -> dict[str, Any] | None:
     s = tmp / "plain.js"
     s.write_text(PLAIN_K6)
     summ = tmp / "plain-k6-summary.json"
     dur = math.ceil(_duration(args))
     # csv=True: plain k6 writing the same per-request CSV as swarmscope's k6 path (same tags,
     # same µs stamps): the part of the k6 path's cost that is the per-request samples it needs.
-    out = (
-        ["--system-tags", "scenario,status,error_code", "--out", f"csv={tmp / 'plain-k6.csv'}"] if csv else []
-    )
-    cmd = [k6_binary(), "run", "--quiet", "--no-usage-report", "--vus", str(args.users), "--duration",
+    # tags=True: only the k6 path's system tags, no output.
+    out = ["--system-tags", "scenario,status,error_code"] if csv or tags else []
+    out += ["--out", f"csv={tmp / 'plain-k6.csv'}"] if csv else []
+    k6 = k6_binary(swarmscope=False)  # upstream k6, unmodified
+    cmd = [k6, "run", "--quiet", "--no-usage-report", "--vus", str(args.users), "--duration",
            f"{dur}s", "-e", f"TARGET={target.t.url}", "--summary-export", str(summ), *out,
            str(s)]  # fmt: skip
     env = {**os.environ, "K6_CSV_TIME_FORMAT": "unix_micro"} if csv else None
@@ -295,7 +316,35 @@ def wrk(target: Target, args: argparse.Namespace, tmp: Path) -> dict[str, Any] |
     return measure("wrk", lines, sampler, int(m.group(1)) if m else None, args)
 
 
-PATHS = ("locust_plain", "locust_swarmscope", "k6_plain", "k6_swarmscope", "k6_plain_csv", "wrk")
+PATHS = (
+    "locust_plain",
+    "locust_swarmscope",
+    "k6_plain",
+    "k6_swarmscope",
+    "k6_plain_tags",
+    "k6_plain_csv",
+    "wrk",
+)
+GROUPS = {
+    "all": PATHS,
+    "locust": ("locust_plain", "locust_swarmscope"),
+    "k6": ("k6_plain", "k6_swarmscope", "k6_plain_tags", "k6_plain_csv"),
+}
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM/SIGINT raise KeyboardInterrupt in the main thread, wherever it waits, so every
+    ``finally`` and ``with`` runs (the tool is stopped, the target's namespace deleted); a later
+    signal is ignored, so that teardown finishes."""
+
+    def handler(sig: int, _frame: Any) -> None:
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        print(f"http_flood: {signal.Signals(sig).name}: stopping, removing the target", file=sys.stderr)
+        raise KeyboardInterrupt
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, handler)
 
 
 def main() -> int:
@@ -307,63 +356,84 @@ def main() -> int:
     ap.add_argument("--start-allowance", type=float, default=5.0,
                     help="seconds every tool runs longer (a start slowed by the machine's load)")  # fmt: skip
     ap.add_argument("--repeat", type=int, default=3, help="rounds, interleaved; medians are reported")
+    ap.add_argument("--paths", choices=sorted(GROUPS), default="all",
+                    help="the rows run: all, or one engine's (k6: with its CSV reference)")  # fmt: skip
     ap.add_argument("--out", default="results/bench_http.json")
     args = ap.parse_args()
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in PATHS}
-    with LocalIngress(lb_workers=2) as t, tempfile.TemporaryDirectory() as d:
-        tmp, target = Path(d), Target(t)
-        fns: dict[str, Callable[[], dict[str, Any] | None]] = {
-            "locust_plain": lambda: plain_locust(target, args, tmp),
-            "locust_swarmscope": lambda: swarmscope_path(target, "locust", args, tmp),
-            "k6_plain": lambda: plain_k6(target, args, tmp),
-            "k6_swarmscope": lambda: swarmscope_path(target, "k6", args, tmp),
-            "k6_plain_csv": lambda: plain_k6(target, args, tmp, csv=True),
-            "wrk": lambda: wrk(target, args, tmp),
-        }
-        # Interleaved rounds: the machine is shared, so each pair sees similar background load.
-        for i in range(args.repeat):
-            for name in PATHS:
-                got = fns[name]()
-                if got is not None:
-                    runs[name].append({**got, "round": i})
-                    print(f"round {i + 1} {name:<18} {got['rps']:9.0f} req/s", file=sys.stderr)
+    paths = GROUPS[args.paths]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
+    _stop_on_signals()
+    try:
+        _rounds(args, paths, runs)
+    except KeyboardInterrupt:
+        print("http_flood: stopped; the target is removed", file=sys.stderr)
+        return 130
     if not all(runs.values()):
         raise SystemExit(f"no valid round for {[k for k, v in runs.items() if not v]}: longer --tail")
     med = {k: {f: _median([r.get(f) for r in v]) for f in v[0]} for k, v in runs.items()}
-    ratios = {
-        eng: {
-            "rps": med[f"{eng}_swarmscope"]["rps"] / med[f"{eng}_plain"]["rps"],
-            # per generator core: what the orchestration costs the generator itself, whatever
-            # share of the 2 shared cores each run happened to get
-            "per_core": med[f"{eng}_swarmscope"]["rps_per_gen_core"]
-            / med[f"{eng}_plain"]["rps_per_gen_core"],
-            # CPU per request, plain / ours (>1: ours is cheaper); the figure the noise moves least
-            "cpu": med[f"{eng}_plain"]["gen_ms_per_1k"] / med[f"{eng}_swarmscope"]["gen_ms_per_1k"],
-            # the round-by-round ratios (interleaved pairs), for their spread
-            "cpu_rounds": [
-                p["gen_ms_per_1k"] / o["gen_ms_per_1k"]
-                for p in runs[f"{eng}_plain"]
-                for o in runs[f"{eng}_swarmscope"]
-                if p["round"] == o["round"]
-            ],
+    ratios = {eng: _ratios(eng, med, runs) for eng in ("locust", "k6") if f"{eng}_plain" in med}
+    workers: dict[str, Any] = {}
+    if "wrk" in med:
+        # One saturated nginx: its requests per nginx core (from the wrk run, where it is
+        # busiest), against one Locust worker (one process, one core at most: plain
+        # FastHttpUser's ceiling).
+        locust_core = med["locust_plain"]["rps_per_gen_core"]
+        workers = {
+            "nginx_rps_per_core": med["wrk"]["rps_per_nginx_core"],
+            "locust_worker_rps": locust_core,
+            "workers_per_nginx_core": med["wrk"]["rps_per_nginx_core"] / locust_core,
+            "workers_for_this_nginx": math.ceil(med["wrk"]["rps"] / locust_core),
         }
-        for eng in ("locust", "k6")
-    }
-    # One saturated nginx: its requests per nginx core (from the wrk run, where it is busiest),
-    # against one Locust worker (one process, one core at most: plain FastHttpUser's ceiling).
-    locust_core = med["locust_plain"]["rps_per_gen_core"]
-    workers = {
-        "nginx_rps_per_core": med["wrk"]["rps_per_nginx_core"],
-        "locust_worker_rps": locust_core,
-        "workers_per_nginx_core": med["wrk"]["rps_per_nginx_core"] / locust_core,
-        "workers_for_this_nginx": math.ceil(med["wrk"]["rps"] / locust_core),
-    }
     out = {"args": vars(args), "when": time.time(), "median": med, "ratios": ratios,
            "distributed": workers, "runs": runs}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(report(med, ratios, workers, args))
     return 0
+
+
+def _rounds(args: argparse.Namespace, paths: tuple[str, ...], runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Run ``paths`` in interleaved rounds against one target (removed however this ends)."""
+    with LocalIngress(lb_workers=2) as t, tempfile.TemporaryDirectory() as d:
+        print(f"http_flood: target {t.url} in netns {t.netns}", file=sys.stderr, flush=True)
+        tmp, target = Path(d), Target(t)
+        fns: dict[str, Callable[[], dict[str, Any] | None]] = {
+            "locust_plain": lambda: plain_locust(target, args, tmp),
+            "locust_swarmscope": lambda: swarmscope_path(target, "locust", args, tmp),
+            "k6_plain": lambda: plain_k6(target, args, tmp),
+            "k6_swarmscope": lambda: swarmscope_path(target, "k6", args, tmp),
+            "k6_plain_tags": lambda: plain_k6(target, args, tmp, tags=True),
+            "k6_plain_csv": lambda: plain_k6(target, args, tmp, csv=True),
+            "wrk": lambda: wrk(target, args, tmp),
+        }
+        # Interleaved rounds: the machine is shared, so each pair sees similar background load.
+        for i in range(args.repeat):
+            for name in paths:
+                got = fns[name]()
+                if got is not None:
+                    runs[name].append({**got, "round": i})
+                    print(f"round {i + 1} {name:<18} {got['rps']:9.0f} req/s", file=sys.stderr)
+
+
+def _ratios(
+    eng: str, med: dict[str, dict[str, Any]], runs: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    ours, plain = med[f"{eng}_swarmscope"], med[f"{eng}_plain"]
+    return {
+        "rps": ours["rps"] / plain["rps"],
+        # per generator core: what the orchestration costs the generator itself, whatever share
+        # of the 2 shared cores each run happened to get
+        "per_core": ours["rps_per_gen_core"] / plain["rps_per_gen_core"],
+        # CPU per request, plain / ours (>1: ours is cheaper); the figure the noise moves least
+        "cpu": plain["gen_ms_per_1k"] / ours["gen_ms_per_1k"],
+        # the round-by-round ratios (interleaved pairs), for their spread
+        "cpu_rounds": [
+            p["gen_ms_per_1k"] / o["gen_ms_per_1k"]
+            for p in runs[f"{eng}_plain"]
+            for o in runs[f"{eng}_swarmscope"]
+            if p["round"] == o["round"]
+        ],
+    }
 
 
 def _median(xs: list[Any]) -> Any:
@@ -380,8 +450,7 @@ def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, 
         f"{'path':<18} {'req/s (log)':>11} {'own/log':>8} {'gen cores':>9} {'req/s/core':>10} "
         f"{'gen ms/1k':>9} {'all ms/1k':>9} {'nginx cores':>11} {'others':>7}",
     ]
-    for k in PATHS:
-        m = med[k]
+    for k, m in med.items():
         own = f"{m['own_count'] / m['log_lines']:.4f}" if m.get("own_count") else "-"
         rows.append(
             f"{k:<18} {m['rps']:11.0f} {own:>8} {m['gen_cores']:9.2f} {m['rps_per_gen_core']:10.0f} "
@@ -389,7 +458,7 @@ def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, 
             f"{m['other_cores']:7.2f}"
         )
     rows.append("(ms/1k: CPU-ms per 1,000 requests of the generator; all: with the path's other processes)")
-    lp = med["locust_plain"]
+    lp = med.get("locust_plain", {})
     if lp.get("csv_count"):
         rows.append(f"(plain Locust's --csv count / log: {lp['csv_count'] / lp['log_lines']:.4f})")
     for k, v in ratios.items():
@@ -400,22 +469,32 @@ def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, 
             f"per generator core {v['per_core']:.3f}; CPU per request plain/ours {v['cpu']:.3f} "
             f"(rounds {spread})"
         )
-    kc, kp = med["k6_plain_csv"], med["k6_plain"]
-    rows.append(
-        f"k6's per-request CSV (what the k6 path records each request from): plain k6 with it "
-        f"{kc['gen_ms_per_1k']:.1f} CPU-ms/1k against {kp['gen_ms_per_1k']:.1f} without "
-        f"(x{kc['gen_ms_per_1k'] / kp['gen_ms_per_1k']:.3f}); swarmscope's k6 path "
-        f"{med['k6_swarmscope']['gen_ms_per_1k']:.1f}"
-    )
-    rows.append(
-        f"generator ceiling per core: Locust {lp['rps_per_gen_core']:.0f}, "
-        f"k6 {kp['rps_per_gen_core']:.0f}, wrk {med['wrk']['rps_per_gen_core']:.0f} req/s"
-    )
-    rows.append(
-        f"distributed: nginx serves {w['nginx_rps_per_core']:.0f} req/s per nginx core; one Locust "
-        f"worker (one core) sends {w['locust_worker_rps']:.0f} -> {w['workers_per_nginx_core']:.1f} "
-        f"workers per nginx core; {w['workers_for_this_nginx']} for wrk's {med['wrk']['rps']:.0f} req/s here"
-    )
+    if "k6_plain" in med:
+        kc, kp, ks, kt = (med[k] for k in ("k6_plain_csv", "k6_plain", "k6_swarmscope", "k6_plain_tags"))
+        p = kp["gen_ms_per_1k"]
+        rows.append(
+            f"k6 CPU-ms/1k: plain {p:.1f}; swarmscope's k6 path (its own output, one line per "
+            f"request) {ks['gen_ms_per_1k']:.1f} (x{ks['gen_ms_per_1k'] / p:.3f}); plain with the "
+            f"path's 3 system tags {kt['gen_ms_per_1k']:.1f} (x{kt['gen_ms_per_1k'] / p:.3f}); plain "
+            f"with those tags and k6's CSV output (~13 lines per request, the path's old output) "
+            f"{kc['gen_ms_per_1k']:.1f} (x{kc['gen_ms_per_1k'] / p:.3f})"
+        )
+        rows.append(
+            f"k6 path against plain k6 with the same tags (the output and orchestration alone): "
+            f"req/s {ks['rps'] / kt['rps']:.3f}, CPU per request plain/ours "
+            f"{kt['gen_ms_per_1k'] / ks['gen_ms_per_1k']:.3f}"
+        )
+    if w:
+        rows.append(
+            f"generator ceiling per core: Locust {lp['rps_per_gen_core']:.0f}, "
+            f"k6 {med['k6_plain']['rps_per_gen_core']:.0f}, wrk {med['wrk']['rps_per_gen_core']:.0f} req/s"
+        )
+        rows.append(
+            f"distributed: nginx serves {w['nginx_rps_per_core']:.0f} req/s per nginx core; one Locust "
+            f"worker (one core) sends {w['locust_worker_rps']:.0f} -> {w['workers_per_nginx_core']:.1f} "
+            f"workers per nginx core; {w['workers_for_this_nginx']} for wrk's "
+            f"{med['wrk']['rps']:.0f} req/s here"
+        )
     return "\n".join(rows)
 
 

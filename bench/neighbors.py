@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/neighbors.py [--set repeats=5] [--set neighbors=1,5,100]
         [--set transport=grpc] [--set mode=distributed --set workers=2] [--out results/bench-neighbors]
+    .venv/bin/python bench/neighbors.py --arion     # the quick Arion table: both modes at
+                                                    # Arion's N, 3 repeats, no os table (minutes)
 
 Runs ``swarmscope run`` of the neighbor_writes kind (swarmscope.run.run_scenario): per worker a
 control plane, an agent process programming the worker's XDP map, every map-update call timed
@@ -16,7 +18,11 @@ write + watch + program ≤ 1.5 µs per neighbor. Writes report.json, report.htm
 and bench-goals.json. Then, separately labelled and never the comparison, write+watch with
 ``durability=os`` (a write answered once in the OS, not fsync'd; ``--os-neighbors``, '' skips
 it).
-Needs root (BPF, namespaces); ≈ 5–10 min on the 2-core machine.
+Before the sweep it also prints what one durable 4 KiB write costs on this disk by sync method
+(bench/disk_sync.py: fsync / fdatasync / O_DSYNC, appended or preallocated, and after an idle
+spell), the floor of a small write+watch. It ends with the Arion table: per N, both modes, ours
+next to Arion's. Needs root (BPF, namespaces); ``--arion`` ≈ 5–8 min on the quiet 2-core
+machine, the full default sweep ≈ 10–30.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ from typing import Any
 
 GOALS_US = {"list_program": 1.0, "write_watch_program": 1.5}
 CLOCK_GOAL_NS = 1000.0
+# --arion: every N Arion published for list or write+watch, both modes, 3 repeats
+ARION_PRESET = [
+    "neighbors=1,5,100,500,1000,5000,10000,50000,100000,500000,1000000",
+    "modes=list_program,write_watch_program",
+    "repeats=3",
+]
 
 
 def _f(v: Any, fmt: str = "{:.3f}") -> str:
@@ -53,6 +65,21 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_f(r['master_write_us'], '{:.1f}'):>8} {_f(r['watch_per_state_us'], '{:.3f}'):>11} "
             f"{'yes' if r['verified'] else 'NO'}"
         )
+    return "\n".join(out)
+
+
+def arion_table(rows: list[dict[str, Any]]) -> str:
+    """Per N: list and write+watch, ours beside Arion's (µs per neighbor, medians)."""
+    by = {(r["mode"], r["neighbors"]): r for r in rows}
+    out = ["\nArion table (µs per neighbor; x = Arion / ours, > 1: we are faster)"]
+    out.append(f"{'N':>8} | {'list':>9} {'Arion':>6} {'x':>6} | {'write+watch':>11} {'Arion':>6} {'x':>6}")
+    for n in sorted({r["neighbors"] for r in rows}):
+        cells = []
+        for mode, w in (("list_program", 9), ("write_watch_program", 11)):
+            r = by.get((mode, n), {})
+            ours, arion = _f(r.get("per_neighbor_us"), "{:.3f}"), _f(r.get("arion_per_neighbor_us"), "{:g}")
+            cells.append(f"{ours:>{w}} {arion:>6} {_f(r.get('arion_over_ours'), '{:.1f}x'):>6}")
+        out.append(f"{n:>8} | {cells[0]} | {cells[1]}")
     return "\n".join(out)
 
 
@@ -126,16 +153,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clock-calls", type=int, default=20000, help="bpf() calls per side of the clock cost")
     ap.add_argument(
         "--os-neighbors",
-        default="5,100,1000",
-        help="N of the separate write+watch run with durability=os ('' = skip); never the comparison",
+        default=None,
+        help="N of the separate write+watch run with durability=os ('' = skip; default 5,100,1000, "
+        "none with --arion); never the comparison",
     )
+    ap.add_argument("--arion", action="store_true", help="the quick Arion table (ARION_PRESET)")
     ns = ap.parse_args(argv)
+    if ns.os_neighbors is None:
+        ns.os_neighbors = "" if ns.arion else "5,100,1000"
     from swarmscope.kinds import load_scenario
     from swarmscope.run import run_scenario
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.disk_sync import format_costs, sync_costs
+
+    print(f"load average {os.getloadavg()[0]:.2f}; niceness {os.nice(0)}", flush=True)
     clock = clock_cost(ns.clock_calls)
     scenario = str(Path(__file__).resolve().parent.parent / "scenarios" / "neighbor_writes.yaml")
-    kind, cfg = load_scenario(scenario, ["repeats=5", *ns.sets, f"out={ns.out}"])
+    preset = ARION_PRESET if ns.arion else ["repeats=5"]
+    kind, cfg = load_scenario(scenario, [*preset, *ns.sets, f"out={ns.out}"])
+    disk = sync_costs()  # $TMPDIR: where the control planes' SQLite files go (driver.py)
+    print(format_costs(disk), flush=True)
     report = run_scenario(kind, cfg)
     if report is None or "neighbors" not in report:
         print("no neighbors section: the run failed before its first point", file=sys.stderr)
@@ -158,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         f"a 1-entry update takes {c['call_ns_with']} ns with them, {c['call_ns_without']} ns without "
         f"(+{c['added_ns']} ns; goal ≤ {CLOCK_GOAL_NS:g} ns) -> {verdict}"
     )
-    goals: dict[str, Any] = {"clock": clock}
+    print(format_costs(disk))
+    goals: dict[str, Any] = {"clock": clock, "disk_sync_us": disk}
     for mode, goal in GOALS_US.items():
         at = [r for r in rows if r["mode"] == mode and r["neighbors"] == max(cfg.neighbors)]
         if at and at[0]["per_neighbor_us"] is not None:
@@ -173,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Arion beaten at {len(beaten) - len(lost)} of {len(beaten)} published points"
         + (f"; not: {', '.join(lost)}" if lost else "")
     )
+    print(arion_table(rows))
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
     os_rows = durability_os(ns, scenario) if ns.os_neighbors else []
     goals["durability_os"] = os_rows
     (run_dir / "bench-goals.json").write_text(json.dumps(goals, indent=2))

@@ -56,7 +56,7 @@ async def _probe(stubs: list[Any], token: str, name: str, registered: list[int],
     # Open windows and recent answers outlive a session, as in the real agent: a close sent
     # again through the next upstream gets the same readings.
     windows: dict[str, list[pb.NodeInfo]] = {}
-    answers: dict[str, pb.WindowDone] = {}
+    answers: dict[str, bytes] = {}
     up = [False]  # counted in ``registered`` once, at its first session
     failures = 0
     rounds = 10  # bounded: every upstream, ten rounds (a starved server can take a minute to join)
@@ -77,41 +77,62 @@ async def _probe(stubs: list[Any], token: str, name: str, registered: list[int],
         await asyncio.sleep(0.05)
 
 
+# Messages every simulated probe of a process sends alike, serialized once: the simulator's
+# per-message cost is what limits a 100,000-probe bench on two cores.
+_HEARTBEAT = pb.ProbeMessage(heartbeat=pb.Heartbeat(unix_ns=1)).SerializeToString()
+_ACKS: dict[tuple[str, str], bytes] = {}
+SESSION = "/swarmscope.v1.ProbeControl/Session"
+
+
+def _ack(run_id: str, window_id: str) -> bytes:
+    data = _ACKS.get((run_id, window_id))
+    if data is None:
+        if len(_ACKS) > 64:
+            _ACKS.clear()
+        ack = pb.WindowAck(run_id=run_id, window_id=window_id, ok=True)
+        data = _ACKS[(run_id, window_id)] = pb.ProbeMessage(ack=ack).SerializeToString()
+    return data
+
+
 async def _session(
     stub: Any,
     reply: Any,
     pid: str,
     windows: dict[str, list[pb.NodeInfo]],
-    answers: dict[str, pb.WindowDone],
+    answers: dict[str, bytes],
     registered: list[int],
     up: list[bool],
 ) -> bool:
-    """Serve one Session; True on Shutdown, False when the stream broke (try the next upstream)."""
-    call = stub.Session()
+    """Serve one Session; True on Shutdown, False when the stream broke (try the next upstream).
+
+    The stream carries bytes both ways (``stub.raw``: no serializers): commands are parsed here,
+    the answers serialized once (an ack per window per process, a WindowDone per probe)."""
+    call = stub.raw()
     writing = asyncio.Lock()  # grpc.aio allows one pending write per call
 
-    async def send(msg: pb.ProbeMessage) -> None:
+    async def send(data: bytes) -> None:
         async with writing:
-            await call.write(msg)
+            await call.write(data)
 
     async def beat() -> None:
         while True:
             await asyncio.sleep(reply.heartbeat_interval_s or 1.0)
-            await send(pb.ProbeMessage(heartbeat=pb.Heartbeat(unix_ns=time.time_ns())))
+            await send(_HEARTBEAT)
 
     beats = None
     try:
-        await call.write(pb.ProbeMessage(session_id=reply.session_id, heartbeat=pb.Heartbeat(unix_ns=1)))
+        first = pb.ProbeMessage(session_id=reply.session_id, heartbeat=pb.Heartbeat(unix_ns=1))
+        await call.write(first.SerializeToString())
         beats = asyncio.create_task(beat())
         if not up[0]:
             up[0] = True
             registered[0] += 1
-        async for cmd in call:
+        async for raw in call:
+            cmd = pb.Command.FromString(raw)
             kind = cmd.WhichOneof("kind")
             if kind == "open":
                 windows.setdefault(cmd.open.window_id, list(cmd.open.nodes))  # again: same snapshot
-                ack = pb.WindowAck(run_id=cmd.open.run_id, window_id=cmd.open.window_id, ok=True)
-                await send(pb.ProbeMessage(ack=ack))
+                await send(_ack(cmd.open.run_id, cmd.open.window_id))
             elif kind == "close":
                 c = cmd.close
                 if c.window_id not in answers:
@@ -125,12 +146,13 @@ async def _session(
                         )
                         for n in windows.pop(c.window_id, [])
                     ]
-                    answers[c.window_id] = pb.WindowDone(
+                    done = pb.WindowDone(
                         run_id=c.run_id, window_id=c.window_id, readings=len(batch), batch=batch
                     )
+                    answers[c.window_id] = pb.ProbeMessage(done=done).SerializeToString()
                     while len(answers) > 8:
                         answers.pop(next(iter(answers)))
-                await send(pb.ProbeMessage(done=answers[c.window_id]))
+                await send(answers[c.window_id])
             elif kind == "shutdown":
                 return True
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
@@ -140,6 +162,12 @@ async def _session(
             beats.cancel()
         call.cancel()
     return False
+
+
+def _stub(channel: Any) -> Any:
+    stub = pb_grpc.ProbeControlStub(channel)
+    stub.raw = channel.stream_stream(SESSION)  # bytes in, bytes out
+    return stub
 
 
 def upstreams_of(i: int, upstreams: list[str], spread: int) -> list[int]:
@@ -165,7 +193,7 @@ async def _host(
     channels = [
         [grpc.aio.insecure_channel(u, opts) for u in upstreams] for _ in range(0, len(names), per_channel)
     ]
-    stubs = [[pb_grpc.ProbeControlStub(ch) for ch in group] for group in channels]
+    stubs = [[_stub(ch) for ch in group] for group in channels]
     tasks = []
     for i, name in enumerate(names):
         group = stubs[i // per_channel]
@@ -249,9 +277,14 @@ class SimProbes:
             procs.append(p)
         return cls(procs, registered, stop)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Ask every process to end, then kill what is left after ``grace_s`` (in all): closing
+        thousands of channels can take a process longer than the bench cares to wait."""
         self.stop_event.set()
+        deadline = time.monotonic() + grace_s
         for p in self.procs:
-            p.join(30)
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
             if p.is_alive():
                 p.kill()
+                p.join(5)

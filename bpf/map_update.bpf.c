@@ -12,9 +12,11 @@
  * >= 5.11) and the ring buffer is submitted without a wakeup: its readers drain it by polling
  * (ring_buffer_consume every poll_s), nobody sleeps on it. Together with one 8-byte read of
  * count+map_fd this took the programs from ~1.1-1.3 µs to ~0.7-0.9 µs per call (bench/neighbors.py).
- * Only tgids present in mu_pids are recorded unless mu_record_all[0] is 1; both are set by the
- * loader and may change while attached (a probe window picks its pids). Both start at zero, so
- * nothing is recorded until the loader has said what to record.
+ * Only tgids present in mu_pids, or callers in a cgroup (v2 id) present in mu_cgroups, are
+ * recorded unless mu_record_all[0] is 1; all are set by the loader and may change while attached
+ * (a probe window picks its pids or its nodes' cgroups: a worker in a pod knows only its own pid
+ * namespace's pids, never the host's tgid this program sees). All start empty, so nothing is
+ * recorded until the loader has said what to record.
  */
 #include "swarmscope.h"
 
@@ -62,6 +64,7 @@ struct mu_event {
 
 BPF_TASK_STORAGE(mu_start_map, struct mu_start);
 BPF_HASH(mu_pids, u32, u8, 1024);
+BPF_HASH(mu_cgroups, u64, u8, 1024);
 BPF_ARRAY(mu_record_all, u8, 1);
 BPF_PERCPU_HASH(mu_totals, struct mu_key, struct mu_total, 4096);
 BPF_PERCPU_ARRAY(mu_drops, u64, 1);
@@ -75,8 +78,11 @@ TRACEPOINT_PROBE(syscalls, sys_enter_bpf)
     u64 id = bpf_get_current_pid_tgid();
     u32 zero = 0, tgid = id >> 32;
     u8 *all = mu_record_all.lookup(&zero);
-    if (!(all && *all) && !mu_pids.lookup(&tgid))
-        return 0;
+    if (!(all && *all) && !mu_pids.lookup(&tgid)) {
+        u64 cg = bpf_get_current_cgroup_id();
+        if (!mu_cgroups.lookup(&cg))
+            return 0;
+    }
     struct mu_start *sp =
         mu_start_map.task_storage_get(bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (!sp)

@@ -166,11 +166,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
     def probes(self, alive_only: bool = True) -> list[ProbeState]:
         with self._lock:
             self._prune()
-            return [
-                p
-                for p in self._probes.values()
-                if not p.relay and (not alive_only or self._alive(p.probe_id))
-            ]
+            if alive_only:
+                return relay_routes.live(self)
+            return [p for p in self._probes.values() if not p.relay]
 
     def wait_for_probes(self, count: int = 1, timeout_s: float = 60.0, hosts: set[str] | None = None) -> None:
         """Block until ``count`` live probes (or probes for every host in ``hosts``) are connected."""
@@ -319,8 +317,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         win.close = pb.Command(
             seq=self._next_seq(), close=pb.CloseWindow(run_id=win.run_id, window_id=win.window_id)
         )
-        close = win.close
-        self._send([(p, close) for p in map(self._probes.get, win.expected) if p is not None])
+        self._aio.post(put_all, relay_routes.close_items(self, win))
 
     def finish_close(self, win: Window, deadline: float) -> list[str]:
         """Wait (lock held) until every probe is done, gone, or lost below a relay, or the
@@ -448,7 +445,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
             old = self._probes.get(request.probe_id)
             if old is not None:
-                old.outbox.put_nowait(None)  # on the loop: Register is a handler
+                if not old.via:  # a relayed one has no stream here (relay_routes._NO_OUTBOX)
+                    old.outbox.put_nowait(None)  # on the loop: Register is a handler
                 state.reconnects = old.reconnects + 1
                 for win in self._windows.values():
                     if request.probe_id in win.expected:
@@ -497,14 +495,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
         reader = asyncio.create_task(self._read_loop(state, it, bad))
         try:
             while True:
-                cmd = await state.outbox.get()
-                if cmd is None:
+                data = await state.outbox.get()
+                if data is None:  # after a Shutdown too (put_all)
                     if bad:
                         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
                     return
-                await context.write(cmd)
-                if cmd.WhichOneof("kind") == "shutdown":
-                    return
+                await context.write(data)
         finally:
             reader.cancel()
             self._ended(state)
@@ -516,9 +512,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if pid not in win.expected:
                 continue
             if win.closing and win.close is not None and pid not in win.done:
-                state.outbox.put_nowait(win.close)  # on the loop: called from Session
+                put_all([(state, win.close)])  # on the loop: called from Session
             elif not win.closing and pid not in win.acks:
-                state.outbox.put_nowait(self.open_cmd(win, pid))
+                put_all([(state, self.open_cmd(win, pid))])
 
     def _ended(self, state: ProbeState) -> None:
         with self._lock:

@@ -166,8 +166,7 @@ def probe_control_handlers(svc: Any) -> grpc.GenericRpcHandler:
         {
             "Hello": unary(pb.HelloRequest, svc.Hello, pb.HelloReply),
             "Register": unary(pb.RegisterRequest, svc.Register, pb.RegisterReply),
-            "Session": grpc.stream_stream_rpc_method_handler(
-                svc.Session, response_serializer=pb.Command.SerializeToString
-            ),
+            # Commands are serialized when queued (fleet_state.put_all): written as they are.
+            "Session": grpc.stream_stream_rpc_method_handler(svc.Session),
         },
     )

@@ -10,6 +10,7 @@ share them. Caveat: ``outbox`` is an asyncio.Queue only the fleet's event loop m
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +38,9 @@ class ProbeState:
     rss_bytes: int = 0
     relay: bool = False  # a relay's own session: it measures nothing, its Roster routes hosts
     via: str = ""  # a probe behind a relay: that relay's probe id (its commands go down there)
-    # Commands down the stream; None ends it. Only the fleet's event loop touches it (Fleet._send).
-    outbox: asyncio.Queue[pb.Command | None] = field(default_factory=asyncio.Queue)
+    # Commands down the stream, serialized (put_all); None ends it. Only the fleet's event loop
+    # touches it (Fleet._send).
+    outbox: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
 
     @property
     def host(self) -> str:
@@ -74,8 +76,19 @@ def few(names: set[str], n: int = 20) -> str:
 
 
 def put_all(items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+    """Queue commands on streams, each distinct command serialized once (a window's close goes
+    to every probe as the same bytes). A Shutdown is followed by the end of the stream."""
+    wire: dict[int, tuple[bytes, bool]] = {}
     for state, cmd in items:
-        state.outbox.put_nowait(cmd)
+        if cmd is None:
+            state.outbox.put_nowait(None)
+            continue
+        data = wire.get(id(cmd))
+        if data is None:
+            data = wire[id(cmd)] = (cmd.SerializeToString(), cmd.HasField("shutdown"))
+        state.outbox.put_nowait(data[0])
+        if data[1]:
+            state.outbox.put_nowait(None)
 
 
 def to_reading(r: Any, probe_id: str) -> ProbeReading:
@@ -92,6 +105,72 @@ def to_reading(r: Any, probe_id: str) -> ProbeReading:
         else [],
         pod=getattr(r, "pod", ""),  # namespace/pod/container (probes/pods.py); "" off Kubernetes
     )
+
+
+def fill_table(done: pb.WindowDone, rows: Iterable[tuple[str, Any]]) -> None:
+    """Put a relay's readings (probe id, pb.Reading) into ``done``: by column in ``done.table``,
+    or as they are in ``done.batch`` when they carry gauges or samples (rare, and row-shaped)."""
+    pids: list[str] = []
+    nodes: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    errors: list[str] = []
+    pods: list[str] = []
+    cols: dict[str, tuple[list[int], list[int]]] = {}
+    for pid, r in rows:
+        if r.gauges or r.samples:
+            r.probe_id = pid  # the authenticated session's, not what the probe claimed
+            done.batch.append(r)
+            continue
+        i = len(pids)
+        pids.append(pid)
+        nodes.append(r.node)
+        starts.append(r.start_unix_ns)
+        ends.append(r.end_unix_ns)
+        errors.append(r.error)
+        pods.append(r.pod)
+        for k, v in r.counters.items():
+            col = cols.get(k)
+            if col is None:
+                col = cols[k] = ([], [])
+            col[0].append(i)
+            col[1].append(v)
+    t = done.table
+    t.probe_id.extend(pids)
+    t.node.extend(nodes)
+    t.start_unix_ns.extend(starts)
+    t.end_unix_ns.extend(ends)
+    t.error.extend(errors)
+    t.pod.extend(pods)
+    for name, (idx, values) in cols.items():
+        t.counters.add(name=name, rows=idx, values=values)
+    done.readings = len(done.batch) + len(pids)
+
+
+def table_rows(t: pb.ReadingTable) -> list[ProbeReading]:
+    """The readings of a ``ReadingTable``, or ValueError when its columns do not line up."""
+    # Plain lists first: iterating a protobuf container costs far more per item.
+    pids, nodes, starts, ends, errors, pods = (
+        list(c) for c in (t.probe_id, t.node, t.start_unix_ns, t.end_unix_ns, t.error, t.pod)
+    )
+    n = len(pids)
+    if any(len(c) != n for c in (nodes, starts, ends, errors, pods)):
+        raise ValueError(f"columns of unequal length ({n} probe ids)")
+    counters: list[dict[str, int]] = [{} for _ in range(n)]
+    for col in t.counters:
+        name = col.name
+        if len(col.rows) != len(col.values):
+            raise ValueError(f"counter {name!r}: {len(col.rows)} rows, {len(col.values)} values")
+        for i, v in zip(list(col.rows), list(col.values), strict=True):
+            if i >= n:
+                raise ValueError(f"counter {name!r}: row {i} of {n}")
+            counters[i][name] = v
+    return [
+        ProbeReading(pid, node, c, {}, start, end, error, [], pod)
+        for pid, node, c, start, end, error, pod in zip(
+            pids, nodes, counters, starts, ends, errors, pods, strict=True
+        )
+    ]
 
 
 def poll_s(pending: int) -> float:

@@ -32,7 +32,7 @@ import grpc
 
 from swarmscope import __version__, auth
 from swarmscope.controller.fleet import Fleet
-from swarmscope.controller.fleet_state import ProbeState, Window
+from swarmscope.controller.fleet_state import ProbeState, Window, fill_table
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
@@ -262,11 +262,7 @@ class Relay:
             done = pb.WindowDone(run_id=cmd.run_id, window_id=cmd.window_id, missing=missing)
             if win is not None:
                 done.probes.extend(sorted(win.done))
-                for (pid, _node), r in win.raw.items():
-                    if pid in win.done:
-                        r.probe_id = pid  # the authenticated session's, not what the probe claimed
-                        done.batch.append(r)
-                done.readings = len(done.batch)
+                fill_table(done, ((pid, r) for (pid, _node), r in win.raw.items() if pid in win.done))
                 done.trace = b"".join(fleet.take_spans(cmd.window_id))
             out.put(pb.ProbeMessage(done=done))
 

@@ -19,18 +19,23 @@ the close. Caveat: everything here runs on the fleet's event loop with the fleet
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.controller.fleet_state import ProbeState, Window
+from swarmscope.controller.fleet_state import ProbeState, Window, table_rows
 from swarmscope.v1 import probe_pb2 as pb
 
 if TYPE_CHECKING:
     from swarmscope.controller.fleet import Fleet
 
 log = logging.getLogger(__name__)
+
+# A relayed probe's commands go down its relay's stream, never its own: its state shares this
+# never-used queue instead of holding one (100,000 queues are ~600,000 objects for the GC to walk).
+_NO_OUTBOX: asyncio.Queue[bytes | None] = asyncio.Queue()
 
 
 def route(
@@ -39,6 +44,8 @@ def route(
     """Direct probes' commands as they are; relayed probes' merged into one per relay and window.
 
     Shutdown and end-of-stream are not routed: a relay gets its own and passes shutdown on."""
+    if not any(state.via for state, _ in items):
+        return items  # no relays in this batch: nothing to merge
     out: list[tuple[ProbeState, pb.Command | None]] = []
     merged: dict[tuple[str, str, str], pb.Command] = {}
     for state, cmd in items:
@@ -89,6 +96,43 @@ def batch_open(
     add = batch.open.nodes.add
     for n in win.node_info[state.probe_id]:
         add(name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=host)
+
+
+def close_items(fleet: Fleet, win: Window) -> list[tuple[ProbeState, pb.Command | None]]:
+    """The window's close (lock held): to each direct probe it waits for, and once to each relay
+    with a probe it waits for (no command per relayed probe to merge)."""
+    close, probes = win.close, fleet._probes
+    items: list[tuple[ProbeState, pb.Command | None]] = []
+    relays: set[str] = set()
+    for pid in win.expected:
+        p = probes.get(pid)
+        if p is None:
+            continue
+        if p.via:
+            relays.add(p.via)
+        else:
+            items.append((p, close))
+    items += [(r, close) for r in map(probes.get, relays) if r is not None]
+    return items
+
+
+def live(fleet: Fleet) -> list[ProbeState]:
+    """Probes alive now, relays' own sessions aside (lock held): each relay's liveness is looked
+    at once, not once per probe behind it."""
+    relays: dict[str, bool] = {}
+    out = []
+    for p in fleet._probes.values():
+        if p.relay:
+            continue
+        if p.via:
+            up = relays.get(p.via)
+            if up is None:
+                up = relays[p.via] = fleet._alive(p.via)
+            if p.connected and up:
+                out.append(p)
+        elif fleet._alive(p.probe_id):
+            out.append(p)
+    return out
 
 
 def not_gone(fleet: Fleet, pids: Iterable[str]) -> set[str]:
@@ -142,6 +186,7 @@ def _roster(fleet: Fleet, relay: ProbeState, roster: pb.Roster) -> None:
             last_seen=now,
             connected=True,
             via=relay.probe_id,
+            outbox=_NO_OUTBOX,
         )
         # Back at the same relay: its own fleet resends what the probe missed. Elsewhere before
         # (another relay, or the controller directly): it moved, and its windows move with it.
@@ -174,7 +219,30 @@ def _ack(fleet: Fleet, relay: ProbeState, ack: pb.WindowAck) -> None:
     for pid in _routed(fleet, relay, ack.probes):
         if pid in win.expected:
             win.acks[pid] = ack
-    fleet._lock.notify_all()  # one ack per relay and outcome: waking the waiter is cheap
+    # Woken by the last ack only: each wake walks every pending probe (a poll finds the gone).
+    if len(win.acks) >= len(win.expected):
+        fleet._lock.notify_all()
+
+
+def _take_table(fleet: Fleet, relay: ProbeState, win: Window, done: pb.WindowDone, ok: set[str]) -> None:
+    """Keep the table's readings of probes in ``ok``, each for a node the window asked it for:
+    the same rules as ``Fleet.accept``, with no message per reading."""
+    try:
+        rows = table_rows(done.table)
+    except ValueError as e:
+        fleet.readings_rejected += len(done.table.probe_id)
+        log.warning("relay %s: window %s: table refused: %s", relay.probe_id, win.window_id, e)
+        return
+    if rows and done.run_id != win.run_id:
+        fleet.readings_rejected += len(rows)
+        return
+    nodes, readings, kept = win.nodes, win.readings, 0
+    for r in rows:
+        if r.probe_id in ok and r.node in nodes.get(r.probe_id, ()):
+            readings[(r.probe_id, r.node)] = r  # keyed by node: a resent close counts once
+            kept += 1
+    fleet.readings_received += kept
+    fleet.readings_rejected += len(rows) - kept
 
 
 def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
@@ -188,6 +256,7 @@ def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
             fleet.accept(win, r.probe_id, r)
         else:
             fleet.readings_rejected += 1
+    _take_table(fleet, relay, win, done, ok)
     win.done |= ok
     if done.trace:  # the relay's probes' OTLP requests, concatenated (protobuf merges them)
         fleet._spans.setdefault(win.window_id, []).append(done.trace)
@@ -195,4 +264,5 @@ def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
         pid = name.rsplit("@", 1)[0]
         if pid in win.expected and pid not in win.done and _routed(fleet, relay, [pid]):
             win.lost[pid] = name
-    fleet._lock.notify_all()  # one WindowDone per relay: waking the waiter is cheap
+    if win.expected <= win.done | win.lost.keys():  # the last answer wakes the waiter
+        fleet._lock.notify_all()

@@ -63,11 +63,14 @@ def ensure_mounts() -> None:
             )
 
 
-def check(import_bcc: bool = True) -> None:
+def check(import_bcc: bool = True, tracing: bool = True) -> None:
     """Raise SetupError naming every missing piece; return quietly when BCC can load programs.
 
     ``import_bcc=False`` only finds BCC's module without importing it (the light probe, whose
-    loader child imports it): BCC and LLVM must not stay mapped in the caller."""
+    loader child imports it): BCC and LLVM must not stay mapped in the caller. ``tracing=False``
+    (an XDP program, e.g. the neighbor worker's) needs no tracefs, so nothing is mounted: in a
+    pod none is, and the mount attempt is a subprocess, which gevent refuses in the native
+    thread the worker compiles in ("child watchers are only available on the default loop")."""
     missing: list[str] = []
     if os.geteuid() != 0:
         missing.append("root (or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE): run as root")
@@ -84,7 +87,7 @@ def check(import_bcc: bool = True) -> None:
             "kernel headers for BCC (linux-headers-amd64 merged into "
             "/var/lib/swarmscope/kernel-headers/current, or BCC_KERNEL_SOURCE)"
         )
-    if os.geteuid() == 0:
+    if tracing and os.geteuid() == 0:
         ensure_mounts()
         if not os.path.isdir("/sys/kernel/tracing/events"):
             missing.append("tracefs at /sys/kernel/tracing")
@@ -92,9 +95,10 @@ def check(import_bcc: bool = True) -> None:
         raise SetupError("cannot load BPF programs; missing: " + "; ".join(missing) + f". Fix: {FIX}.")
 
 
-def load_program(name: str, cflags: list[str] | None = None, **kw: Any) -> Any:
-    """Compile and load ``bpf/<name>.bpf.c``; TRACEPOINT_PROBEs attach automatically."""
-    check()
+def load_program(name: str, cflags: list[str] | None = None, tracing: bool = True, **kw: Any) -> Any:
+    """Compile and load ``bpf/<name>.bpf.c``; TRACEPOINT_PROBEs attach automatically.
+    ``tracing=False``: a program with no tracepoints (XDP), see :func:`check`."""
+    check(tracing=tracing)
     src = _kernel_source()
     if src:
         os.environ["BCC_KERNEL_SOURCE"] = src

@@ -5,6 +5,7 @@
     ev = t.events()        # [MapUpdateEvent(enter_ns, exit_ns, tgid, tid, cmd, map_fd, ...)]
     tot = t.snapshot()     # {(tgid, cmd): MapUpdateTotal(calls, entries, first_ns, last_ns)}
     t.snapshot_by_cgroup() # {(tgid, cmd, cgroup_id): MapUpdateTotal}; events carry .cgroup too
+    t.set_cgroups([74885])   # also every process of cgroup v2 id 74885 (a pod's container)
     t.close()
 
 Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints). Timestamps are
@@ -12,7 +13,9 @@ bpf_ktime_get_ns(), i.e. CLOCK_MONOTONIC, comparable with time.monotonic_ns() on
 The map is not known in the kernel (no kprobes, no struct reads): events carry (tgid, map_fd)
 and :func:`map_id` resolves it through /proc while the process lives. ``pids`` restricts
 recording to those tgids (more can be added with :meth:`add_pid`, all replaced while attached with
-:meth:`set_pids`); None records every process.
+:meth:`set_pids`); None records every process. :meth:`set_cgroups` records the callers in those
+cgroup v2 ids as well: a worker in a pod knows its cgroup (the probe resolves the id from its
+path), never the host tgid its calls carry here.
 Events come through a ring buffer; :meth:`dropped` says how many it refused (0 means complete).
 """
 
@@ -57,6 +60,7 @@ class MapUpdateTotal:
 class MapUpdateTracer:
     def __init__(self, pids: Iterable[int] | None = None, ringbuf_pages: int = 1024):
         self.pids = None if pids is None else list(pids)
+        self.cgroups: list[int] = []
         self.ringbuf_pages = ringbuf_pages
         self.bpf: Any = None
         self._events: list[MapUpdateEvent] = []
@@ -67,6 +71,8 @@ class MapUpdateTracer:
         self.bpf = load_program("map_update", [f"-DSS_RINGBUF_PAGES={self.ringbuf_pages}"])
         pids, self.pids = self.pids, []  # set_pids compares with what is in the kernel: nothing yet
         self.set_pids(pids)
+        cgroups, self.cgroups = self.cgroups, []
+        self.set_cgroups(cgroups)
         self.bpf[b"mu_events"].open_ring_buffer(self._on_event)
 
     def add_pid(self, pid: int) -> None:
@@ -89,6 +95,19 @@ class MapUpdateTracer:
             with contextlib.suppress(KeyError):
                 del table[ctypes.c_uint32(p)]
         self.pids = want
+
+    def set_cgroups(self, ids: Iterable[int]) -> None:
+        """Also record every caller in these cgroup v2 ids from now on ([] for none), without
+        reloading; added before the others are removed, as in :meth:`set_pids`."""
+        self._need()
+        want = list(dict.fromkeys(int(i) for i in ids))
+        table = self.bpf[b"mu_cgroups"]
+        for i in want:
+            table[ctypes.c_uint64(i)] = ctypes.c_uint8(1)
+        for i in set(self.cgroups) - set(want):
+            with contextlib.suppress(KeyError):
+                del table[ctypes.c_uint64(i)]
+        self.cgroups = want
 
     def _need(self) -> None:
         if self.bpf is None:

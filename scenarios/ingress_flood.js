@@ -1,7 +1,7 @@
 // ingress_flood.js — the ingress flood for k6, driven by swarmscope's workers/k6.py.
 //
 //   k6 run -e TARGET=http://10.201.7.2/ -e MODEL=closed -e STEPS=100,200 -e STEP_DURATION=30 \
-//          --out csv=points.csv scenarios/ingress_flood.js   # K6_CSV_TIME_FORMAT=unix_micro
+//          --out swarmscope=points.txt scenarios/ingress_flood.js   # k6 from tools/build_k6.sh --swarmscope
 //
 // One k6 scenario per step ("step0", "step1", …) started back to back, so every sample carries
 // its step in the built-in `scenario` tag and per-step results are exact. MODEL=closed: each step

@@ -445,7 +445,7 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
         assert "ss-swarmscope-target" in deps
         # The kill-pod fault strikes from the target worker: its service account may delete
         # pods here (and only because the scenario's fault is kill-pod).
-        kill = v["scenario"]["config"].get("fault") == "kill-pod"
+        kill = v["scenario"]["ingress_flood"].get("fault") == "kill-pod"
         assert (
             api.can(f"system:serviceaccount:{ns}:ss-swarmscope-workers", "delete", "pods", namespace=ns)
             == kill
@@ -483,6 +483,37 @@ def test_install_invalid_combination_fails(cluster: Cluster) -> None:
     assert r.returncode != 0
     # the real cluster has no Prometheus Operator CRD, and Helm asked it (Capabilities)
     assert "no monitoring.coreos.com/v1 ServiceMonitor CRD" in r.stderr, r.stderr
+
+
+def test_reuse_values_switches_the_kind(cluster: Cluster) -> None:
+    """helm upgrade --reuse-values from the default exec storm to an ingress flood: the stored
+    scenario is one the ingress flood accepts (its controller crash-looped on the exec storm's
+    "unknown key" iterations before the options were kind-scoped; tests/test_chart_kinds.py)."""
+    from swarmscope.kinds import get_kind
+
+    ns = install(cluster, "--set", "scenario.exec_storm.iterations=5")
+    cluster.helm("upgrade", "ss", str(CHART), "-n", ns, "--reuse-values", "--set", "target.enabled=true",
+                 "--set", "scenario.config.scenario=ingress_flood")  # fmt: skip
+    text = cluster.api.get(f"/api/v1/namespaces/{ns}/configmaps/ss-swarmscope-scenario")["data"][
+        "scenario.yaml"
+    ]
+    cfg = get_kind("ingress_flood").schema.load(file="scenario.yaml", text=text)
+    assert (cfg.scenario, cfg.host) == ("ingress_flood", "http://ss-swarmscope-target:8080")
+    # ... and back, with the exec storm's own option kept from the first install.
+    cluster.helm(
+        "upgrade",
+        "ss",
+        str(CHART),
+        "-n",
+        ns,
+        "--reuse-values",
+        "--set",
+        "scenario.config.scenario=exec_storm",
+    )
+    text = cluster.api.get(f"/api/v1/namespaces/{ns}/configmaps/ss-swarmscope-scenario")["data"][
+        "scenario.yaml"
+    ]
+    assert get_kind("exec_storm").schema.load(file="scenario.yaml", text=text).iterations == 5
 
 
 SERVICEMONITOR_CRD = {

@@ -32,7 +32,13 @@ pytestmark = [
 
 def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     values = yaml.safe_load((ROOT / "charts" / "swarmscope" / "values.yaml").read_text())
-    scenario = dict(values["scenario"]["config"], out=str(tmp_path / "results"), burst_s=0.3)
+    sc = values["scenario"]
+    scenario = {
+        **sc["config"],
+        **sc[sc["config"]["scenario"]],
+        "out": str(tmp_path / "results"),
+        "burst_s": 0.3,
+    }
     sfile = tmp_path / "scenario.yaml"
     sfile.write_text(yaml.safe_dump(scenario))
     token = tmp_path / "token"
@@ -51,7 +57,7 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     controller = subprocess.Popen(
         [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
-         "--web-port", str(ports["web"]),
+         "--web-port", str(ports["web"]), "--run-once", "ss-r1",
          "--", "--headless", "-u", "1", "-r", "1", "-t", "10s", "--expect-workers", "1"],
         cwd=ROOT, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -80,8 +86,22 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
             except OSError:
                 time.sleep(0.3)
         assert health == b"ok\n"
-        controller.wait(120)
-        assert controller.returncode == 0, (tmp_path / "controller.log").read_text()[-3000:]
+        # --run-once (as the chart's headless controller): after its run it idles, claim
+        # recorded, instead of exiting (its Deployment would restart it and run again).
+        claim = tmp_path / "results" / ".run-once-ss-r1.json"
+        deadline = time.monotonic() + 120
+        while "exit_code" not in (json.loads(claim.read_text()) if claim.exists() else {}):
+            assert time.monotonic() < deadline, (tmp_path / "controller.log").read_text()[-3000:]
+            time.sleep(0.5)
+        assert json.loads(claim.read_text())["exit_code"] == 0
+        deadline = time.monotonic() + 60
+        while b"claimed here" not in (tmp_path / "controller.log").read_bytes():
+            assert controller.poll() is None and time.monotonic() < deadline
+            time.sleep(0.3)
+        health = urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/healthz", timeout=5).read()
+        assert health == b"ok\n" and controller.poll() is None
+        controller.terminate()
+        assert controller.wait(30) == 0, (tmp_path / "controller.log").read_text()[-3000:]
     finally:
         for p in (worker, probe, controller):
             if p.poll() is None:

@@ -135,3 +135,23 @@ def test_watch_fans_out_to_many_agents(tmp_path: Path) -> None:
             c.cancel()
         want = [a.revision for a in acks]
         assert seen == [want] * 4
+
+
+def test_kernel_ends_by_pid_or_by_the_maps_id_only() -> None:
+    """agent_filter pid: the worker's pid and its map; cgroup (a pod: the sample's pid is the
+    host's, never the worker's): every call of the node's cgroup to the worker's map."""
+    from swarmscope.controller.model import ProbeReading, ReadingSample
+    from swarmscope.kinds.neighbor_writes.results import SERIES, kernel_ends
+
+    def call(end: int, n: int, pid: int, map_id: int) -> ReadingSample:
+        return ReadingSample(
+            SERIES, end - 5, end, n, {"pid": str(pid), "cmd": "batch", "map_id": str(map_id)}
+        )
+
+    # pid 4242: the agent's host pid (7 in its pod); map 57 the worker's, 58 its meta map.
+    samples = [call(10, 100, 4242, 57), call(20, 1, 4242, 58), call(30, 50, 4242, 57), call(40, 9, 7, 99)]
+    readings = [ProbeReading("p", "w1-n1", {}, samples=samples)]
+    assert kernel_ends(readings, "w1-n1", None, 57) == [[100, 10], [150, 30]]
+    assert kernel_ends(readings, "w1-n1", 7, 57) == []  # the pod's pid: nothing
+    assert kernel_ends(readings, "w1-n1", 4242, 57) == [[100, 10], [150, 30]]
+    assert kernel_ends(readings, "other", None, 57) == []

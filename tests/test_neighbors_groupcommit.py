@@ -102,3 +102,26 @@ def test_pipelined_puts_on_one_connection_share_one_commit(tmp_path: Path) -> No
         c.close()
         srv.close()
         st.close()
+
+
+def test_state_is_applied_at_the_first_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit only queues its batch for the in-memory state; the next read applies every
+    queued batch in order (a put, then a delete of part of it), so reads see each acknowledged
+    write. Past UNAPPLIED_MAX_BYTES a commit applies the queue itself."""
+    import swarmscope.targets.neighbors.store as S
+
+    st = Store(str(tmp_path / "s.db"))
+    try:
+        k, v = R.make_entries(4)
+        k2, v2 = R.make_entries(2, start=10, gen=3)
+        assert st.commit(k, v) == 1 and st.commit(b"", b"", k[:4]) == 2
+        assert len(st._unapplied) == 2 and st._values == {}  # queued, nothing applied yet
+        key1, key0 = R.unpack_keys(k[4:8])[0], R.unpack_keys(k[:4])[0]
+        assert st.get(key1) == (v[12:24], 1) and st.get(key0) is None
+        assert st._unapplied == [] and len(st._values) == 3
+        monkeypatch.setattr(S, "UNAPPLIED_MAX_BYTES", 1)
+        assert st.commit(k2, v2) == 3
+        assert st._unapplied == [] and st._values[R.unpack_keys(k2[:4])[0]] == v2[:12]
+        assert st.status() == (3, 5, 0) and st.snapshot()[0] == 3
+    finally:
+        st.close()

@@ -21,7 +21,7 @@ from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.agent_proc import AgentProcess, _MapTarget, digest
 from swarmscope.targets.neighbors.ipc import IpcClient
-from swarmscope.targets.neighbors.ipc_agent import IpcAgent
+from swarmscope.targets.neighbors.ipc_agent import LIST_THREADS, PARALLEL_MIN_ENTRIES, IpcAgent
 from swarmscope.targets.neighbors.server import ControlPlane, start_server, stop
 from swarmscope.targets.neighbors.shmlog import HEADER_SIZE, LogFull, LogReader, LogWriter
 from swarmscope.workers.neighbor_writer import write_ipc
@@ -46,6 +46,23 @@ def hash_map(max_entries: int = 1 << 14) -> Iterator[_MapTarget]:
     finally:
         t.close()
         os.close(fd)
+
+
+@contextmanager
+def written_2500(
+    tmp_path: Path,
+) -> Iterator[tuple[MapUpdateTracer, _MapTarget, ControlPlane, IpcClient, bytes, bytes]]:
+    """A traced map and a control plane holding 2500 entries in 3 transactions (batches of 1000)."""
+    tracer = MapUpdateTracer([os.getpid()])
+    tracer.load()
+    try:
+        with hash_map() as t, plane(tmp_path) as cp:
+            c = IpcClient(cp.socket, TOKEN)
+            k, v = R.make_entries(2500)
+            write_ipc(c, k, v, batch=1000)
+            yield tracer, t, cp, c, k, v
+    finally:
+        tracer.close()
 
 
 @pytest.fixture(scope="module")
@@ -126,44 +143,78 @@ def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path, native: bool,
     across records), every entry in the map; then a watch applies puts and a delete in order,
     and a new agent's list of that log (deletes in it: the Python walk) gives the same map."""
     lib = agent_lib if native else None
-    tracer = MapUpdateTracer([os.getpid()])
-    tracer.load()
-    try:
-        with hash_map() as t, plane(tmp_path) as cp:
-            c = IpcClient(cp.socket, TOKEN)
-            k, v = R.make_entries(2500)
-            write_ipc(c, k, v, batch=1000)
-            a = IpcAgent(cp.socket, TOKEN, t, native=lib)
-            assert (a.native is not None) == native
-            tracer.events()
-            assert a.list_and_program(page_size=1000) == (3, 2500)
+    with written_2500(tmp_path) as (tracer, t, cp, c, k, v):
+        a = IpcAgent(cp.socket, TOKEN, t, native=lib)
+        assert (a.native is not None) == native
+        tracer.events()
+        assert a.list_and_program(page_size=1000) == (3, 2500)
+        calls = [e for e in tracer.events() if e.processed]
+        assert [e.processed for e in calls] == [1000, 1000, 500]
+        assert bpf.map_read_all(t.fd) == state(k, v) and t.rev == 3
+        done = threading.Event()
+        th = threading.Thread(target=lambda: (a.watch(ready=lambda _r: done.set()), None), daemon=True)
+        th.start()
+        assert done.wait(10)
+        k2, v2 = R.make_entries(10, start=5000, gen=1)
+        r1, _ = c.put_batch(k2, v2)
+        r2, _ = c.put_batch(b"", b"", k[: 4 * 5])  # delete the first 5
+        assert a.wait_revision(r2, 10) and r2 == r1 + 1
+        want = state(k, v) | state(k2, v2)
+        for i in range(5):
+            del want[k[i * 4 : i * 4 + 4]]
+        assert bpf.map_read_all(t.fd) == want
+        assert [(rev, n) for rev, n, _ in a.received] == [(r1, 10), (r2, 0)]
+        a.cancel()
+        th.join(5)
+        a.close()
+        with hash_map() as t2:
+            b = IpcAgent(cp.socket, TOKEN, t2, native=lib)
+            assert b.list_and_program(page_size=1000) == (r2, 2510)
+            assert bpf.map_read_all(t2.fd) == want and t2.rev == r2
+            b.close()
+        c.close()
+
+
+def _part(key: bytes, threads: int) -> int:
+    """agent_list.c's split of keys among the list's threads (the same arithmetic)."""
+    return ((int.from_bytes(key, "little") * 2654435761) % (1 << 32) * threads) >> 32
+
+
+def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str) -> None:
+    """A big list programmed by 2 threads (min_entries lowered to 1000 here): 2500 entries in 3
+    records, then the first 300 written again with new values. Each thread programs its own
+    keys, in record order, so the map holds the last values; the update calls are exactly
+    ceil(each thread's entries / page), from two threads; then 3 threads list it again."""
+    with written_2500(tmp_path) as (tracer, t, cp, c, k, v):
+        k2, v2 = R.make_entries(300, gen=7)  # the first 300 keys again, new values
+        r4, _ = c.put_batch(k2, v2)
+        a = IpcAgent(cp.socket, TOKEN, t, native=agent_lib)
+        assert a.native is not None
+        a.native.threads, a.native.min_entries = 2, 1000  # the process-wide binding: put back
+        tracer.events()
+        try:
+            assert a.list_and_program(page_size=1000) == (r4, 2800)
             calls = [e for e in tracer.events() if e.processed]
-            assert [e.processed for e in calls] == [1000, 1000, 500]
-            assert bpf.map_read_all(t.fd) == state(k, v) and t.rev == 3
-            done = threading.Event()
-            th = threading.Thread(target=lambda: (a.watch(ready=lambda _r: done.set()), None), daemon=True)
-            th.start()
-            assert done.wait(10)
-            k2, v2 = R.make_entries(10, start=5000, gen=1)
-            r1, _ = c.put_batch(k2, v2)
-            r2, _ = c.put_batch(b"", b"", k[: 4 * 5])  # delete the first 5
-            assert a.wait_revision(r2, 10) and r2 == r1 + 1
-            want = state(k, v) | state(k2, v2)
-            for i in range(5):
-                del want[k[i * 4 : i * 4 + 4]]
-            assert bpf.map_read_all(t.fd) == want
-            assert [(rev, n) for rev, n, _ in a.received] == [(r1, 10), (r2, 0)]
-            a.cancel()
-            th.join(5)
-            a.close()
-            with hash_map() as t2:
-                b = IpcAgent(cp.socket, TOKEN, t2, native=lib)
-                assert b.list_and_program(page_size=1000) == (r2, 2510)
-                assert bpf.map_read_all(t2.fd) == want and t2.rev == r2
+            with hash_map() as t3:  # more threads than before: each gets its own buffers
+                b = IpcAgent(cp.socket, TOKEN, t3, native=agent_lib)
+                assert b.native is a.native
+                b.native.threads = 3
+                assert b.list_and_program(page_size=1000) == (r4, 2800)
+                assert len({e.tid for e in tracer.events() if e.processed}) == 3
+                assert bpf.map_read_all(t3.fd) == state(k, v) | state(k2, v2)
                 b.close()
-            c.close()
-    finally:
-        tracer.close()
+        finally:
+            a.native.threads, a.native.min_entries = LIST_THREADS, PARALLEL_MIN_ENTRIES
+        per = [0, 0]
+        for i in range(0, len(k + k2), 4):
+            per[_part((k + k2)[i : i + 4], 2)] += 1
+        want_calls = sorted(m for n in per for m in [1000] * (n // 1000) + ([n % 1000] if n % 1000 else []))
+        assert min(per) > 0 and sum(per) == 2800
+        assert sorted(e.processed for e in calls) == want_calls
+        assert len({e.tid for e in calls}) == 2
+        assert bpf.map_read_all(t.fd) == state(k, v) | state(k2, v2) and t.rev == r4
+        a.close()
+        c.close()
 
 
 def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:

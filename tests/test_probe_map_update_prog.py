@@ -4,9 +4,13 @@ for its (pid, cmd) and for the map's id."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from probe_helpers import temp_cgroup
@@ -34,6 +38,23 @@ sys.stdin.read()
 """
 
 
+@contextlib.contextmanager
+def _child(cg: Path, n: int, m: int) -> Iterator[tuple[int, int]]:
+    """CHILD in cgroup ``cg``: its (pid, map id) once it has written; it exits after the block."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(cg), str(n), str(m)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        pid, mid = (int(x) for x in child.stdout.readline().split())
+        yield pid, mid
+    finally:
+        child.communicate("", timeout=10)
+
+
 def test_env_pids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWARMSCOPE_MAP_UPDATE_PIDS", "12,34")
     prog = get_program("map_update")
@@ -56,19 +77,9 @@ def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest
     try:
         with temp_cgroup("mapupd") as cg:
             before = prog.snapshot()
-            child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, str(cg), str(n), str(m)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                assert child.stdout is not None
-                pid, mid = (int(x) for x in child.stdout.readline().split())
+            with _child(cg, n, m) as (pid, mid):
                 time.sleep(0.3)  # > poll_s: the pump has resolved the fd
                 after = prog.snapshot()
-            finally:
-                child.communicate("", timeout=10)
             got = delta_by_cgroup(before, after).get(cgroup_id(cg), {})
         delivered, dropped, in_map = prog.ringbuf_stats()  # type: ignore[attr-defined]
     finally:
@@ -85,3 +96,43 @@ def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest
     assert after[0]["map_update.ringbuf_dropped"] == 0
     # The host's other map updates count too, so only bounds are exact here.
     assert dropped == 0 and delivered >= n + 1 and in_map >= n + 1
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_nodes_mode_records_the_window_nodes_cgroups_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """map_update.nodes (a worker in a pod, whose pids are not the host's): the calls of every
+    process in the node's cgroup are counted and sampled with their map's id; this process's own
+    updates, outside that cgroup, are not recorded at all."""
+    from types import SimpleNamespace
+
+    from swarmscope.sys import bpf
+
+    monkeypatch.delenv("SWARMSCOPE_MAP_UPDATE_PIDS", raising=False)
+    n, m = 11, 300
+    prog = MapUpdateCount(pids=[])
+    prog.load()
+    own = bpf.map_create(bpf.BPF_MAP_TYPE_HASH, "ss_test_own", 4, 8, 16)
+    try:
+        with temp_cgroup("mapupdnodes") as cg:
+            node = SimpleNamespace(name="w1-n1", cgroup_id=cgroup_id(cg))
+            prog.configure({"map_update.nodes": True})
+            prog.open_window([node])
+            start = time.time_ns()
+            before = prog.snapshot()
+            with _child(cg, n, m) as (_pid, mid):
+                for i in range(5):  # outside the node's cgroup: never recorded
+                    bpf.map_update_elem(own, i.to_bytes(4, "little"), bytes(8))
+                time.sleep(0.3)  # > poll_s: the pump has resolved the fd
+                after = prog.snapshot()
+                samples = prog.window_samples(start, time.time_ns(), [node])
+    finally:
+        os.close(own)
+        prog.close()
+    delta = delta_by_cgroup(before, after)
+    assert set(delta) - {0} == {node.cgroup_id}, delta  # nothing of this process's cgroup
+    got = delta[node.cgroup_id]
+    assert (got["map_update.calls"], got["map_update.entries"]) == (n + 1, n + m)
+    calls = samples["w1-n1"]
+    assert [s.value for s in calls] == [1] * n + [m]
+    assert {s.labels["map_id"] for s in calls} == {str(mid)}

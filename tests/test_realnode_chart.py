@@ -231,7 +231,7 @@ def _exec_storm_upgrade(c: Cluster) -> str:
     old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
     c.helm(
         "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
-        "--set", "scenario.config.burst_s=0.3",
+        "--set", "scenario.exec_storm.burst_s=0.3",
         "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}",
     )  # fmt: skip
 

@@ -56,7 +56,8 @@ lane2() {
   # moments, and the Go tools queued behind it would then finish alone on one lane.
   step image "$PY" tools/build_image.py
   step jaeger tools/build_jaeger.sh
-  step k6 tools/build_k6.sh
+  step k6 tools/build_k6.sh --swarmscope  # k6 with swarmscope's output: the k6 path and its tests
+  step k6-upstream tools/build_k6.sh     # unmodified k6: bench/http_flood.py's plain k6 (mostly links)
   step ig tools/build_ig.sh
   step reader tools/build_probe_reader.sh
 }

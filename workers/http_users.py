@@ -146,6 +146,11 @@ class FloodUser(FastHttpUser):
             self.host = load.base_url
         elif environment.host:
             self.host = environment.host
+        # The run's timeouts (the worker's config), before FastHttpUser builds its client.
+        cfg = getattr(getattr(getattr(environment, "swarmscope", None), "worker", None), "cfg", None)
+        if cfg is not None:
+            self.connection_timeout = float(cfg.connect_timeout_s)
+            self.network_timeout = float(cfg.request_timeout_s)
         super().__init__(environment)
         self.slot = -1
         self.next_t: float | None = None

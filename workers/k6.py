@@ -1,4 +1,4 @@
-"""Run the real k6 binary on scenarios/ingress_flood.js and fold its samples into a StepRecorder.
+"""Run k6 on scenarios/ingress_flood.js and fold its samples into a StepRecorder.
 
     res = run_k6(url, steps=[50, 100], step_duration_s=10, model="closed", out_dir=run_dir)
     res = run_k6(url, [50], 30, iterations=[1000])   # boom's -n: exactly 1000 requests, 30 s at most
@@ -7,19 +7,21 @@
 
 Per-step exact percentiles come from k6's raw per-sample output: every ``http_req_duration``
 sample, tagged with its step (the script runs one k6 scenario per step), goes into the step's
-HdrHistogram. The output is CSV (``--out csv=``, µs timestamps), not JSON: k6 writes ≈ 10
-samples per request, and encoding them as JSON cost k6 about a quarter of its request rate
-(bench/http_flood.py); CSV with only the tags the fold reads costs little. The file is deleted
-afterwards unless ``keep_points``.
+HdrHistogram. The samples come from swarmscope's own k6 output (``--out swarmscope=``,
+workers/k6out, compiled into k6 by ``tools/build_k6.sh --swarmscope``): one short line per
+request (end in µs, duration in ns, scenario, status, error code) and one per
+``dropped_iterations`` sample. k6's CSV output wrote all ~13 samples of each request (it cannot
+write one metric, grafana/k6#1321), which cost k6 about a fifth of its CPU per request
+(bench/http_flood.py prints both). The file is deleted afterwards unless ``keep_points``.
 
 Caveats: k6 measures from the actual send; in the open model (constant-arrival-rate) it starts
 iterations on schedule while VUs are free and counts the rest as ``dropped_iterations`` (reported
-here), so give it enough ``max_vus``. The binary comes from tools/build_k6.sh (cached by version).
+here), so give it enough ``max_vus``. The binary is upstream k6 v1.8.1 plus that output, cached
+by version and the output's source hash; ``k6_binary(swarmscope=False)`` is unmodified k6.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -39,22 +41,19 @@ SCRIPT = ROOT / "scenarios" / "ingress_flood.js"
 K6_VERSION = "v1.8.1"
 
 
-def k6_binary(build: bool = True) -> str:
-    """Path of the cached k6; builds it with tools/build_k6.sh when missing and ``build``."""
-    cached = (
-        Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope"))
-        / "tools"
-        / f"k6-{K6_VERSION}"
-        / "k6"
-    )
-    if cached.is_file() and os.access(cached, os.X_OK):
-        return str(cached)
-    if not build:
-        raise SetupError(f"k6 not built: run tools/build_k6.sh (expects {cached})")
+def k6_binary(build: bool = True, swarmscope: bool = True) -> str:
+    """Path of the cached k6 (with swarmscope's output unless ``swarmscope=False``: upstream k6);
+    builds it with tools/build_k6.sh when missing and ``build``."""
+    script = [str(ROOT / "tools" / "build_k6.sh"), *(["--swarmscope"] if swarmscope else [])]
+    env = {**os.environ, "K6_VERSION": K6_VERSION}
     try:
-        out = subprocess.run(
-            [str(ROOT / "tools" / "build_k6.sh")], check=True, capture_output=True, text=True
-        )
+        cached = subprocess.run([*script, "--path"], check=True, capture_output=True, text=True, env=env)
+        path = Path(cached.stdout.strip())
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+        if not build:
+            raise SetupError(f"k6 not built: run {' '.join(script)} (expects {path})")
+        out = subprocess.run(script, check=True, capture_output=True, text=True, env=env)
     except subprocess.CalledProcessError as e:
         raise SetupError(f"building k6 failed: {e.stderr.strip()[-2000:]}") from e
     return out.stdout.strip().splitlines()[-1]
@@ -69,30 +68,27 @@ class K6Result:
     exit_code: int = 0
 
 
-def fold_points(path: Path, rec: StepRecorder) -> int:
-    """Add every http_req_duration sample of a k6 CSV output file to ``rec``; returns dropped its.
+POINTS_HEADER = "# swarmscope-k6out 1 kind,time_us,value,scenario,status,error_code"
 
-    The CSV (µs timestamps, ``K6_CSV_TIME_FORMAT=unix_micro``) carries only the tags asked for
-    with ``--system-tags``; a sample's time is its end, its value the duration in ms."""
+
+def fold_points(path: Path, rec: StepRecorder) -> int:
+    """Add every http_req_duration sample of a swarmscope k6 output file to ``rec``; returns the
+    dropped iterations. A request line is ``r,<end µs>,<duration ns>,<scenario>,<status>,<error>``
+    (workers/k6out/output.go); its start is its end minus its duration."""
     dropped = 0
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = csv.reader(fh)
-        col = {name: i for i, name in enumerate(next(rows, []))}
-        name_i, t_i, v_i = col["metric_name"], col["timestamp"], col["metric_value"]
-        sc_i, st_i, err_i = col["scenario"], col["status"], col["error_code"]
-        for row in rows:
-            name = row[name_i]
-            if name == "http_req_duration":
-                sc = row[sc_i]
-                step = int(sc[4:]) if sc.startswith("step") and sc[4:].isdigit() else 0
-                done = int(row[t_i]) / 1e6
-                status = int(row[st_i] or 0) or None
-                err = row[err_i] or None
-                rec.record(
-                    done - float(row[v_i]) / 1000.0, done, status, err and f"k6 error {err}", step=step
-                )
-            elif name == "dropped_iterations":
-                dropped += round(float(row[v_i]))
+    with open(path, encoding="utf-8") as fh:
+        head = fh.readline().rstrip("\n")
+        if head != POINTS_HEADER:
+            raise LoadGenError(f"{path}: not swarmscope's k6 output (first line {head[:80]!r})")
+        for line in fh:
+            kind, t, v, sc, st, err = line.rstrip("\n").split(",")
+            step = int(sc[4:]) if sc.startswith("step") and sc[4:].isdigit() else 0
+            if kind == "r":
+                done = int(t) / 1e6
+                error = f"k6 error {err}" if err else None
+                rec.record(done - int(v) / 1e9, done, int(st or 0) or None, error, step=step)
+            elif kind == "d":
+                dropped += int(v)
     return dropped
 
 
@@ -113,21 +109,17 @@ def run_k6(
     k6 = k6_binary()
     out_dir = Path(out_dir or ".")
     out_dir.mkdir(parents=True, exist_ok=True)
-    points, summary = out_dir / "k6-points.csv", out_dir / "k6-summary.json"
-    env = {
-        **os.environ,
-        "K6_NO_USAGE_REPORT": "true",
-        "K6_CSV_TIME_FORMAT": "unix_micro",  # the default (whole seconds) cannot place a request
-    }
+    points, summary = out_dir / "k6-points.txt", out_dir / "k6-summary.json"
+    env = {**os.environ, "K6_NO_USAGE_REPORT": "true"}
     cmd = [
         k6, "run", "--quiet", "--no-usage-report", "--no-color",
         "-e", f"TARGET={url}", "-e", f"MODEL={model}",
         "-e", "STEPS=" + ",".join(str(int(s)) for s in steps),
         "-e", f"STEP_DURATION={step_duration_s:g}", "-e", f"MAX_VUS={max_vus}",
-        # Only the tags the fold needs: shorter lines, less of k6's time spent writing them.
         *(("-e", "ITERATIONS=" + ",".join(str(int(n)) for n in iterations)) if iterations else ()),
+        # Only the tags the fold needs: smaller tag sets for k6 to build and intern per request.
         "--system-tags", "scenario,status,error_code",
-        "--summary-export", str(summary), "--out", f"csv={points}", str(script),
+        "--summary-export", str(summary), "--out", f"swarmscope={points}", str(script),
     ]  # fmt: skip
     t0 = time.time()
     rec = StepRecorder(step_duration_s, t0, keep_timeline=keep_timeline, n_steps=len(steps))
@@ -158,7 +150,7 @@ def run_k6(
     if proc.returncode not in (0, 99):  # 99: thresholds failed, still a valid run
         raise LoadGenError(f"k6 exited {proc.returncode}: {tail.strip()}")
     if not points.exists():
-        raise LoadGenError("k6 wrote no CSV output")
+        raise LoadGenError(f"k6 wrote no samples ({points})")
     dropped = fold_points(points, rec)
     if not keep_points:
         points.unlink()

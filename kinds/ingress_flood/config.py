@@ -188,6 +188,25 @@ INGRESS_FIELDS: list[Field] = [
         max=600,
     ),
     Field("preflight_timeout_s", float, 5.0, "preflight request timeout", min=0.1, max=120),
+    # Short by default: a connect whose SYNs vanish (a Service endpoint whose pod is gone, the
+    # node still sending to its old MAC) otherwise blocks its user for Locust's 60 s, and the
+    # outage a kill-pod measures becomes that timeout instead of the target's.
+    Field(
+        "connect_timeout_s",
+        float,
+        2.0,
+        "Locust users: TCP connect timeout (2 s: the first SYN and one retransmission)",
+        min=0.1,
+        max=600,
+    ),
+    Field(
+        "request_timeout_s",
+        float,
+        60.0,
+        "Locust users: timeout of one read or write on an open connection (Locust's 60 s)",
+        min=0.1,
+        max=600,
+    ),
     Field("tls_verify", bool, True, "verify TLS certificates (https targets)"),
 ]
 
@@ -218,6 +237,8 @@ class IngressConfig(RunConfig):
     generator_bound_pct: float
     stop_timeout_s: float
     preflight_timeout_s: float
+    connect_timeout_s: float
+    request_timeout_s: float
     tls_verify: bool
 
 

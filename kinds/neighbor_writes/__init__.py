@@ -7,8 +7,9 @@ One point per (N, mode), one window each. A worker is one node: its driver (driv
 the system under test for its share of N (a control plane server, the agent in the worker
 process programming its own XDP map, a test namespace) and returns its start times (CLOCK_MONOTONIC),
 map id and verification. The window's probe program ``map_update``, restricted to the workers'
-pids, times every map-update call in the kernel; reconcile (results.py) matches each worker's
-starts with the ends of its calls into per-entry latencies, pooled over workers.
+pids (``agent_filter: cgroup``: to the workers' cgroups, for workers in pods, whose pids are not
+the host's), times every map-update call in the kernel; reconcile (results.py) matches each
+worker's starts with the ends of its calls into per-entry latencies, pooled over workers.
 generated (written) == kernel (in the probe's update calls) == reported (read back from the
 map) on every node, or the point is not verified.
 
@@ -90,6 +91,15 @@ NEIGHBOR_FIELDS: list[Field] = [
         min=0,
         max=10_000,
     ),
+    Field(
+        "agent_filter",
+        str,
+        "pid",
+        "how the probe picks the agent's map-update calls: pid (the worker's pids are the host's) "
+        "or cgroup (the worker's cgroup, as in a pod, whose pids are not the host's; calls are then "
+        "matched by the map's global id only)",
+        choices=("pid", "cgroup"),
+    ),
     Field("point_timeout_s", float, 300.0, "give up on a point after this long", min=1, max=86400),
     Field("plot", bool, True, "write neighbors.png (log-log per-neighbor latency)"),
     Field(
@@ -122,6 +132,7 @@ class NeighborConfig(RunConfig):
     durability: str
     repeats: int
     master_samples: int
+    agent_filter: str
     point_timeout_s: float
     plot: bool
     neighbors_per_user: int
@@ -143,6 +154,8 @@ class NeighborWrites(Kind[NeighborConfig]):
     def programs(self, cfg: NeighborConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         if cfg.target == "kernel":  # counted per cgroup and device: nothing to configure
             return {"neigh_events": {}}
+        if cfg.agent_filter == "cgroup":  # the nodes' cgroups, resolved by the probe
+            return {"map_update": {"nodes": "true"}}
         pids = shared.get("pids") or []
         # Only the agents' calls: the kernel clock is per pid (and map id, matched at reconcile).
         return {"map_update": {"pids": ",".join(str(p) for p in pids)} if pids else {}}

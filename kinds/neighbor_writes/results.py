@@ -100,14 +100,20 @@ def _us(ns: float) -> float | None:
     return None if math.isnan(ns) else round(ns / 1000, 3)
 
 
-def kernel_ends(readings: list[ProbeReading], node: str, pid: int, map_id: int | None) -> list[list[int]]:
-    """[[entries so far, exit_ns]] of the worker's update calls of its map, in exit order."""
+def kernel_ends(
+    readings: list[ProbeReading], node: str, pid: int | None, map_id: int | None
+) -> list[list[int]]:
+    """[[entries so far, exit_ns]] of the worker's update calls of its map, in exit order.
+    ``pid`` None: calls of the node's cgroup (agent_filter cgroup), matched by the map's id only;
+    map ids are global, so no other process's map can match."""
     calls = sorted(
         (s.end_ns, s.value)
         for r in readings
         if r.node == node
         for s in r.samples
-        if s.series == SERIES and s.labels.get("pid") == str(pid) and s.labels.get("map_id") == str(map_id)
+        if s.series == SERIES
+        and (pid is None or s.labels.get("pid") == str(pid))
+        and s.labels.get("map_id") == str(map_id)
     )
     out, run = [], 0
     for end, v in calls:
@@ -155,20 +161,22 @@ def reconcile(
         if res.get("error"):
             problems.append(f"{node}: {res['error']}")
         watch_only = mode == "watch_only"
+        # The worker's pid is the probe's only on one machine; in a pod the probe took its cgroup.
+        agent = None if cfg.agent_filter == "cgroup" else int(res.get("pid", 0))
         if watch_only:  # received, not programmed: the agent's clock; the kernel must see 0
             ends = [list(e) for e in res.get("ends") or []]
             if cfg.target == "kernel":
                 dev = f"neigh.update.dev.{res.get('device', '?')}"
                 kernel = sum(int(r.counters.get(dev, 0)) for r in have)
             else:
-                wrote = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
+                wrote = kernel_ends(readings, node, agent, res.get("map_id"))
                 kernel = wrote[-1][0] if wrote else 0
         elif cfg.target == "kernel":  # the ACKs' times; the count from the neigh_events probe
             ends = [list(e) for e in res.get("ends") or []]
             dev = f"neigh.update.dev.{res.get('device', '?')}"
             kernel = sum(int(r.counters.get(dev, 0)) for r in have)
         else:
-            ends = kernel_ends(readings, node, int(res.get("pid", 0)), res.get("map_id"))
+            ends = kernel_ends(readings, node, agent, res.get("map_id"))
             kernel = ends[-1][0] if ends else 0
         gen, rep = int(res["generated"]), res.get("reported")
         starts = res.get("starts") or []
@@ -206,7 +214,7 @@ def reconcile(
                 1
                 for r in have
                 for x in r.samples
-                if x.series == SERIES and x.labels.get("pid") == str(res.get("pid"))
+                if x.series == SERIES and (agent is None or x.labels.get("pid") == str(agent))
             ),
             "pid": res.get("pid"),
             "map_id": res.get("map_id"),

@@ -5,6 +5,7 @@
                       #              "map_update.elem.calls": ..., "map_update.pid.1234.elem.entries": ...,
                       #              "map_update.map.57.entries": ..., ...}} cumulative
     prog.configure({"map_update.pids": [1234]})      # this window: record pid 1234 only
+    prog.configure({"map_update.nodes": True}); prog.open_window(nodes)  # or: the nodes' cgroups
     prog.window_samples(start_ns, end_ns, nodes)
     # {"n1": [Sample("map_update.call", enter_ns, exit_ns, entries, {"pid": "1234", "cmd": "elem",
     #                                                               "map_id": "57"}), ...]}
@@ -20,8 +21,12 @@ under ``map_update.map.unresolved.*``. Ring-buffer drops (host total, cgroup key
 
 Settings (``PARAMS``): ``map_update.pids`` restricts recording to those tgids (unset = every
 process) and changes per window without a reload (a kernel-side switch); samples exist only for
-a pid list. One sample per call whose sys_exit_bpf falls in the window (start/end_ns are
-bpf_ktime, CLOCK_MONOTONIC; the window's wall-clock bounds are converted at close). Caveats:
+a pid list. ``map_update.nodes`` records, and samples, the calls made in the window's nodes'
+cgroups instead (set by :meth:`open_window`, after ``configure``): in a pod the worker knows its
+cgroup but not its host pid, and every call's tgid here is the host's. A node of cgroup id 0
+(the whole host) then records every process. One sample per call whose sys_exit_bpf falls in
+the window (start/end_ns are bpf_ktime, CLOCK_MONOTONIC; the window's wall-clock bounds are
+converted at close). Caveats:
 ``window_samples`` raises IncompleteSamplesError (with what it has) when the ring buffer dropped
 events during the window, when more than ``map_update.max_samples`` calls happened (the first ones
 are kept), or when retention evicted some; retained events older than the window being closed
@@ -73,8 +78,16 @@ PARAMS = [
         "SWARMSCOPE_MAP_UPDATE_RINGBUF_PAGES",
         check=lambda v: None if v > 0 and v & (v - 1) == 0 else "must be a power of two",
     ),
+    Field(
+        "map_update.nodes",
+        bool,
+        False,
+        "record the calls made in the window's nodes' cgroups (ids resolved here), one sample per "
+        "call, instead of map_update.pids (a worker in a pod cannot know its host pid)",
+        "SWARMSCOPE_MAP_UPDATE_NODES",
+    ),
 ]
-WINDOW_PARAMS = frozenset({"map_update.pids", "map_update.max_samples"})
+WINDOW_PARAMS = frozenset({"map_update.pids", "map_update.max_samples", "map_update.nodes"})
 
 
 class _Call(NamedTuple):
@@ -103,11 +116,14 @@ class MapUpdateCount:
         poll_s: float = 0.05,
         max_samples: int = 200_000,
         ringbuf_pages: int = 1024,
+        by_nodes: bool = False,
     ) -> None:
         self.tracer = MapUpdateTracer(pids=pids, ringbuf_pages=ringbuf_pages)
         self.poll_s = poll_s
         self._startup_pids = None if pids is None else list(self.tracer.pids or ())
         self._startup_max = max_samples
+        self._startup_nodes = by_nodes
+        self.by_nodes = by_nodes
         self.max_samples = max_samples
         # Calls of sampled pids, oldest first; bounded (evictions make a window incomplete).
         self._calls: collections.deque[_Call] = collections.deque()
@@ -139,20 +155,42 @@ class MapUpdateCount:
             v["map_update.pids"],
             max_samples=v["map_update.max_samples"],
             ringbuf_pages=v["map_update.ringbuf_pages"],
+            by_nodes=v["map_update.nodes"],
         )
 
     def configure(self, options: Mapping[str, Any]) -> None:
         unknown = set(options) - WINDOW_PARAMS
         if unknown:
             raise ProbeError(f"map_update: not per-window options: {', '.join(sorted(unknown))}")
-        pids = options.get("map_update.pids", self._startup_pids)
+        self.by_nodes = bool(options.get("map_update.nodes", self._startup_nodes))
+        # By nodes: no pid of the host's is known; the cgroups come at open_window.
+        pids = [] if self.by_nodes else options.get("map_update.pids", self._startup_pids)
         with self._lock:
             self.max_samples = int(options.get("map_update.max_samples", self._startup_max))
+            if not self.by_nodes and self.tracer.cgroups:
+                self._drain_locked()
+                self.tracer.set_cgroups([])
             if self.tracer.bpf is None:
                 self.tracer.pids = None if pids is None else list(pids)
             elif pids != self.tracer.pids:
                 self._drain_locked()  # events so far belong to the old selection
                 self.tracer.set_pids(pids)
+
+    def open_window(self, nodes: Iterable[NodeLike]) -> None:
+        """map_update.nodes: record the calls in these nodes' cgroups from now on (id 0, the
+        whole host: every process)."""
+        if not self.by_nodes:
+            return
+        ids = [int(n.cgroup_id) for n in nodes]
+        with self._lock:
+            if self.tracer.bpf is None:
+                raise ProbeError("map_update: open_window before load()")
+            pids: list[int] | None = None if 0 in ids else []
+            cgroups = [i for i in ids if i]
+            if pids != self.tracer.pids or cgroups != self.tracer.cgroups:
+                self._drain_locked()  # events so far belong to the old selection
+                self.tracer.set_pids(pids)
+                self.tracer.set_cgroups(cgroups)
 
     def load(self) -> None:
         if self._thread is not None:
@@ -177,6 +215,8 @@ class MapUpdateCount:
         if self.tracer.bpf is None:
             return
         sampled = set(self.tracer.pids) if self.tracer.pids is not None else set()
+        cgroups = set(self.tracer.cgroups)
+        every = self.by_nodes and self.tracer.pids is None  # a whole-host node: all are its calls
         cap = 2 * self.max_samples  # room for one window past the limit, and the next one
         ids: dict[tuple[int, int], str] = {}  # one /proc read per (tgid, fd) per drain
         for ev in self.tracer.events():
@@ -189,7 +229,7 @@ class MapUpdateCount:
             cg = self._by_map.setdefault(ev.cgroup, {})
             cg[name + ".calls"] = cg.get(name + ".calls", 0) + 1
             cg[name + ".entries"] = cg.get(name + ".entries", 0) + ev.processed
-            if ev.tgid in sampled:
+            if every or ev.tgid in sampled or ev.cgroup in cgroups:
                 self._calls.append(
                     _Call(ev.exit_ns, ev.enter_ns, ev.tgid, ev.cmd, ids[key], ev.processed, ev.cgroup)
                 )

@@ -7,6 +7,13 @@ They run Locust itself (``locust -f <the scenario's locustfile> --master`` / ``-
 the swarmscope options filled in, so the web UI, the headless flags and everything else Locust
 accepts still work: anything after ``--`` is passed to Locust unchanged. This is what the Helm
 chart runs; on one machine ``swarmscope run`` or plain ``locust -f`` are simpler.
+
+``swarmscope controller --sweep --workers N`` runs the scenario's sweep instead (points ×
+windows, as ``swarmscope run`` does, with the same reconcile) as a Locust master waiting for N
+external workers and the probes on the same ports, then exits: for kinds whose exact checks
+exist only in the sweep (neighbor writes: the worker's agent programs the datapath per window;
+free-running Locust users write the control plane only). Locust arguments after ``--`` are
+ignored then.
 """
 
 from __future__ import annotations
@@ -51,6 +58,21 @@ def register(sub: Any) -> None:
         help="serve the web UI without Locust's login page (default: login, password from "
         "$SWARMSCOPE_WEB_PASSWORD_FILE or $SWARMSCOPE_WEB_PASSWORD)",
     )
+    c.add_argument(
+        "--sweep",
+        action="store_true",
+        help="run the scenario's sweep (points x windows, as `swarmscope run`) with external "
+        "workers and probes, then exit, instead of free-running Locust users",
+    )
+    c.add_argument("--workers", type=int, default=1, help="--sweep: worker pods to wait for (default 1)")
+    c.add_argument(
+        "--run-once",
+        metavar="ID",
+        default="",
+        help="headless or --sweep only: run the scenario at most once for ID (claimed in "
+        "<out>/.run-once-ID.json); a restarted controller that finds the claim idles instead "
+        "(the chart: once per upgrade)",
+    )
     c.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
     c.set_defaults(func=_controller)
     w = sub.add_parser("worker", help="Locust worker with swarmscope's nodes (cluster mode)")
@@ -70,13 +92,13 @@ def _extra(args: argparse.Namespace) -> list[str]:
     return extra[1:] if extra and extra[0] == "--" else extra
 
 
-def _kind_of(path: str | None, default: str) -> str:
+def _load(path: str) -> tuple[str, str]:
+    """The scenario's kind and results directory (validated here: a bad file fails before
+    Locust starts)."""
     from swarmscope.kinds import load_scenario
 
-    if not path:
-        return default
-    kind, _ = load_scenario(path, [])  # validated here: a bad file fails before Locust starts
-    return str(kind.name)
+    kind, cfg = load_scenario(path, [])
+    return str(kind.name), str(cfg.out)
 
 
 def _locust(argv: list[str], kind: str) -> int:
@@ -114,9 +136,53 @@ def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
     ]  # fmt: skip
 
 
+def sweep_sets(args: argparse.Namespace) -> list[str]:
+    """``swarmscope run --set``s of ``swarmscope controller --sweep``: the same ports and binds as
+    the Locust master's (controller_argv), the workers and probes external."""
+    import os
+
+    host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
+    return [
+        "mode=distributed", "spawn_workers=false", f"workers={args.workers}",
+        f"master_bind={host}:{args.locust_port}", "probe=external",
+        f"grpc_bind={host}:{args.grpc_port}", f"metrics_port={args.metrics_port}", "metrics_bind=0.0.0.0",
+    ]  # fmt: skip
+
+
 def _controller(args: argparse.Namespace) -> int:
-    kind = _kind_of(args.scenario, "exec_storm")
-    return _locust(controller_argv(args, kind), kind)
+    kind, out = _load(args.scenario)
+
+    def run() -> int:
+        if args.sweep:
+            from swarmscope.commands.run import run_file
+
+            return int(run_file(args.scenario, sweep_sets(args)))
+        return _locust(controller_argv(args, kind), kind)
+
+    if not args.run_once:
+        return run()
+    import os
+    import sys
+
+    from swarmscope.controller.once import RunOnce
+    from swarmscope.errors import SetupError
+
+    if not args.sweep and "--headless" not in _extra(args):
+        raise SetupError(
+            "--run-once is for headless runs (-- --headless ...) and --sweep: the web UI starts runs itself"
+        )
+    gate = RunOnce(out, args.run_once)
+    if not gate.claim():
+        return gate.idle(args.metrics_port)
+    argv = list(sys.orig_argv)  # before Locust rewrites sys.argv
+    rc = run()
+    gate.finish(rc)
+    # Idle in a fresh process (Locust's servers may still hold the metrics port in this one):
+    # it finds the claim. Not an exit: the Deployment would restart the container.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return rc  # pragma: no cover (execv does not return)
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -86,6 +86,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_file(scenario_file: str, sets: list[str]) -> int:
+    """``swarmscope run SCENARIO --set ...`` (``swarmscope controller --sweep`` runs this)."""
+    return _run(
+        argparse.Namespace(scenario_file=scenario_file, sets=sets, out=None, checks=[], explain=False)
+    )
+
+
 def _explain(kind: Any, cfg: Any) -> None:
     """Every option of the run with its value and source, then the probe programs it opens and
     their params (the kind sets the per-window ones through OpenWindow.options)."""

@@ -203,7 +203,7 @@ class Reading(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., pod: _Optional[str] = ...) -> None: ...
 
 class WindowDone(_message.Message):
-    __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes")
+    __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes", "table")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     READINGS_FIELD_NUMBER: _ClassVar[int]
@@ -211,6 +211,7 @@ class WindowDone(_message.Message):
     TRACE_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     PROBES_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     readings: int
@@ -218,7 +219,36 @@ class WindowDone(_message.Message):
     trace: bytes
     missing: _containers.RepeatedScalarFieldContainer[str]
     probes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ..., missing: _Optional[_Iterable[str]] = ..., probes: _Optional[_Iterable[str]] = ...) -> None: ...
+    table: ReadingTable
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ..., missing: _Optional[_Iterable[str]] = ..., probes: _Optional[_Iterable[str]] = ..., table: _Optional[_Union[ReadingTable, _Mapping]] = ...) -> None: ...
+
+class ReadingTable(_message.Message):
+    __slots__ = ("probe_id", "node", "start_unix_ns", "end_unix_ns", "error", "pod", "counters")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    END_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    probe_id: _containers.RepeatedScalarFieldContainer[str]
+    node: _containers.RepeatedScalarFieldContainer[str]
+    start_unix_ns: _containers.RepeatedScalarFieldContainer[int]
+    end_unix_ns: _containers.RepeatedScalarFieldContainer[int]
+    error: _containers.RepeatedScalarFieldContainer[str]
+    pod: _containers.RepeatedScalarFieldContainer[str]
+    counters: _containers.RepeatedCompositeFieldContainer[CounterColumn]
+    def __init__(self, probe_id: _Optional[_Iterable[str]] = ..., node: _Optional[_Iterable[str]] = ..., start_unix_ns: _Optional[_Iterable[int]] = ..., end_unix_ns: _Optional[_Iterable[int]] = ..., error: _Optional[_Iterable[str]] = ..., pod: _Optional[_Iterable[str]] = ..., counters: _Optional[_Iterable[_Union[CounterColumn, _Mapping]]] = ...) -> None: ...
+
+class CounterColumn(_message.Message):
+    __slots__ = ("name", "rows", "values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rows: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., rows: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RosterEntry(_message.Message):
     __slots__ = ("probe_id", "host")

@@ -60,7 +60,7 @@ class XdpTarget:
         if pin_dir:
             os.makedirs(pin_dir, exist_ok=True)
             cflags += [f'-DSS_NEIGH_PIN="{pin_dir}/neighbors"', f'-DSS_META_PIN="{pin_dir}/neigh_meta"']
-        self.bpf = load_program("xdp_neigh", cflags)
+        self.bpf = load_program("xdp_neigh", cflags, tracing=False)  # XDP: no tracefs needed
         self.fd: int = self.bpf[b"neighbors"].map_fd
         self.meta = self.bpf[b"neigh_meta"]
         self.attached: list[str] = []

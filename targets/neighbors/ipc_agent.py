@@ -18,7 +18,9 @@ latency of the master side, note included.
 ``native``: the path of native/agent_list.c built as a shared library (the worker's driver
 builds and caches it). The list is then one ctypes call: the same walk and the same update
 calls, in C; a range with deletes still goes through Python, in order. Without it the list is
-the Python walk (≈ 20 µs more per list after an idle spell on the 2-core VM).
+the Python walk (≈ 20 µs more per list after an idle spell on the 2-core VM). A compiled list
+of at least ``PARALLEL_MIN_ENTRIES`` puts is programmed by ``LIST_THREADS`` threads at once,
+split by key so a key written twice keeps its last value (agent_list.c).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.ipc import IpcClient
 from swarmscope.targets.neighbors.shmlog import HEADER_SIZE, LogReader, Record
 
+# A list of at least this many puts is programmed by LIST_THREADS threads (agent_list.c): the
+# kernel's hash update is the whole cost of a big list (~0.7 µs per entry on the 2-core VM, one
+# CPU), and two CPUs update one map together. Below it, a thread's start is not worth it.
+PARALLEL_MIN_ENTRIES = 4096
+LIST_THREADS = max(1, min(4, len(os.sched_getaffinity(0))))
+
 
 class _NativeList:
     """native/agent_list.c's ``ss_list`` bound with its argument types, and its page buffers."""
@@ -45,9 +53,13 @@ class _NativeList:
     def __init__(self, path: str):
         lib = ctypes.CDLL(path, use_errno=True)
         self.fn = lib.ss_list
-        u64, vp = ctypes.c_uint64, ctypes.c_void_p
-        self.fn.argtypes = [ctypes.c_int, vp, u64, ctypes.c_uint32, vp, vp, vp]
+        u32, u64, vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p
+        self.fn.argtypes = [ctypes.c_int, vp, u64, u32, vp, vp, vp]
         self.fn.restype = ctypes.c_long
+        self._threads = lib.ss_threads
+        self._threads.argtypes = [u32, u32, u32]
+        self._threads.restype = ctypes.c_long
+        self.threads, self.min_entries = LIST_THREADS, PARALLEL_MIN_ENTRIES
         self.out = (ctypes.c_uint64 * 3)()
         self.page = 0
         self.kbuf: Any = None
@@ -58,6 +70,9 @@ class _NativeList:
             self.kbuf = ctypes.create_string_buffer(page * R.KEY_SIZE)
             self.vbuf = ctypes.create_string_buffer(page * R.VALUE_SIZE)
             self.page = page
+        # the parallel list's per-thread pages, allocated and touched before any timed call
+        if self._threads(self.threads, self.min_entries, page) < 0:
+            raise BpfError("agent_list.c: no memory for the list threads' pages", 12)
         return ctypes.addressof(self.kbuf), ctypes.addressof(self.vbuf)
 
 

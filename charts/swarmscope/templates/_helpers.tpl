@@ -254,5 +254,27 @@ podSelector:
 {{/* "true" when the workers run the kill-pod fault (the ingress flood's target worker deletes
      the pod): they then get the fault Role and a mounted token; "" otherwise. */}}
 {{- define "swarmscope.workersKillPods" -}}
-{{- if and .Values.rbac.create (eq (toString .Values.scenario.config.fault) "kill-pod") -}}true{{- end -}}
+{{- if and .Values.rbac.create (eq (toString (include "swarmscope.scenarioConfig" . | fromJson).fault) "kill-pod") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The node's kernel headers for BCC's compile step (probes, the neighbor worker): mounts. */}}
+{{- define "swarmscope.headerMounts" -}}
+- name: modules
+  mountPath: /lib/modules
+  readOnly: true
+- name: usr-src
+  mountPath: /usr/src
+  readOnly: true
+{{- end -}}
+
+{{/* ... and their volumes. */}}
+{{- define "swarmscope.headerVolumes" -}}
+- name: modules
+  hostPath:
+    path: /lib/modules
+    type: Directory
+# Some distributions ship headers elsewhere or not at all: no type check on /usr/src.
+- name: usr-src
+  hostPath:
+    path: /usr/src
 {{- end -}}

@@ -15,8 +15,19 @@
  * warm-up: the tail and the first header are read, nothing is programmed, 0 is returned. All arguments are known before
  * the list starts, so the caller's timed part is this one call. Why C: the same walk in Python costs ~20 µs per list after an idle spell, and
  * Arion lists one neighbor in 15 µs (docs/neighbors.md).
+ *
+ *   ss_threads(threads, min_entries, page);   (once, before a timed list: buffers allocated)
+ *
+ * A range of at least ``min_entries`` puts is programmed by ``threads`` threads at once (the
+ * kernel's hash update, ~0.7 µs per entry on the 2-core VM, is the whole cost of a big list,
+ * and its bucket locks let two CPUs update one map together). The entries are split by key
+ * (a hash of it), not by position: every thread walks all records in order and programs only
+ * its keys, so a key written twice still ends with its last value. Calls per thread:
+ * ceil(its entries / page). ``out[2]`` is the calls of all threads.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -45,10 +56,127 @@ static long update(int fd, const void *k, const void *v, uint32_t n, uint64_t *c
     return count;
 }
 
+#define MAX_THREADS 8
+
+static struct {
+    uint32_t threads, min_entries, page; /* page: the entries every thread's buffers hold */
+    uint32_t cap[MAX_THREADS];          /* entries thread t's buffers hold */
+    uint8_t *kbuf[MAX_THREADS], *vbuf[MAX_THREADS];
+} par = {1, 0, 0, {0}, {0}, {0}};
+
+/* Threads for big lists and their page buffers (allocated and touched here, before any timed
+ * call, so a list never pays page faults for them). threads <= 1: every list is sequential.
+ * Returns 0, or -ENOMEM. */
+long ss_threads(uint32_t threads, uint32_t min_entries, uint32_t page)
+{
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    par.threads = 1; /* sequential unless every thread's buffers are ready */
+    if (threads > 1) {
+        for (uint32_t t = 0; t < threads; t++) {
+            if (par.cap[t] >= page)
+                continue;
+            free(par.kbuf[t]);
+            free(par.vbuf[t]);
+            par.cap[t] = 0;
+            par.kbuf[t] = malloc((size_t)page * KEY);
+            par.vbuf[t] = malloc((size_t)page * VAL);
+            if (!par.kbuf[t] || !par.vbuf[t])
+                return -ENOMEM;
+            memset(par.kbuf[t], 1, (size_t)page * KEY); /* touched: faulted in now */
+            memset(par.vbuf[t], 1, (size_t)page * VAL);
+            par.cap[t] = page;
+        }
+        par.page = page;
+        for (uint32_t t = 0; t < threads; t++)
+            par.page = par.cap[t] < par.page ? par.cap[t] : par.page;
+    }
+    par.threads = threads ? threads : 1;
+    par.min_entries = min_entries;
+    return 0;
+}
+
+/* The thread a key belongs to: a multiplicative hash, so sequential keys split evenly. */
+static uint32_t part(const uint8_t *k, uint32_t threads)
+{
+    uint32_t key;
+    memcpy(&key, k, KEY);
+    return (uint32_t)(((uint64_t)(key * 2654435761u) * threads) >> 32);
+}
+
+struct job {
+    int fd;
+    uint32_t t, threads, page;
+    const uint8_t *base;
+    uint64_t off, tail, calls;
+    long done;
+};
+
+static void *run_part(void *arg)
+{
+    struct job *j = arg;
+    uint8_t *kb = par.kbuf[j->t], *vb = par.vbuf[j->t];
+    uint32_t fill = 0;
+    long r;
+    for (uint64_t at = j->off; at < j->tail;) {
+        const struct rec *h = (const void *)(j->base + at);
+        const uint8_t *k = j->base + at + HDR, *v = k + (uint64_t)h->n * KEY;
+        for (uint32_t i = 0; i < h->n; i++) {
+            if (part(k + (uint64_t)i * KEY, j->threads) != j->t)
+                continue;
+            memcpy(kb + (uint64_t)fill * KEY, k + (uint64_t)i * KEY, KEY);
+            memcpy(vb + (uint64_t)fill * VAL, v + (uint64_t)i * VAL, VAL);
+            if (++fill == j->page) {
+                if ((r = update(j->fd, kb, vb, fill, &j->calls)) < 0) {
+                    j->done = r;
+                    return NULL;
+                }
+                j->done += r;
+                fill = 0;
+            }
+        }
+        at += pad8(HDR + (uint64_t)h->n * (KEY + VAL));
+    }
+    if ((r = update(j->fd, kb, vb, fill, &j->calls)) < 0)
+        j->done = r;
+    else
+        j->done += r;
+    return NULL;
+}
+
+/* The range [off, tail) (puts only) by par.threads threads; the caller's thread is one. */
+static long list_parallel(int fd, const uint8_t *base, uint64_t off, uint64_t tail, uint32_t page,
+                          uint64_t *calls)
+{
+    struct job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    uint32_t n = par.threads, started = 1;
+    long done = 0;
+    for (uint32_t t = 0; t < n; t++)
+        jobs[t] = (struct job){fd, t, n, page, base, off, tail, 0, 0};
+    for (uint32_t t = 1; t < n; t++, started++)
+        if (pthread_create(&th[t], NULL, run_part, &jobs[t]))
+            break;
+    if (started < n) { /* no thread: nothing started may be left half done, so run them here */
+        for (uint32_t t = started; t < n; t++)
+            run_part(&jobs[t]);
+    }
+    run_part(&jobs[0]);
+    for (uint32_t t = 1; t < started; t++)
+        pthread_join(th[t], NULL);
+    for (uint32_t t = 0; t < n; t++) {
+        *calls += jobs[t].calls;
+        if (jobs[t].done < 0)
+            return jobs[t].done;
+        done += jobs[t].done;
+    }
+    return done;
+}
+
 long ss_list(int fd, const uint8_t *base, uint64_t off, uint32_t page, uint8_t *kbuf, uint8_t *vbuf,
              uint64_t *out)
 {
-    uint64_t at, records = 0, rev = 0, calls = 0;
+    uint64_t at, records = 0, entries = 0, rev = 0, calls = 0;
     uint64_t tail = __atomic_load_n((const uint64_t *)(base + 8), __ATOMIC_ACQUIRE);
     long done = 0, r;
     out[0] = tail;
@@ -64,9 +192,14 @@ long ss_list(int fd, const uint8_t *base, uint64_t off, uint32_t page, uint8_t *
         const struct rec *h = (const void *)(base + at);
         if (h->nd)
             return -EAGAIN;
+        entries += h->n;
+        rev = h->rev;
         at += pad8(HDR + (uint64_t)h->n * (KEY + VAL));
     }
-    if (records == 1) { /* zero copy, straight from the mapping */
+    if (par.threads > 1 && entries >= par.min_entries && page <= par.page) {
+        if ((done = list_parallel(fd, base, off, tail, page, &calls)) < 0)
+            return done;
+    } else if (records == 1) { /* zero copy, straight from the mapping */
         const struct rec *h = (const void *)(base + off);
         const uint8_t *k = base + off + HDR, *v = k + (uint64_t)h->n * KEY;
         for (uint32_t a = 0; a < h->n; a += page) {
