@@ -74,6 +74,26 @@ def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
     assert not [p for p in tools.iterdir() if p.name.startswith(".etcd.") and p.is_dir()]
 
 
+def test_failed_first_step_is_not_masked_by_later_ones(tmp_path: Path) -> None:
+    # kwok's builder runs `go install`, then `go mod download` and a copy of the stage files.
+    # Bash ignores errexit in a function called as an `if` condition, so a failed install
+    # followed by steps that succeed was once marked complete, with no kwok binary in it.
+    env = fake_env(tmp_path)
+    stage = tmp_path / "kwokmod" / "kustomize" / "stage"
+    stage.mkdir(parents=True)
+    (stage / "node.yaml").write_text("kind: Stage\n")
+    (tmp_path / "go").write_text(
+        '#!/bin/sh\necho "$*" >> "$FAKE_GO_LOG"\n[ "$1" = install ] && exit 1\n'
+        f'[ "$1" = mod ] && echo \'  "Dir": "{tmp_path / "kwokmod"}",\'\nexit 0\n'
+    )
+    r = run_build(env, "kwok")
+    assert r.returncode != 0, r.stdout
+    assert "building kwok FAILED" in r.stderr
+    assert not (tmp_path / "root" / "tools" / "kwok-v0.8.0").exists()
+    calls = (tmp_path / "go.log").read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["install"]  # stopped at the failure
+
+
 def test_path_only_and_unknown_tool(tmp_path: Path) -> None:
     env = fake_env(tmp_path)
     r = run_build(env, "--path", "kube", "helm")

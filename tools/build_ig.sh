@@ -25,7 +25,8 @@ dir=$(cd "$CACHE" && GO111MODULE=on go mod download -json "$MOD@$VER" | sed -n '
 [ -d "$dir" ] || { echo "build_ig: go mod download of $MOD@$VER failed" >&2; exit 1; }
 src=$CACHE/src
 rm -rf "$src"; cp -r "$dir" "$src"; chmod -R u+w "$src"
-(cd "$src" && CGO_ENABLED=0 go build -ldflags=-checklinkname=0 -o "$CACHE/ig.tmp" ./cmd/ig) >&2
+# -s -w: no symbol table or DWARF (nothing here debugs the binary); the link is the shorter for it.
+(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -checklinkname=0" -o "$CACHE/ig.tmp" ./cmd/ig) >&2
 mv "$CACHE/ig.tmp" "$BIN"
 rm -rf "$src"
 echo "$BIN"

@@ -284,7 +284,15 @@ ensure() {
     t0=$(date +%s)
     log "building $tool into $dir (cold: takes minutes; cached afterwards)"
     tmp=$(mktemp -d "$CACHE/.$tool.XXXXXX")
-    if ! "build_$tool" "$tmp"; then
+    # Not `if ! build_x`: bash ignores errexit inside a function called as a condition, so a
+    # failed `go install` followed by steps that succeed would be marked complete. A subshell
+    # with its own `set -e`, run as a plain command, stops at the first failure.
+    local rc=0
+    set +e
+    (set -e; "build_$tool" "$tmp")
+    rc=$?
+    set -e
+    if [ "$rc" != 0 ]; then
       rm -rf "$tmp"; flock -u "$lock"; log "building $tool FAILED"; return 1
     fi
     chmod 755 "$tmp"; touch "$tmp/.complete"
