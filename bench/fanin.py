@@ -149,6 +149,32 @@ def baseline(ref: str, n: int, windows: int) -> dict[str, Any]:
     )
 
 
+def same_bench_at(ref: str, n: int, a: argparse.Namespace) -> dict[str, Any]:
+    """This bench as it is at ``ref`` (e.g. main), one N, pinned the same way: before/after in
+    one run, each N measured right before this tree's own row (same load, near enough)."""
+    tree = tempfile.mkdtemp(prefix="fanin-compare-")
+    subprocess.run(
+        ["git", "-C", ROOT, "worktree", "add", "--detach", "-f", tree, ref], check=True, capture_output=True
+    )
+    try:
+        args = ["--probes", str(n), "--windows", str(a.windows), "--baseline-ref", "none", "--json"]
+        args += ["--per-process", str(a.per_process), "--per-channel", str(a.per_channel)]
+        args += ["--heartbeat-s", str(a.heartbeat_s)]
+        out = subprocess.run(
+            [sys.executable, os.path.join(tree, "bench", "fanin.py"), *args],
+            env=dict(os.environ, PYTHONPATH=tree),
+            cwd=tree,
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=3600,
+        ).stdout
+        row: dict[str, Any] = json.loads(out)[0]
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
+    return dict(row, design=f"grpc.aio @{ref}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--probes", default="1000,10000")
@@ -162,6 +188,7 @@ def main() -> None:
     ap.add_argument("--baseline-probes", type=int, default=1000)
     ap.add_argument("--relays", type=int, default=0, help="K: run --probes through K relays (0: direct)")
     ap.add_argument("--direct-probes", type=int, default=10000, help="with --relays: the direct figure's N")
+    ap.add_argument("--compare-ref", default="", help="git ref: run this same bench there too, per N")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     # SIGTERM (timeout, kill) unwinds like Ctrl-C: the finally blocks stop relays and probes.
@@ -182,9 +209,10 @@ def main() -> None:
         if a.direct_probes:
             rows.append(run(a.direct_probes, a.windows, a.per_process, a.per_channel, a.heartbeat_s))
     else:
-        rows += [
-            run(int(n), a.windows, a.per_process, a.per_channel, a.heartbeat_s) for n in a.probes.split(",")
-        ]
+        for n in a.probes.split(","):
+            if a.compare_ref:
+                rows.append(same_bench_at(a.compare_ref, int(n), a))
+            rows.append(run(int(n), a.windows, a.per_process, a.per_channel, a.heartbeat_s))
     load1 = os.getloadavg()
     if a.json:
         print(json.dumps(rows, indent=1))

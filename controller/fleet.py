@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
@@ -54,6 +54,7 @@ from swarmscope.controller.fleet_loop import (
     gevent_patched,
     parse_request,
     probe_control_handlers,
+    spare_gc,
 )
 from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
@@ -129,6 +130,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 "the fleet's grpc.aio server cannot run in a gevent-patched process: "
                 "use controller.fleet_proc.FleetProcess there"
             )
+        spare_gc()
         self.port = self._aio.start(
             lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
             self.bind,
@@ -464,16 +466,18 @@ class Fleet(pb_grpc.ProbeControlServicer):
         )
         return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
-    async def Session(
-        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> None:
+    async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         # A coroutine handler (context.write), not an async generator: the reads run in a task of
         # their own, so a probe's messages are taken while its commands wait in the outbox.
-        it = request_iterator.__aiter__()
+        # Reads use context.read(), never ``request_iterator`` (grpc.aio forbids mixing them):
+        # it saves the iterator's async generator step on every message of every probe.
         try:
-            first = await parse_request(pb.ProbeMessage, await it.__anext__(), context)
-        except (StopAsyncIteration, grpc.RpcError, asyncio.CancelledError):
+            raw = await context.read()
+        except (grpc.RpcError, grpc.aio.UsageError, asyncio.CancelledError):
             return
+        if raw is grpc.aio.EOF:
+            return
+        first = await parse_request(pb.ProbeMessage, raw, context)
         with self._lock:
             state = self._sessions.get(first.session_id)
             if state is not None and self._probes.get(state.probe_id) is not state:
@@ -492,15 +496,16 @@ class Fleet(pb_grpc.ProbeControlServicer):
             self._lock.notify_all()
         self._handle(state, first)
         bad: list[str] = []  # a message that did not parse ends the stream as INVALID_ARGUMENT
-        reader = asyncio.create_task(self._read_loop(state, it, bad))
+        reader = asyncio.create_task(self._read_loop(state, context, bad))
+        outbox, write = state.outbox, context.write
         try:
             while True:
-                data = await state.outbox.get()
+                data = await outbox.get()
                 if data is None:  # after a Shutdown too (put_all)
                     if bad:
                         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
                     return
-                await context.write(data)
+                await write(data)
         finally:
             reader.cancel()
             self._ended(state)
@@ -525,16 +530,20 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     self.watch(state, False)
             self._lock.notify_all()
 
-    async def _read_loop(self, state: ProbeState, it: AsyncIterator[bytes], bad: list[str]) -> None:
+    async def _read_loop(self, state: ProbeState, context: grpc.aio.ServicerContext, bad: list[str]) -> None:
+        read, parse, handle, eof = context.read, pb.ProbeMessage.FromString, self._handle, grpc.aio.EOF
         try:
-            async for raw in it:
+            while True:
+                raw = await read()
+                if raw is eof:
+                    return
                 try:
-                    msg = pb.ProbeMessage.FromString(raw)
+                    msg = parse(raw)
                 except DecodeError:
                     bad.append("not a swarmscope.v1.ProbeMessage")
                     return
-                self._handle(state, msg)
-        except (grpc.RpcError, asyncio.InvalidStateError):
+                handle(state, msg)
+        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
             pass  # stream ended; liveness marks the probe dead
         finally:
             self._ended(state)

@@ -17,6 +17,7 @@ fleet runs in a child process (controller/fleet_proc.py) and this runs in that c
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -116,6 +117,24 @@ class AioServerThread:
         thread.join(grace_s + 5)
         self.loop = None
         self._thread = None
+
+
+# Python's default collection thresholds, and the fleet's (spare_gc).
+_GC_DEFAULT = (700, 10, 10)
+_GC_FLEET = (20_000, 20, 10)
+
+
+def spare_gc() -> None:
+    """Collect garbage less often in a process that holds a fleet, unless it set its own pace.
+
+    Every message on every stream allocates futures and callbacks, and with thousands of probes
+    the long-lived heap (their states, tasks and calls) is large, so Python's default pace
+    (a young collection every 700 allocations, a full one often) spent about a quarter to a
+    third of the controller's CPU on collections (measured with py-spy at 1,000 and 10,000
+    simulated probes). Caveat: process-wide; garbage cycles live longer, memory not freed by
+    reference counting is reclaimed later."""
+    if gc.get_threshold() == _GC_DEFAULT:
+        gc.set_threshold(*_GC_FLEET)
 
 
 def grpc_for_gevent() -> None:

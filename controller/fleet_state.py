@@ -4,18 +4,49 @@
     state.host          # the node it measures: what workers' nodes are matched against
 
 Split out of controller/fleet.py so the fleet and the relay routing (controller/relay_routes.py)
-share them. Caveat: ``outbox`` is an asyncio.Queue only the fleet's event loop may touch.
+share them. Caveat: ``outbox`` (an ``Outbox``) is only for the fleet's event loop to touch.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.v1 import probe_pb2 as pb
+
+
+class Outbox:
+    """A probe's commands down its stream (serialized; None ends it), for the loop only.
+
+    What asyncio.Queue does here with less: no size bound, no task counting (``join``), one
+    waiter. Its cost is paid per command per probe on the controller's one core."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque[bytes | None] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, data: bytes | None) -> None:
+        self.items.append(data)
+        w = self.waiter
+        if w is not None:
+            self.waiter = None
+            if not w.done():  # cancelled with its writer
+                w.set_result(None)
+
+    async def get(self) -> bytes | None:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        return self.items.popleft()
+
+    def qsize(self) -> int:
+        return len(self.items)
 
 
 @dataclass
@@ -40,7 +71,7 @@ class ProbeState:
     via: str = ""  # a probe behind a relay: that relay's probe id (its commands go down there)
     # Commands down the stream, serialized (put_all); None ends it. Only the fleet's event loop
     # touches it (Fleet._send).
-    outbox: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    outbox: Outbox = field(default_factory=Outbox)
 
     @property
     def host(self) -> str:

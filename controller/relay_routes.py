@@ -19,13 +19,12 @@ the close. Caveat: everything here runs on the fleet's event loop with the fleet
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.controller.fleet_state import ProbeState, Window, table_rows
+from swarmscope.controller.fleet_state import Outbox, ProbeState, Window, table_rows
 from swarmscope.v1 import probe_pb2 as pb
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # A relayed probe's commands go down its relay's stream, never its own: its state shares this
 # never-used queue instead of holding one (100,000 queues are ~600,000 objects for the GC to walk).
-_NO_OUTBOX: asyncio.Queue[bytes | None] = asyncio.Queue()
+_NO_OUTBOX = Outbox()
 
 
 def route(
