@@ -3,6 +3,7 @@
     .venv/bin/python bench/fanin.py                    # 1,000 and 10,000 probes + the old design
     .venv/bin/python bench/fanin.py --probes 100,1000 --windows 10 --baseline-ref none --json
     nice -n 5 .venv/bin/python bench/fanin.py --relays 4 --probes 100000 --windows 5   # + direct at 10k
+    .venv/bin/python bench/fanin.py --probes 1000,10000 --baseline-ref none --compare-ref main  # before/after
 
 The two goal figures, one command each (a few minutes on a quiet 2-core machine):
 
@@ -25,7 +26,9 @@ design (the sync server with a thread per stream, at ``--baseline-ref``, with it
 thread-per-probe clients, not pinned) at ``--baseline-probes``. With ``--relays K`` the
 ``--probes`` go through K relays (bench/fanin_relays.py, goal at 100,000: 0 lost, p99 < 2 s),
 next to the direct design at ``--direct-probes`` (goal at 10,000: p99 < 1 s), with the load
-average: wall times on a shared machine are inflated, the CPU-s columns much less so.
+average: wall times on a shared machine are inflated, the CPU-s columns much less so. With
+``--compare-ref REF`` each N is first measured with this bench as it is at REF (a throw-away
+worktree, pinned the same way), so a change is seen before/after in one run.
 """
 
 from __future__ import annotations

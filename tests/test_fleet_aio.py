@@ -132,3 +132,49 @@ def test_gevent_process_gets_the_fleet_in_a_child() -> None:
     assert proc.returncode == 0, err
     assert out.strip() == "readings [('ng', 9)] missing []"
     assert make_fleet(TOKEN).__class__ is Fleet  # this process is not patched
+
+
+def test_a_probe_message_that_does_not_parse_ends_its_session_as_invalid_argument() -> None:
+    """Reads go through ``context.read()``: a first message or a later one that is not a
+    ProbeMessage ends that stream as INVALID_ARGUMENT, and the fleet goes on serving."""
+    import grpc
+
+    fleet = Fleet(TOKEN, liveness_s=5.0)
+    fleet.start()
+    try:
+        probe = FakeProbe(fleet.address, TOKEN, "h-bad")
+        reply = probe.register()
+        channel = grpc.insecure_channel(fleet.address)
+        session = channel.stream_stream("/swarmscope.v1.ProbeControl/Session")
+        garbage = b"\xff\xff\xff"  # field 31, wire type 7: no such wire type
+        first = pb.ProbeMessage(session_id=reply.session_id, heartbeat=pb.Heartbeat(unix_ns=1))
+        for stream in ([garbage], [first.SerializeToString(), garbage]):
+            with pytest.raises(grpc.RpcError) as e:
+                list(session(iter(stream), timeout=20))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert e.value.details() == "not a swarmscope.v1.ProbeMessage"
+        channel.close()
+        ok = FakeProbe(fleet.address, TOKEN, "h-good", {"exec": 3}).start()
+        fleet.wait_for_probes(hosts={"h-good"}, timeout_s=30)
+        assert fleet.open_window("r", "w", {"h-good": nodes("n1")}) == {}
+        readings, missing = fleet.close_window("r", "w", timeout_s=20)
+        assert missing == [] and [(r.node, r.counters) for r in readings] == [("n1", {"exec": 3})]
+        ok.stop()
+    finally:
+        fleet.stop()
+
+
+def test_a_fleet_collects_garbage_less_often_unless_its_process_set_a_pace() -> None:
+    code = (
+        "import gc, sys; from swarmscope.controller.fleet import Fleet\n"
+        "if sys.argv[1] == 'own': gc.set_threshold(1000, 5, 5)\n"
+        "f = Fleet('t'); f.start(); print(gc.get_threshold()); f.stop(0)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    seen = []
+    for mode in ("default", "own"):
+        out = subprocess.run(
+            [sys.executable, "-c", code, mode], env=env, capture_output=True, text=True, timeout=60
+        )
+        seen.append(out.stdout.strip())
+    assert seen == ["(20000, 20, 10)", "(1000, 5, 5)"]
