@@ -36,7 +36,7 @@ COUNTERS = {"exec": 1000}
 # handshakes at once on each of 16 starved relays: their queue outgrew the 60 s RPC deadline and
 # the 30 s Hello-to-Register window, new connections' HTTP/2 setup timed out too (UNAVAILABLE,
 # then the channel's reconnect backoff fails every call on it at once), and each retry added to
-# the queue: a join that stopped for good (docs/scale-out.md#joining-100000). Bounded, the queue
+# the queue: a join that stopped for good (docs/scale-out.md, "Joining 100,000"). Bounded, the queue
 # waits here, where no deadline runs.
 JOINS_IN_FLIGHT = 100
 
