@@ -58,6 +58,7 @@ from swarmscope.controller.fleet_loop import (
 from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
 from swarmscope.errors import FleetError
+from swarmscope.sys.limits import raise_nofile
 from swarmscope.tls import TLSFiles, server_credentials
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
@@ -129,6 +130,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 "the fleet's grpc.aio server cannot run in a gevent-patched process: "
                 "use controller.fleet_proc.FleetProcess there"
             )
+        # One socket per probe (or per relay's connection): an inherited soft limit of 1,024
+        # would stop accepting there while probes past it retry for ever (sys/limits.py).
+        raise_nofile()
         self.port = self._aio.start(
             lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
             self.bind,
