@@ -19,16 +19,26 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import random
 import time
+from collections import Counter
 from typing import Any
 
 import grpc
 
 from swarmscope import auth
+from swarmscope.sys.limits import raise_nofile
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 
 COUNTERS = {"exec": 1000}
+# Handshakes (Hello + Register) in flight per process. Unbounded, 100,000 probes put ~6,000
+# handshakes at once on each of 16 starved relays: their queue outgrew the 60 s RPC deadline and
+# the 30 s Hello-to-Register window, new connections' HTTP/2 setup timed out too (UNAVAILABLE,
+# then the channel's reconnect backoff fails every call on it at once), and each retry added to
+# the queue: a join that stopped for good (docs/scale-out.md, "Joining 100,000"). Bounded, the queue
+# waits here, where no deadline runs.
+JOINS_IN_FLIGHT = 100
 
 
 async def _register(stub: Any, token: str, name: str) -> Any:
@@ -50,7 +60,15 @@ async def _register(stub: Any, token: str, name: str) -> Any:
     )
 
 
-async def _probe(stubs: list[Any], token: str, name: str, registered: list[int], failed: list[str]) -> None:
+async def _probe(
+    stubs: list[Any],
+    token: str,
+    name: str,
+    registered: list[int],
+    failed: list[str],
+    errors: Counter[str],
+    joining: asyncio.Semaphore,
+) -> None:
     """One simulated probe: ``stubs`` are its upstreams in turn (a relay died: the next one)."""
     pid = f"sim-{name}"
     # Open windows and recent answers outlive a session, as in the real agent: a close sent
@@ -63,14 +81,17 @@ async def _probe(stubs: list[Any], token: str, name: str, registered: list[int],
     for attempt in range(len(stubs) * rounds):
         stub = stubs[attempt % len(stubs)]
         try:
-            reply = await _register(stub, token, name)
+            async with joining:
+                reply = await _register(stub, token, name)
         except grpc.aio.AioRpcError as e:
             failures += 1
+            errors[e.code().name] += 1
             if attempt == len(stubs) * rounds - 1:
                 failed.append(f"{name}: {e.code().name} {e.details()}")
                 return
-            # A join storm can time out a Hello: back off as a whole fleet would, not in a storm.
-            await asyncio.sleep(min(5.0, 1.0 + failures))
+            # A join storm can time out a Hello: back off as a whole fleet would, not in a storm
+            # (jittered: probes that failed together must not come back together).
+            await asyncio.sleep(min(5.0, 1.0 + failures) * random.uniform(0.5, 1.5))
             continue
         if await _session(stub, reply, pid, windows, answers, registered, up):
             return
@@ -186,10 +207,17 @@ async def _host(
     registered: Any,
     stop: Any,
 ) -> None:
-    count, failed = [0], []
+    count, failed, errors = [0], [], Counter[str]()
+    joining = asyncio.Semaphore(JOINS_IN_FLIGHT)
     # A local subchannel pool: each channel its own TCP connection (grpc shares them otherwise).
     # Channels connect at their first call: one per upstream and group costs nothing unused.
-    opts = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 64 * 2**20)]
+    # A channel whose connection failed in a join storm fails every call at once until its next
+    # try: cap that wait at 5 s (gRPC's default grows to 120 s).
+    opts = [
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.max_receive_message_length", 64 * 2**20),
+        ("grpc.max_reconnect_backoff_ms", 5000),
+    ]
     channels = [
         [grpc.aio.insecure_channel(u, opts) for u in upstreams] for _ in range(0, len(names), per_channel)
     ]
@@ -198,11 +226,15 @@ async def _host(
     for i, name in enumerate(names):
         group = stubs[i // per_channel]
         mine = [group[u] for u in upstreams_of(first + i, upstreams, spread)]
-        tasks.append(asyncio.create_task(_probe(mine, token, name, count, failed)))
+        tasks.append(asyncio.create_task(_probe(mine, token, name, count, failed, errors, joining)))
         if i % 200 == 199:
             await asyncio.sleep(0.05)  # a paced join: no Hello storm of thousands at once
-    last = -1
+    last, said, t_said = -1, Counter[str](), time.monotonic()
     while not stop.is_set():
+        if errors != said and time.monotonic() - t_said > 10:  # what a slow join is made of
+            what = f"{count[0]}/{len(names)} up, handshake errors {dict(errors)}"
+            print(f"simprobes {first}: {what}", flush=True)
+            said, t_said = Counter(errors), time.monotonic()
         if failed:
             print(f"simprobes: {len(failed)} failed to join, e.g. {failed[0]}", flush=True)
             failed.clear()
@@ -231,6 +263,7 @@ def _main(
 ) -> None:
     if cpus:
         os.sched_setaffinity(0, cpus)
+    raise_nofile()  # thousands of client connections per process (per_channel=1: one per probe)
     asyncio.run(_host(upstreams, spread, first, token, names, per_channel, registered, stop))
 
 

@@ -59,6 +59,7 @@ from swarmscope.controller.fleet_loop import (
 from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
 from swarmscope.errors import FleetError
+from swarmscope.sys.limits import raise_nofile
 from swarmscope.tls import TLSFiles, server_credentials
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
@@ -131,6 +132,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 "use controller.fleet_proc.FleetProcess there"
             )
         spare_gc()
+        # One socket per probe (or per relay's connection): an inherited soft limit of 1,024
+        # would stop accepting there while probes past it retry for ever (sys/limits.py).
+        raise_nofile()
         self.port = self._aio.start(
             lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
             self.bind,
@@ -467,10 +471,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
         return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        # A coroutine handler (context.write), not an async generator: the reads run in a task of
-        # their own, so a probe's messages are taken while its commands wait in the outbox.
-        # Reads use context.read(), never ``request_iterator`` (grpc.aio forbids mixing them):
-        # it saves the iterator's async generator step on every message of every probe.
+        # A coroutine handler (context.write); reads in a task of their own, by context.read()
+        # (never mixed with request_iterator: one async-generator step less per message).
         try:
             raw = await context.read()
         except (grpc.RpcError, grpc.aio.UsageError, asyncio.CancelledError):

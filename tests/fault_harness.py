@@ -270,7 +270,9 @@ def run_fault(
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         if not res.killed:
-            res.problems.append("the part to kill was never seen (run ended first)")
+            log.flush()  # why it ended: the run's own output, for the test's failure message
+            tail = pathlib.Path(log.name).read_text(errors="replace")[-1500:]
+            res.problems.append(f"the part to kill was never seen (run ended first); its output:\n{tail}")
         time.sleep(0.3)  # PR_SET_PDEATHSIG deliveries
         sweep_stale()  # what the next run's start does
         res.stored = _iterations(db)

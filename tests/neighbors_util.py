@@ -61,6 +61,26 @@ def agent_cmd(addr: str, pins: str) -> list[str]:
 MODES = ("list_program", "watch_only", "write_watch_program")
 
 
+def list_calls(first: int, count: int, page: int) -> int:
+    """The bpf() update calls the compiled list makes for one worker's block of the List,
+    computed here, apart from the code: below PARALLEL_MIN_ENTRIES (or on one CPU) it pages the
+    block, ceil(count / page); above, each of LIST_THREADS threads takes the keys that the
+    multiplicative hash of agent_list.c gives it and pages those."""
+    import array
+    from collections import Counter
+
+    from swarmscope.targets.neighbors.ipc_agent import LIST_THREADS, PARALLEL_MIN_ENTRIES
+    from swarmscope.targets.neighbors.records import make_keys
+
+    threads = LIST_THREADS
+    if threads <= 1 or count < PARALLEL_MIN_ENTRIES:
+        return -(-count // page)
+    keys = array.array("I")
+    keys.frombytes(make_keys(count, first))  # the key's bytes read as the C code's memcpy does
+    per_thread = Counter(((k * 2654435761) & 0xFFFFFFFF) * threads >> 32 for k in keys)
+    return sum(-(-c // page) for c in per_thread.values())
+
+
 def check_neighbor_points(
     rep: dict, ns: list[int], workers: int, page: int, batch: int, modes: tuple[str, ...] = MODES
 ) -> list[dict]:
@@ -88,9 +108,11 @@ def check_neighbor_points(
         else:
             assert p["generated"] == p["kernel_entries"] == p["reported"] == n
             assert (it["generated"], it["kernel"], it["reported"]) == (n, n, n)
-            per = page if p["mode"] == "list_program" else batch
-            counts = [c for _, c in shares(n, [w["node"] for w in it["per_node"]]).values()]
-            assert p["update_calls"] == sum(-(-c // per) for c in counts)
+            blocks = shares(n, [w["node"] for w in it["per_node"]]).values()
+            if p["mode"] == "list_program":
+                assert p["update_calls"] == sum(list_calls(first, c, page) for first, c in blocks)
+            else:
+                assert p["update_calls"] == sum(-(-c // batch) for _, c in blocks)
             assert sum(w["update_calls"] for w in ws.values()) == p["update_calls"]
             assert all(w["pid_samples"] > w["update_calls"] for w in ws.values() if w["generated"])
         assert 0 < p["p50_us"] <= p["p99_us"]

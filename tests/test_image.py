@@ -119,7 +119,9 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     assert not (rootfs / "tmp" / "wheels").exists()  # the build's wheelhouse is not kept
     native = rootfs / "var/cache/swarmscope/native"
     prebuilt = sorted(str(p.relative_to(rootfs)) for p in native.glob("*/*"))
-    assert [p.rsplit("/", 1)[1] for p in prebuilt] == ["execstorm", "tiny"], prebuilt
+    # The exec helpers and the neighbor agent's library, each under its own source hash.
+    assert [p.rsplit("/", 1)[1] for p in prebuilt] == ["libssagent.so", "execstorm", "tiny"], prebuilt
+    assert [p.split("/")[3].split("-")[0] for p in prebuilt] == ["agent", "native", "native"], prebuilt
 
     # As the worker pod runs: uid 10001, the root filesystem read-only, no home directory.
     env = " ".join(f"{k}={v}" for k, v in (e.split("=", 1) for e in proc["env"]))

@@ -267,7 +267,7 @@ def test_registry_programs_declare_their_params() -> None:
     for name in PROGRAMS:
         assert all(f.key.startswith(name + ".") for f in program_params(name))
         assert window_params(name) <= {f.key for f in program_params(name)}
-    assert window_params("map_update") == {"map_update.pids", "map_update.max_samples"}
+    assert window_params("map_update") == {"map_update.pids", "map_update.max_samples", "map_update.nodes"}
     assert window_params("procstat") == {"procstat.pids", "procstat.names", "procstat.cgroups"}
     assert window_params("syscall_count") == {"syscall_count.syscalls"}
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,10 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def start_relay(
-    name: str, upstream: str, *extra: str, token: str = TOKEN
+    name: str, upstream: str, *extra: str, token: str = TOKEN, preexec: Callable[[], None] | None = None
 ) -> tuple[subprocess.Popen[str], str]:
-    """A real `swarmscope relay` process; returns it and its address (also used by other tests)."""
+    """A real `swarmscope relay` process; returns it and its address (also used by other tests).
+    ``preexec`` runs in the child before the relay starts (e.g. to lower a limit)."""
     env = dict(os.environ, SWARMSCOPE_TOKEN=token, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [
@@ -54,6 +56,7 @@ def start_relay(
         env=env,
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
