@@ -200,6 +200,7 @@ def run_tool(
     finally:
         if p.poll() is None:
             p.kill()
+            p.wait()  # reaped here: gone before the target's teardown and the bench's exit
         sampler.stop()
     time.sleep(0.5)  # nginx writes a line after its response: let the last ones land
     return target.times(), sampler, subprocess.CompletedProcess(cmd, p.returncode, out, err)

@@ -78,6 +78,13 @@ class RunOnce:
     def idle(self, health_port: int, bind: str = "0.0.0.0") -> int:  # every interface: the kubelet probes it
         """Logs why there is no run, serves /healthz on ``health_port`` and waits for SIGTERM or
         SIGINT; returns 0."""
+        # Handlers set and /healthz bound before the log line: whoever acts on "claimed here"
+        # finds /healthz answering and may stop it with SIGTERM.
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        server = ThreadingHTTPServer((bind, health_port), _Health)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
         rec = self.record()
         if "exit_code" in rec:
             how = f"it ended with exit code {rec['exit_code']}"
@@ -90,11 +97,6 @@ class RunOnce:
             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(rec.get("claimed_at", 0)))),
             how,
         )
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        server = ThreadingHTTPServer((bind, health_port), _Health)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             while not stop.wait(0.5):  # short waits: signal handlers run between them
                 pass

@@ -85,6 +85,15 @@ def test_kind_switch_leaves_the_exec_storm_options_behind(tools: Tools, tmp_path
     get_kind("exec_storm").schema.load(file="scenario.yaml", text=text)
 
 
+def test_a_float_given_with_set_renders_and_loads(tools: Tools, tmp_path: Path) -> None:
+    """helm's --set types integers only: burst_s=0.3 reaches the schema as the string "0.3".
+    The chart takes it (its schema: a number or a decimal string) and the controller's loader
+    reads it as 0.3; a string that is no number is refused at render (MISPLACED below)."""
+    text, cfg = _scenario(tools, tmp_path, "scenario.exec_storm.burst_s=0.3")
+    assert cfg["burst_s"] == "0.3"
+    assert get_kind("exec_storm").schema.load(file="scenario.yaml", text=text).burst_s == 0.3
+
+
 MISPLACED = [
     (
         ["scenario.config.iterations=3"],
@@ -109,6 +118,7 @@ MISPLACED = [
     # The schema: a kind's section takes that kind's options only, with their types.
     (["scenario.ingress_flood.iterations=3"], "at '/scenario/ingress_flood': additional properties"),
     (["scenario.exec_storm.iterations=many"], "at '/scenario/exec_storm/iterations': got string"),
+    (["scenario.exec_storm.burst_s=1s"], "at '/scenario/exec_storm/burst_s': '1s' does not match pattern"),
     (["scenario.ingress_flood.fault=kill-it"], "at '/scenario/ingress_flood/fault': value must be one of"),
 ]
 

@@ -32,6 +32,7 @@ SCHEMA = CHART / "values.schema.json"
 TPL = CHART / "templates" / "_kinds.tpl"
 KINDS = ("exec_storm", "ingress_flood", "neighbor_writes")  # the kinds the chart runs
 _JSON = {int: "integer", float: "number", str: "string", bool: "boolean"}
+_DECIMAL = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"  # a float as --set gives it
 
 
 def _prop(f: Any) -> dict[str, Any]:
@@ -43,14 +44,18 @@ def _prop(f: Any) -> dict[str, Any]:
             out["items"]["enum"] = list(f.choices)
     elif t in _JSON:
         out = {"type": _JSON[t]}
-        if t is float:  # YAML and --set give 1 for 1.0
-            out["type"] = "number"
+        if t is float:
+            # helm's --set types integers only: `--set scenario.exec_storm.burst_s=0.3` arrives
+            # as the string "0.3" (YAML and --set-json give a number). The controller reads
+            # either (swarmscope/config.py), so the schema takes a number or a decimal string.
+            out = {"type": ["number", "string"], "pattern": _DECIMAL}
         if f.choices:
             out["enum"] = list(f.choices)
     else:  # free-form (e.g. a command line: a string or a list)
         out = {}
     if f.nullable and "type" in out:
-        out["type"] = [out["type"], "null"]
+        kinds = out["type"] if isinstance(out["type"], list) else [out["type"]]
+        out["type"] = [*kinds, "null"]
     if f.help:
         out["description"] = f.help
     return out
