@@ -35,12 +35,13 @@ the output's cost (the k6 path against it is the output and the orchestration al
 
 The Locust path's users are FastHttpUsers like plain's; per request they also append one tuple
 to a buffer that goes into swarmscope's exact HdrHistograms every 2,048 requests
-(workers/http_users.py), and the process runs no other thread or per-request hook. Its CPU per
-request should therefore match plain's; its request rate follows the share of the 2 cores it
-got in its window, which a shared machine's load decides, so the paired figures say more than
-the medians: each round runs both paths one after the other, every other round in reverse order
-(ABBA, so a load that rises during the bench does not always hit the second), and the report
-gives each round's ours/plain request rate and CPU per request beside the medians' ratio.
+(workers/http_users.py), and the process runs no other thread or per-request hook; in quiet
+runs its CPU per request came within 1-9 % of plain's (docs/platform.md). Its request rate
+follows the share of the 2 cores it got in its window, which a shared machine's load decides,
+so the paired figures say more than the medians: each round runs both paths one after the
+other, every other round in reverse order (ABBA, so a load that rises during the bench does
+not always hit the second), and the report gives each round's ours/plain request rate and CPU
+per request beside the medians' ratio.
 
 Prints medians over the rounds, the plain/ours CPU ratio and ours/plain request rate of each
 interleaved round, and the load average. Caveats: 2 shared cores — the machine's other load
