@@ -33,12 +33,23 @@ k6 with those tags and no output: the k6 path asks k6 for 3 system tags (scenari
 error_code) where plain k6 builds its ~14 default ones, so this row tells that saving apart from
 the output's cost (the k6 path against it is the output and the orchestration alone).
 
-Prints medians over the rounds, the plain/ours CPU ratio of each interleaved round, and the load
-average. Caveats: 2 shared cores — the machine's other load moves every figure; compare within
-one run only. Every tool runs ``--start-allowance`` seconds longer than the window needs, as a
-starved machine starts them late; a round whose load still ended early is dropped, with a
-message. Needs root (netns). SIGTERM/SIGINT stop the running tool (SIGTERM, then SIGKILL after
-10 s) and remove the target's namespace; a second signal during that is ignored.
+The Locust path's users are FastHttpUsers like plain's; per request they also append one tuple
+to a buffer that goes into swarmscope's exact HdrHistograms every 2,048 requests
+(workers/http_users.py), and the process runs no other thread or per-request hook; in quiet
+runs its CPU per request came within 1-9 % of plain's (docs/platform.md). Its request rate
+follows the share of the 2 cores it got in its window, which a shared machine's load decides,
+so the paired figures say more than the medians: each round runs both paths one after the
+other, every other round in reverse order (ABBA, so a load that rises during the bench does
+not always hit the second), and the report gives each round's ours/plain request rate and CPU
+per request beside the medians' ratio.
+
+Prints medians over the rounds, the plain/ours CPU ratio and ours/plain request rate of each
+interleaved round, and the load average. Caveats: 2 shared cores — the machine's other load
+moves every figure; compare within one run only. Every tool runs ``--start-allowance``
+seconds longer than the window needs, as a starved machine starts them late; a round whose
+load still ended early is dropped, with a message. Needs root (netns). SIGTERM/SIGINT stop
+the running tool (SIGTERM, then SIGKILL after 10 s) and remove the target's namespace; a
+second signal during that is ignored.
 """
 
 from __future__ import annotations
@@ -408,8 +419,10 @@ def _rounds(args: argparse.Namespace, paths: tuple[str, ...], runs: dict[str, li
             "wrk": lambda: wrk(target, args, tmp),
         }
         # Interleaved rounds: the machine is shared, so each pair sees similar background load.
+        # Every other round runs the paths in reverse order (ABBA): a load that rises or falls
+        # during the bench would otherwise always hit the path that runs second.
         for i in range(args.repeat):
-            for name in paths:
+            for name in paths if i % 2 == 0 else paths[::-1]:
                 got = fns[name]()
                 if got is not None:
                     runs[name].append({**got, "round": i})
@@ -427,6 +440,14 @@ def _ratios(
         "per_core": ours["rps_per_gen_core"] / plain["rps_per_gen_core"],
         # CPU per request, plain / ours (>1: ours is cheaper); the figure the noise moves least
         "cpu": plain["gen_ms_per_1k"] / ours["gen_ms_per_1k"],
+        # the request rate of each round's pair (ours / plain, run one after the other) and
+        # their median: the machine's load moves both of a pair alike, unlike separate medians
+        "rps_rounds": [
+            o["rps"] / p["rps"]
+            for p in runs[f"{eng}_plain"]
+            for o in runs[f"{eng}_swarmscope"]
+            if p["round"] == o["round"]
+        ],
         # the round-by-round ratios (interleaved pairs), for their spread
         "cpu_rounds": [
             p["gen_ms_per_1k"] / o["gen_ms_per_1k"]
@@ -465,10 +486,14 @@ def report(med: dict[str, dict[str, Any]], ratios: dict[str, Any], w: dict[str, 
     for k, v in ratios.items():
         verdict = "ok" if v["rps"] >= GOAL else "BELOW"
         spread = ", ".join(f"{x:.2f}" for x in v["cpu_rounds"])
+        paired = ", ".join(f"{x:.2f}" for x in v["rps_rounds"])
         rows.append(
             f"ratio {k:<6} swarmscope / plain: {v['rps']:.3f} (goal >= {GOAL}: {verdict}); "
             f"per generator core {v['per_core']:.3f}; CPU per request plain/ours {v['cpu']:.3f} "
             f"(rounds {spread})"
+        )
+        rows.append(
+            f"      {k:<6} req/s ours/plain per round: {paired} (median {_median(v['rps_rounds']):.3f})"
         )
     if "k6_plain" in med:
         kc, kp, ks, kt = (med[k] for k in ("k6_plain_csv", "k6_plain", "k6_swarmscope", "k6_plain_tags"))

@@ -13,6 +13,12 @@ percentiles. Counts (requests, failures by status/error) are plain integers, add
 The optional timeline (``keep_timeline=True``) keeps (done_t, ok) per request for fault
 analysis (downtime = last success before → first success after).
 
+``record_many(rows)`` takes a batch of the same tuples and counts them exactly as one
+``record`` each would (the Locust path buffers its requests and flushes them in batches, see
+workers/http_users.py): the latencies go into the histogram with numpy in one pass, the
+outcomes through a Counter, so a request costs its generator a list append, not a Python
+histogram update.
+
 This module does not import Locust (so the controller and tests can use it without gevent).
 """
 
@@ -21,18 +27,43 @@ from __future__ import annotations
 import bisect
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 LOW_US, HIGH_US, DIGITS = 1, 60_000_000, 3
+# One request for record_many: (intended_t, done_t, status, error, step), as record's arguments.
+Row = tuple[float, float, int | None, str | None, int | None]
 PERCENTILES = (10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
 
 
 def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOW_US, HIGH_US, DIGITS)
+
+
+def add_values(h: HdrHistogram, us: np.ndarray) -> None:
+    """Record every value of ``us`` (int64, each within the histogram's range) into ``h``:
+    the same counts, total, min and max as one ``h.record_value(v)`` per value.
+
+    hdrh's own index arithmetic (``_counts_index_for``), vectorised, then one bincount added
+    to its counts array in place; tests/test_http_batch.py holds it equal to record_value."""
+    if us.size == 0:
+        return
+    # bit_length of each value | sub_bucket_mask: frexp's exponent, exact below 2**53
+    bits = np.frexp((us | h.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
+    bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub = us >> (bucket + h.unit_magnitude)
+    idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub - h.sub_bucket_half_count
+    add = np.bincount(idx)
+    counts = np.ctypeslib.as_array(h.counts)
+    counts[: add.size] += add.astype(counts.dtype)
+    h.total_count += int(us.size)
+    h.min_value = min(h.min_value, int(us.min()))
+    h.max_value = max(h.max_value, int(us.max()))
 
 
 def pct_key(p: float) -> str:
@@ -101,12 +132,53 @@ class StepRecorder:
         st.last_t = max(st.last_t, done_t)
         key = str(status) if status else "none"
         st.statuses[key] = st.statuses.get(key, 0) + 1
-        ok = error is None and status is not None and 200 <= status < 400
+        ok = _ok(status, error)
         if not ok:
             reason = error or f"HTTP {status}"
             st.failures[reason] = st.failures.get(reason, 0) + 1
         if self.keep_timeline:
             self.timeline.append((done_t, ok))
+
+    def record_many(self, rows: list[Row]) -> None:
+        """A batch of requests (``record``'s arguments as tuples), counted as ``record`` would."""
+        if not rows:
+            return
+        cols = list(zip(*rows, strict=True))  # intended, done, statuses, errors, steps
+        steps = set(cols[4])
+        idx: int | None = None
+        if steps == {None}:  # timed steps, from the intended times (step_of only grows with t)
+            lo, hi = self.step_of(min(cols[0])), self.step_of(max(cols[0]))
+            idx = lo if lo == hi else None
+        elif len(steps) == 1:  # count steps name their step (one per batch but at its end)
+            idx = next(iter(steps))
+        if idx is not None:
+            self._add(idx, *cols[:4])
+        else:  # the batch straddles a step's end: grouped row by row
+            by_step: dict[int, list[Row]] = {}
+            for r in rows:
+                by_step.setdefault(self.step_of(r[0]) if r[4] is None else r[4], []).append(r)
+            for i, part in by_step.items():
+                self._add(i, *list(zip(*part, strict=True))[:4])
+        if self.keep_timeline:  # in the rows' order, as record appends it
+            self.timeline.extend(zip(cols[1], map(_ok, cols[2], cols[3]), strict=True))
+
+    def _add(self, idx: int, intended: Any, done: Any, statuses: Any, errors: Any) -> None:
+        """One step's share of a batch, as columns (tuples of equal length)."""
+        st = self.steps.get(idx)
+        if st is None:
+            st = self.steps[idx] = Step()
+        st.requests += len(intended)
+        # the same float arithmetic as record (np.rint rounds half to even, as round() does)
+        lat = np.rint((np.array(done) - np.array(intended)) * 1e6)
+        add_values(st.hist, np.clip(lat, LOW_US, HIGH_US).astype(np.int64))
+        st.first_t = min(st.first_t, min(intended))
+        st.last_t = max(st.last_t, max(done))
+        for (status, error), n in Counter(zip(statuses, errors, strict=True)).items():
+            key = str(status) if status else "none"
+            st.statuses[key] = st.statuses.get(key, 0) + n
+            if not _ok(status, error):
+                reason = error or f"HTTP {status}"
+                st.failures[reason] = st.failures.get(reason, 0) + n
 
     # -- transport ------------------------------------------------------------------------------
     def encode(self) -> dict[str, Any]:
@@ -188,6 +260,10 @@ class StepRecorder:
         for s in self.steps.values():
             h.add(s.hist)
         return h
+
+
+def _ok(status: int | None, error: str | None) -> bool:
+    return error is None and status is not None and 200 <= status < 400
 
 
 def histogram_buckets(h: HdrHistogram, buckets: int = 40) -> list[tuple[float, int]]:

@@ -11,6 +11,12 @@ default); latency is measured from the actual send. Open: requests are *schedule
 behind (stalled server) sends at once to catch up, and the latency is measured from the
 intended send time, so a stall shows in the percentiles (wrk2's rule, no coordinated omission).
 
+A request costs the generator what it costs plain Locust plus one tuple appended to a buffer:
+``WindowLoad.record`` keeps (intended, done, status, error, step) and every ``FLUSH_AT``
+requests, at a count step's end and at ``stop`` the buffer goes into the recorder in one
+vectorised batch (``StepRecorder.record_many``, exact). Whoever reads the recorder mid-window
+calls ``flush`` first (or ``recorded()`` for the count alone).
+
 Users find the window they count into through the process's swarmscope driver
 (``environment.swarmscope.worker.active``, a :class:`WindowLoad`), so a user that lives across
 windows (``locust -f``, where each test start/stop is one window) records into the right one.
@@ -25,15 +31,19 @@ not be kept shows up as latency, which is the point. Stopping users with Locust'
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import gevent
-import psutil
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
-from swarmscope.workers.http_stats import StepRecorder
+from swarmscope.workers.http_stats import Row, StepRecorder
+
+# Requests buffered before they go into the recorder in one batch: a flush costs about a
+# millisecond, and the buffer stays well under a megabyte.
+FLUSH_AT = 2048
 
 
 class WindowLoad:
@@ -64,6 +74,10 @@ class WindowLoad:
         self.step: int | None = None
         self.share = 0
         self._on_done: Callable[[int], None] | None = None
+        self._answered = 0  # requests of the count step in progress answered here
+        # Answered requests not yet in the recorder: one shared list is enough, as the users
+        # are greenlets of one thread (nothing runs between a check and an append).
+        self._buf: list[Row] = []
         self._slots = 0
         self._meter: gevent.Greenlet | None = None
 
@@ -72,22 +86,43 @@ class WindowLoad:
         return self._slots - 1
 
     def record(self, intended: float, r: Any, step: int | None = None) -> None:
+        """One answered request: a tuple appended to the buffer (flushed every FLUSH_AT)."""
         err = getattr(r, "error", None)
-        status = getattr(r, "status_code", None) or None
-        rec = self.recorder
-        rec.record(intended, time.time(), status, None if err is None else type(err).__name__, step=step)
-        if (
-            self._on_done is not None
-            and step is not None
-            and step == self.step
-            and rec.steps[step].requests >= self.share
-        ):
-            self._step_done()
+        buf = self._buf
+        buf.append(
+            (
+                intended,
+                time.time(),
+                getattr(r, "status_code", None) or None,
+                None if err is None else type(err).__name__,  # not the exception: its frames
+                step,
+            )
+        )
+        if len(buf) >= FLUSH_AT:
+            self.flush()
+        if self._on_done is not None and step is not None and step == self.step:
+            self._answered += 1
+            if self._answered >= self.share:
+                self.flush()
+                self._step_done()
+
+    def flush(self) -> None:
+        """The buffered requests into the recorder (exact: StepRecorder.record_many)."""
+        if self._buf:
+            rows, self._buf = self._buf, []
+            self.recorder.record_many(rows)
+
+    def recorded(self) -> int:
+        """Requests answered in this window so far (recorded or still buffered)."""
+        return sum(s.requests for s in self.recorder.steps.values()) + len(self._buf)
 
     def begin_step(self, step: int, share: int, on_done: Callable[[int], None]) -> None:
         """Count step ``step`` starts: ``share`` requests for this process's users."""
+        self.flush()
         self.step, self.share, self.budget, self._on_done = step, share, share, on_done
         self.recorder.current_step = step
+        st = self.recorder.steps.get(step)
+        self._answered = 0 if st is None else st.requests
         if share == 0:
             self._step_done()
 
@@ -100,21 +135,23 @@ class WindowLoad:
         self._meter = gevent.spawn(self._cpu_meter)
 
     def stop(self) -> None:
-        """No new requests; the CPU meter takes its last reading."""
+        """No new requests; the CPU meter takes its last reading; the buffer is flushed (a
+        user still finishing a request after this records it; the next stop flushes it)."""
         self.stopping = True
         if self._meter is not None:
             self._meter.join(timeout=1.0)
             self._meter = None
+        self.flush()
 
     def _cpu_meter(self) -> None:
-        """Attribute this process's CPU time to the step it was used in (generator honesty)."""
-        proc = psutil.Process()
+        """Attribute this process's CPU time to the step it was used in (generator honesty).
+        os.times(): the process's user + system time from one syscall, no /proc file to read."""
         rec = self.recorder
-        last = sum(proc.cpu_times()[:2])
+        last = sum(os.times()[:2])
         while True:
             stopping = self.stopping
             gevent.sleep(0 if stopping else 0.25)
-            now = sum(proc.cpu_times()[:2])
+            now = sum(os.times()[:2])
             step = rec.step_of(time.time())
             rec.cpu_s[step] = rec.cpu_s.get(step, 0.0) + (now - last)
             last = now

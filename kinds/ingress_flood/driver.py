@@ -316,7 +316,7 @@ class IngressDriver:
             gevent.sleep(max(0.0, end - time.time()))
         else:  # count mode: until every budgeted request is recorded, step_duration at most
             budget = load.budget
-            while self._recorded(load) < budget and time.time() < end:
+            while load.recorded() < budget and time.time() < end:
                 gevent.sleep(0.02)
             load.elapsed_s = time.time() - load.recorder.t0
         load.stop()
@@ -339,10 +339,6 @@ class IngressDriver:
                 self.target.use_backends(backends_of(self.cfg, step + 1))
             except SwarmscopeError as e:
                 log.warning("ingress: backends for step %d: %s (retried at its start)", step + 1, e)
-
-    @staticmethod
-    def _recorded(load: Any) -> int:
-        return sum(s.requests for s in load.recorder.steps.values())
 
     def _run_k6(self, load: Any, users: int, rate: float, dur: float, openm: bool) -> dict[str, Any]:
         from swarmscope.workers.k6 import run_k6
