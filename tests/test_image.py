@@ -121,12 +121,13 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     prebuilt = sorted(str(p.relative_to(rootfs)) for p in native.glob("*/*"))
     # The exec helpers and the neighbor agent's library, each under its own source hash.
     assert [p.rsplit("/", 1)[1] for p in prebuilt] == ["libssagent.so", "execstorm", "tiny"], prebuilt
-    assert [p.split("/")[3].split("-")[0] for p in prebuilt] == ["agent", "native", "native"], prebuilt
+    assert [p.split("/")[4].split("-")[0] for p in prebuilt] == ["agent", "native", "native"], prebuilt
 
     # As the worker pod runs: uid 10001, the root filesystem read-only, no home directory.
     env = " ".join(f"{k}={v}" for k, v in (e.split("=", 1) for e in proc["env"]))
     script = (
-        "from swarmscope.workers.native import ensure_built; t = ensure_built(); print(t.tiny, t.execstorm)"
+        "from swarmscope.workers.native import ensure_built; t = ensure_built(); print(t.tiny, t.execstorm); "
+        "from swarmscope.kinds.neighbor_writes.fastpath import agent_lib; print(agent_lib())"
     )
     r = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-ec", f"""
