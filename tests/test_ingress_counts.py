@@ -136,3 +136,26 @@ def test_locustfile_request_counts_against_a_host_it_did_not_start(tmp_path: pat
     # took 40 s.
     it = r["points"][0]["iterations"][0]
     assert (it["ended_ns"] - it["started_ns"]) / 1e9 < END_WAIT_S
+
+
+def test_iperf3_without_totals_is_retried_then_a_setup_error(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """Under load iperf3 has printed an "end" without sum_sent/sum_received (exit 0); the run
+    used to die on a KeyError. Each try is made again, then the run gets our SetupError."""
+    import subprocess
+
+    from swarmscope.errors import SetupError
+    from swarmscope.targets.ingress import netbase
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "iperf3"
+    fake.write_text(f'#!/bin/sh\necho x >> {calls}\necho \'{{"end": {{"streams": []}}}}\'\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(netbase, "IPERF3", str(fake))
+    server = subprocess.Popen(["sleep", "30"], stderr=subprocess.PIPE)
+    try:
+        with pytest.raises(SetupError, match="no totals"):
+            netbase._client("127.0.0.1", 5201, 1, False, server)
+    finally:
+        server.kill()
+        server.wait()
+    assert len(calls.read_text().split()) == netbase.CONNECT_TRIES

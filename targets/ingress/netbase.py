@@ -82,10 +82,13 @@ def _client(
             d = json.loads(p.stdout or "{}")
         except ValueError:
             d = {"error": p.stdout.strip()[-300:]}
-        if p.returncode == 0 and "end" in d:
+        end = d.get("end") or {}
+        if p.returncode == 0 and "sum_sent" in end and "sum_received" in end:
             return _figures(d, reverse)
         last = str(d.get("error") or p.stderr.strip() or f"exit {p.returncode}")
-        if "connect" not in last and "busy" not in last:
+        if p.returncode == 0:  # seen on a loaded machine: an "end" without its totals; try again
+            last = "iperf3 gave no totals (end.sum_sent / end.sum_received)"
+        elif "connect" not in last and "busy" not in last:
             break
         time.sleep(0.1)
     raise SetupError(f"iperf3 to {addr}:{port} failed: {last}")
