@@ -271,4 +271,59 @@ def test_agent_process_programs_the_map_by_id(tmp_path: Path, native: bool, agen
         os.close(meta)
 
 
+def test_compiled_watch_takes_whole_notes_and_stops_at_deletes(agent_lib: str) -> None:
+    """agent_list.c's ss_watch on a socket pair: a note in two pieces is one wake-up, two notes
+    sent together are one walk to the later tail (each record its own update call), a record
+    with deletes stops the walk before it, and the end of the stream is -EPIPE."""
+    import ctypes
+    import socket
+
+    from swarmscope.targets.neighbors.ipc import FRAME, NOTE
+    from swarmscope.targets.neighbors.ipc_agent import NOTE_BUF, _native
+
+    nat = _native(agent_lib)
+    w = LogWriter(capacity=1 << 16)
+    r = LogReader(w.reader_fd())
+    a, b = socket.socketpair()
+    tracer = MapUpdateTracer([os.getpid()])
+    tracer.load()
+    try:
+        with hash_map() as t:
+            k, v = R.make_entries(30)
+            buf, out = ctypes.create_string_buffer(NOTE_BUF), (ctypes.c_uint64 * 6)()
+
+            def note(rev: int, tail: int) -> bytes:
+                return FRAME.pack(NOTE.size, ord("w")) + NOTE.pack(rev, tail)
+
+            def watch(off: int) -> int:
+                return int(nat.watch(b.fileno(), t.fd, r.addr, off, 4, buf, NOTE_BUF, out))
+
+            t1 = w.append(1, k[:40], v[:120])
+            n1 = note(1, t1)
+            a.sendall(n1[:7])
+            threading.Timer(0.05, a.sendall, [n1[7:]]).start()
+            tracer.events()
+            assert watch(HEADER_SIZE) == 10 and list(out) == [t1, 1, 3, out[3], t1, 0]
+            assert [e.processed for e in tracer.events() if e.processed] == [4, 4, 2]
+            t2 = w.append(2, k[40:60], v[120:180])
+            t3 = w.append(3, k[60:80], v[180:240])
+            t4 = w.append(4, b"", b"", k[:4])
+            a.sendall(note(2, t2) + note(3, t3) + note(4, t4)[:10])
+            assert watch(t1) == 10 and (out[0], out[1], out[4], out[5]) == (t3, 3, t3, 10)
+            assert [e.processed for e in tracer.events() if e.processed] == [4, 1, 4, 1]
+            a.sendall(note(4, t4)[10:])
+            assert watch(t3) == 0 and (out[0], out[4], out[5]) == (t3, t4, 0)  # a delete: Python's
+            assert bpf.map_read_all(t.fd) == state(k[:80], v[:240])
+            a.sendall(b"\x10\x00\x00\x00x" + bytes(16))
+            assert watch(t4) == -71  # EPROTO: not a note
+            out[5] = 0
+            a.close()
+            assert watch(t4) == -nat.EPIPE
+    finally:
+        tracer.close()
+        b.close()
+        r.close()
+        w.close()
+
+
 pytestmark = [needs_root, pytest.mark.bpf]

@@ -20,7 +20,10 @@ builds and caches it). The list is then one ctypes call: the same walk and the s
 calls, in C; a range with deletes still goes through Python, in order. Without it the list is
 the Python walk (≈ 20 µs more per list after an idle spell on the 2-core VM). A compiled list
 of at least ``PARALLEL_MIN_ENTRIES`` puts is programmed by ``LIST_THREADS`` threads at once,
-split by key so a key written twice keeps its last value (agent_list.c).
+split by key so a key written twice keeps its last value (agent_list.c). With the library the
+watch is compiled too (``ss_watch``): the watch thread waits in C, in recv() on its connection,
+and programs the records a note announces before returning to Python for the book-keeping, so
+no Python runs between a note's arrival and the update call (a delete goes back to Python).
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ from swarmscope.targets.neighbors.shmlog import HEADER_SIZE, LogReader, Record
 # kernel's hash update is the whole cost of a big list (~0.7 µs per entry on the 2-core VM, one
 # CPU), and two CPUs update one map together. Below it, a thread's start is not worth it.
 PARALLEL_MIN_ENTRIES = 4096
+NOTE_BUF = 4096  # the compiled watch's buffer for notes (21 bytes each) read but not yet taken
 LIST_THREADS = max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 class _NativeList:
     """native/agent_list.c's ``ss_list`` bound with its argument types, and its page buffers."""
 
-    EAGAIN = 11
+    EAGAIN, EPIPE = 11, 32
 
     def __init__(self, path: str):
         lib = ctypes.CDLL(path, use_errno=True)
@@ -59,6 +63,10 @@ class _NativeList:
         self._threads = lib.ss_threads
         self._threads.argtypes = [u32, u32, u32]
         self._threads.restype = ctypes.c_long
+        # the compiled watch (ss_watch): blocks in recv() on the watch connection, GIL released
+        self.watch = lib.ss_watch
+        self.watch.argtypes = [ctypes.c_int, ctypes.c_int, vp, u64, u32, vp, u32, vp]
+        self.watch.restype = ctypes.c_long
         self.threads, self.min_entries = LIST_THREADS, PARALLEL_MIN_ENTRIES
         self.out = (ctypes.c_uint64 * 3)()
         self.page = 0
@@ -231,8 +239,40 @@ class IpcAgent:
             ready(self.revision)
         page = max(1, page_size)
         self._upto(tail, page, stamp=True)
+        if self.native is not None:
+            self._watch_native(page)
+            return
         while (note := self.client.note()) is not None:
             self._upto(note[1], page, stamp=True)
+
+    def _watch_native(self, page: int) -> None:
+        """The watch loop with its wait and walk compiled (agent_list.c ``ss_watch``): from a
+        note's arrival to the update call no Python runs; the book-keeping (stamps, the
+        revision record, waiters) follows each call, after the entries are in the map."""
+        nat = self.native
+        assert nat is not None and self._fd is not None
+        buf = ctypes.create_string_buffer(NOTE_BUF)
+        out = (ctypes.c_uint64 * 6)()
+        pre = bytes(self.client.conn.buf)  # notes read with the watch's reply
+        self.client.conn.buf.clear()
+        ctypes.memmove(buf, pre, len(pre))
+        out[5] = len(pre)
+        sock = self.client.sock.fileno()
+        while True:
+            n = nat.watch(sock, self._fd, self.log.addr, self.offset, page, buf, NOTE_BUF, out)
+            if n == -nat.EPIPE:
+                return
+            if n < 0:
+                raise BpfError(f"agent_list.c watch failed: {os.strerror(-n)}", -n)
+            self.programmed += n
+            end, t_ns, note_tail = int(out[0]), int(out[3]), int(out[4])
+            rec = None
+            for rec in self.log.records(self.offset, end):
+                self.received.append((rec.revision, rec.n, t_ns))
+            if rec is not None:
+                self._done(rec)
+            if end < note_tail:  # a record with deletes: the Python walk, in order
+                self._upto(note_tail, page, stamp=True)
 
     def wait_revision(self, rev: int, timeout: float) -> bool:
         with self.cond:

@@ -27,6 +27,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -235,6 +237,85 @@ long ss_list(int fd, const uint8_t *base, uint64_t off, uint32_t page, uint8_t *
         done += r;
     }
     out[0] = tail;
+    out[1] = rev;
+    out[2] = calls;
+    return done;
+}
+
+/* The watch, compiled (session 7): the agent's watch thread blocks here, in recv() on its watch
+ * connection, without the GIL and without Python between the note's arrival and the update.
+ *
+ *   long n = ss_watch(sock, map_fd, log_base, offset, page, nbuf, nbuf_size, out);   (ctypes)
+ *
+ * Waits for at least one whole note (``u32 16, u8 'w', u64 revision, u64 tail``; ipc.py) and
+ * takes every whole note received (the latest tail wins: notes of commits that came together
+ * are one walk), stamps CLOCK_MONOTONIC, then programs each record from ``offset`` to that tail
+ * as the Python watch does: straight from the mapping, in calls of at most ``page`` entries,
+ * one record after the other (so the calls per transaction are the same). A record that
+ * deletes keys stops the walk before it: the caller applies the rest in Python, in order.
+ * Bytes of a partial note stay in ``nbuf`` (``out[5]`` holds their count, in and out).
+ * ``out`` gets {offset reached, last revision programmed, update calls, wake-up ns, note tail,
+ * bytes kept}. Returns the entries programmed, -EPIPE when the connection ended (the agent's
+ * cancel shuts it down), -EPROTO for a frame that is not a note, or -errno. */
+#define NOTE_FRAME 21
+
+long ss_watch(int sock, int fd, const uint8_t *base, uint64_t off, uint32_t page, uint8_t *nbuf,
+              uint32_t nbuf_size, uint64_t *out)
+{
+    uint64_t have = out[5], tail = 0, used = 0, rev = 0, calls = 0;
+    long done = 0, r;
+    struct timespec ts;
+    if (have > nbuf_size || nbuf_size < NOTE_FRAME || !page)
+        return -EINVAL;
+    for (;;) {
+        while (have - used >= NOTE_FRAME) {
+            uint32_t len;
+            uint64_t t;
+            memcpy(&len, nbuf + used, 4);
+            if (len != 16 || nbuf[used + 4] != 'w')
+                return -EPROTO;
+            memcpy(&t, nbuf + used + 13, 8);
+            tail = t > tail ? t : tail;
+            used += NOTE_FRAME;
+        }
+        if (tail)
+            break;
+        if (used) { /* never: used > 0 implies tail > 0 (a log's tail is past its header) */
+            memmove(nbuf, nbuf + used, have - used);
+            have -= used;
+            used = 0;
+        }
+        ssize_t got = recv(sock, nbuf + have, nbuf_size - have, 0);
+        if (got == 0)
+            return -EPIPE;
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        have += (uint64_t)got;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    memmove(nbuf, nbuf + used, have - used);
+    out[5] = have - used;
+    out[3] = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    out[4] = tail;
+    uint64_t at = off;
+    while (at < tail) {
+        const struct rec *h = (const void *)(base + at);
+        if (h->nd)
+            break; /* deletes: the caller's turn, from here */
+        const uint8_t *k = base + at + HDR, *v = k + (uint64_t)h->n * KEY;
+        for (uint32_t a = 0; a < h->n; a += page) {
+            uint32_t m = h->n - a < page ? h->n - a : page;
+            if ((r = update(fd, k + (uint64_t)a * KEY, v + (uint64_t)a * VAL, m, &calls)) < 0)
+                return r;
+            done += r;
+        }
+        rev = h->rev;
+        at += pad8(HDR + (uint64_t)h->n * (KEY + VAL));
+    }
+    out[0] = at;
     out[1] = rev;
     out[2] = calls;
     return done;
