@@ -146,6 +146,22 @@ static void *run_part(void *arg)
     return NULL;
 }
 
+/* One record's puts, straight from the mapping (zero copy), in update calls of at most
+ * ``page`` entries; the entries programmed, or -errno. */
+static long update_record(int fd, const uint8_t *base, uint64_t at, uint32_t page, uint64_t *calls)
+{
+    const struct rec *h = (const void *)(base + at);
+    const uint8_t *k = base + at + HDR, *v = k + (uint64_t)h->n * KEY;
+    long done = 0, r;
+    for (uint32_t a = 0; a < h->n; a += page) {
+        uint32_t m = h->n - a < page ? h->n - a : page;
+        if ((r = update(fd, k + (uint64_t)a * KEY, v + (uint64_t)a * VAL, m, calls)) < 0)
+            return r;
+        done += r;
+    }
+    return done;
+}
+
 /* The range [off, tail) (puts only) by par.threads threads; the caller's thread is one. */
 static long list_parallel(int fd, const uint8_t *base, uint64_t off, uint64_t tail, uint32_t page,
                           uint64_t *calls)
@@ -203,13 +219,8 @@ long ss_list(int fd, const uint8_t *base, uint64_t off, uint32_t page, uint8_t *
             return done;
     } else if (records == 1) { /* zero copy, straight from the mapping */
         const struct rec *h = (const void *)(base + off);
-        const uint8_t *k = base + off + HDR, *v = k + (uint64_t)h->n * KEY;
-        for (uint32_t a = 0; a < h->n; a += page) {
-            uint32_t m = h->n - a < page ? h->n - a : page;
-            if ((r = update(fd, k + (uint64_t)a * KEY, v + (uint64_t)a * VAL, m, &calls)) < 0)
-                return r;
-            done += r;
-        }
+        if ((done = update_record(fd, base, off, page, &calls)) < 0)
+            return done;
         rev = h->rev;
     } else { /* full pages: ceil(N / page) calls whatever the record sizes */
         uint32_t fill = 0;
@@ -305,13 +316,9 @@ long ss_watch(int sock, int fd, const uint8_t *base, uint64_t off, uint32_t page
         const struct rec *h = (const void *)(base + at);
         if (h->nd)
             break; /* deletes: the caller's turn, from here */
-        const uint8_t *k = base + at + HDR, *v = k + (uint64_t)h->n * KEY;
-        for (uint32_t a = 0; a < h->n; a += page) {
-            uint32_t m = h->n - a < page ? h->n - a : page;
-            if ((r = update(fd, k + (uint64_t)a * KEY, v + (uint64_t)a * VAL, m, &calls)) < 0)
-                return r;
-            done += r;
-        }
+        if ((r = update_record(fd, base, at, page, &calls)) < 0)
+            return r;
+        done += r;
         rev = h->rev;
         at += pad8(HDR + (uint64_t)h->n * (KEY + VAL));
     }
