@@ -45,7 +45,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from swarmscope import auth
 from swarmscope.controller import relay_routes
@@ -54,6 +53,7 @@ from swarmscope.controller.fleet_loop import (
     gevent_patched,
     parse_request,
     probe_control_handlers,
+    read_loop,
     spare_gc,
 )
 from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
@@ -498,7 +498,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
             self._lock.notify_all()
         self._handle(state, first)
         bad: list[str] = []  # a message that did not parse ends the stream as INVALID_ARGUMENT
-        reader = asyncio.create_task(self._read_loop(state, context, bad))
+
+        def hung_up() -> None:  # the probe hung up: end the writer too
+            self._ended(state)
+            state.outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read_loop(context, lambda msg: self._handle(state, msg), bad, hung_up))
         outbox, write = state.outbox, context.write
         try:
             while True:
@@ -531,25 +536,6 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 if self.watch is not None and self._probes.get(state.probe_id) is state:
                     self.watch(state, False)
             self._lock.notify_all()
-
-    async def _read_loop(self, state: ProbeState, context: grpc.aio.ServicerContext, bad: list[str]) -> None:
-        read, parse, handle, eof = context.read, pb.ProbeMessage.FromString, self._handle, grpc.aio.EOF
-        try:
-            while True:
-                raw = await read()
-                if raw is eof:
-                    return
-                try:
-                    msg = parse(raw)
-                except DecodeError:
-                    bad.append("not a swarmscope.v1.ProbeMessage")
-                    return
-                handle(state, msg)
-        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
-            pass  # stream ended; liveness marks the probe dead
-        finally:
-            self._ended(state)
-            state.outbox.put_nowait(None)  # the probe hung up: end the writer too
 
     def _handle(self, state: ProbeState, msg: pb.ProbeMessage) -> None:
         kind = msg.WhichOneof("kind")

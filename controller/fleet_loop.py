@@ -189,3 +189,30 @@ def probe_control_handlers(svc: Any) -> grpc.GenericRpcHandler:
             "Session": grpc.stream_stream_rpc_method_handler(svc.Session),
         },
     )
+
+
+async def read_loop(
+    context: grpc.aio.ServicerContext,
+    handle: Callable[[pb.ProbeMessage], None],
+    bad: list[str],
+    hung_up: Callable[[], None],
+) -> None:
+    """A Session's reads, in a task of their own: each message parsed and handed to ``handle``
+    until the stream ends; a message that does not parse is named in ``bad`` and ends it.
+    ``context.read()``, not the request iterator: one async-generator step less per message."""
+    read, parse, eof = context.read, pb.ProbeMessage.FromString, grpc.aio.EOF
+    try:
+        while True:
+            raw = await read()
+            if raw is eof:
+                return
+            try:
+                msg = parse(raw)
+            except DecodeError:
+                bad.append("not a swarmscope.v1.ProbeMessage")
+                return
+            handle(msg)
+    except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+        pass  # stream ended; liveness marks the probe dead
+    finally:
+        hung_up()
