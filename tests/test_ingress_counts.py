@@ -159,3 +159,28 @@ def test_iperf3_without_totals_is_retried_then_a_setup_error(tmp_path: pathlib.P
         server.kill()
         server.wait()
     assert len(calls.read_text().split()) == netbase.CONNECT_TRIES
+
+
+def test_a_kill_cut_log_is_named_only_within_the_in_flight_bound() -> None:
+    """nginx logs after replying: a SIGKILL may cut the lines of requests in flight (≤ 1 per
+    user). Within that bound, in a kill-lb-local window, the shortfall is named; beyond it, or
+    with no kill, or with more lines than successes, it stays a server-mismatch."""
+    from types import SimpleNamespace
+
+    from swarmscope.controller.model import PointInfo
+    from swarmscope.kinds.ingress_flood.results import _cut_by_kill
+
+    closed = SimpleNamespace(model="closed", steps=[10.0, 30.0], open_users=50)
+    opened = SimpleNamespace(model="open", steps=[100.0], open_users=50)
+    pt = PointInfo(index=0, params={"users": 10}, iterations=1)
+    kill = [{"name": "kill-lb-local"}]
+    assert _cut_by_kill(closed, pt, kill, 5284, 5283, 1) == 1  # type: ignore[arg-type]
+    assert _cut_by_kill(closed, pt, kill, 5293, 5283, 1) == 10  # type: ignore[arg-type]
+    assert _cut_by_kill(closed, pt, kill, 5294, 5283, 1) == 0  # type: ignore[arg-type]
+    assert _cut_by_kill(closed, pt, kill, 5283, 5284, 1) == 0  # type: ignore[arg-type]
+    assert _cut_by_kill(closed, pt, [{"name": "kill-pod"}], 5284, 5283, 1) == 0  # type: ignore[arg-type]
+    assert _cut_by_kill(closed, pt, kill, 5284, None, 1) == 0  # type: ignore[arg-type]
+    free = PointInfo(index=0, params={}, iterations=1)  # locust -f: one window, every step
+    assert _cut_by_kill(closed, free, kill, 130, 100, 1) == 30  # type: ignore[arg-type]
+    assert _cut_by_kill(opened, free, kill, 200, 100, 2) == 100  # type: ignore[arg-type]
+    assert _cut_by_kill(opened, free, kill, 201, 100, 2) == 0  # type: ignore[arg-type]

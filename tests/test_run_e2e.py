@@ -221,6 +221,7 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     # most one request per user is in flight in the closed model: at most 10 (step 0's users).
     assert unlogged[1] == 0
     assert 0 <= unlogged[0] <= 10
+    assert [pt["iterations"][0]["extra"]["server_log_cut_by_kill"] for pt in rep["points"]] == unlogged
     # The probe samples the LB's pids (master + its one worker) that the window opened with.
     # A process shows only from its second 1 s tick (CPU is a difference), and the restart
     # (fault_at + restart_delay = 2.5 s, in step 0) ends the pids the window opened with: between
@@ -233,7 +234,9 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     assert fault["recovery_s"] is not None
     assert any(s["name"] == "fault kill-lb-local" for s in read_spans(run_dir))
     html = (run_dir / "report.html").read_text()
-    assert ("(equal)" if unlogged[0] == 0 else "(differ!)") in html  # the page says which
+    # The page says which: equal, or equal but for the lines the SIGKILL cut.
+    assert ("(equal)" if unlogged[0] == 0 else f"(equal but {unlogged[0]} answered just before") in html
+    assert rep["ingress"]["exact"] is True
 
 
 def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:

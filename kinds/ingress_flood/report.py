@@ -102,7 +102,15 @@ def render_summary(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     client = d.get("requests")
     ok = d.get("successes")
     server = d.get("server_requests")
-    same = "" if server is None else (" (equal)" if server == ok else " <b style='color:#b00'>(differ!)</b>")
+    cut = int(d.get("server_log_cut_by_kill") or 0)
+    if server is None:
+        same = ""
+    elif server == ok:
+        same = " (equal)"
+    elif cut and server + cut == ok:  # nginx logs after replying: the SIGKILL cut these lines
+        same = f" (equal but {cut} answered just before the LB's SIGKILL, never logged)"
+    else:
+        same = " <b style='color:#b00'>(differ!)</b>"
     return SectionHTML(
         html=f"<h2>Ingress flood</h2><p>target {_f(d.get('url'))}, engine {_f(d.get('engine'))}, "
         f"model {_f(d.get('model'))}; requests sent {_f(client)}, succeeded {_f(ok)}; lines in the "
