@@ -362,6 +362,7 @@ def test_distributed_two_workers_exact_and_merged_equals_one_histogram(tmp_path:
 
 
 @needs_root
+@pytest.mark.slow  # two runs, one with a stalled backend: ~20 s
 def test_open_model_shows_a_stall_the_closed_model_hides(tmp_path: pathlib.Path) -> None:
     stall = ("fault=stall-backends-local", "fault_at=1.0", "stall_s=1.5", "step_duration=4")
     closed = flood(tmp_path / "c", "steps=10", *stall)
