@@ -347,6 +347,7 @@ def test_request_counts_are_checked_against_steps_model_and_engine() -> None:
 
 
 @needs_root
+@pytest.mark.slow  # two workers and a master: ~20 s
 def test_distributed_two_workers_exact_and_merged_equals_one_histogram(tmp_path: pathlib.Path) -> None:
     r = flood(
         tmp_path, "steps=5,10", "step_duration=2", "mode=distributed", "workers=2",
@@ -378,6 +379,7 @@ def test_open_model_shows_a_stall_the_closed_model_hides(tmp_path: pathlib.Path)
 
 
 @needs_root
+@pytest.mark.slow  # two 4 s steps, the kill and the restart: ~20 s
 @pytest.mark.parametrize("engine", ["locust", "k6"])
 def test_kill_lb_downtime_matches_restart_delay(
     tmp_path: pathlib.Path, engine: str, request: pytest.FixtureRequest
