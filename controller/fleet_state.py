@@ -116,7 +116,7 @@ def pace(floor_s: float, liveness_s: float, sessions: int, budget: float) -> tup
     Caveat: the interval is fixed at Register (the protocol has no way to change it later), so
     probes that joined while the fleet was smaller keep beating faster; without a size known in
     advance (``Fleet(expect_probes=)``) a fleet of N joined one by one sends up to
-    ``budget * (1 + ln(N / budget))`` heartbeats a second, not ``budget``."""
+    ``budget * (1 + ln(N / (budget * floor_s)))`` heartbeats a second, not ``budget``."""
     if budget <= 0 or floor_s <= 0:
         return floor_s, liveness_s
     interval = max(floor_s, sessions / budget)
