@@ -407,9 +407,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
         sid = uuid.uuid4().hex
         with self._lock:  # the sessions heartbeating here, this one included
             n = len(self._direct) + (request.probe_id not in self._direct)
-        interval, liveness = pace(
-            self.heartbeat_s, self.liveness_s, max(n, self.expect_probes), self.heartbeat_budget
-        )
+        # A relay is paced by the sessions here only: expect_probes counts the probes behind it.
+        size = n if request.relay else max(n, self.expect_probes)
+        interval, liveness = pace(self.heartbeat_s, self.liveness_s, size, self.heartbeat_budget)
         state = ProbeState(
             probe_id=request.probe_id,
             session_id=sid,

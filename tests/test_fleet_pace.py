@@ -117,7 +117,7 @@ def test_a_fleet_of_known_size_paces_its_first_probe() -> None:
 
 
 def test_relay_paces_its_probes_and_relayed_probes_do_not_count_upstream() -> None:
-    fleet = _fleet()
+    fleet = _fleet(expect_probes=4)  # 4 probes in all: 3 behind the relay, 1 direct
     relay, addr = start_relay(
         "relay-p",
         fleet.address,
@@ -130,11 +130,14 @@ def test_relay_paces_its_probes_and_relayed_probes_do_not_count_upstream() -> No
             probes.append(FakeProbe(addr, TOKEN, name).start())
         assert [p.reply.heartbeat_interval_s for p in probes] == [0.5, 1.0, 1.5]
         fleet.wait_for_probes(hosts={"r1", "r2", "r3"}, timeout_s=20)
-        # Upstream: the relay's one session and this probe's heartbeat here, not the three
-        # behind the relay (they beat at the relay): the 2nd session's 1.0 s, not the 5th's 2.5.
+        # Upstream the relay's own session is paced by the sessions here (it was the first: 0.5 s),
+        # not by the 4 probes expected, which beat elsewhere.
+        assert next(p.heartbeat_s for p in fleet._probes.values() if p.relay) == 0.5
+        # A direct probe: 4 expected (2.0 s); the 3 behind the relay do not count as sessions
+        # here (with them, 5 sessions: 2.5 s).
         direct = FakeProbe(fleet.address, TOKEN, "direct")
         probes.append(direct.start())
-        assert direct.reply.heartbeat_interval_s == 1.0
+        assert direct.reply.heartbeat_interval_s == 2.0
     finally:
         for p in probes:
             p.stop()
