@@ -52,6 +52,7 @@ from fanin_windows import measure_windows, window_figures
 from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
+from swarmscope.controller.options import HEARTBEAT_BUDGET
 
 TOKEN = "fanin-bench-token"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,10 +78,26 @@ def pin_all(pid: int, cpus: set[int] | None) -> None:
             pass  # a thread that just ended
 
 
-def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: float) -> dict[str, Any]:
+def run(
+    n: int,
+    windows: int,
+    per_process: int,
+    per_channel: int,
+    heartbeat_s: float,
+    budget: float = HEARTBEAT_BUDGET,
+    known_size: bool = True,
+) -> dict[str, Any]:
     ctl_cpus, probe_cpus = pin({0}, {1})
     saved = os.sched_getaffinity(0)
-    fleet = Fleet(TOKEN, liveness_s=max(30.0, 6 * heartbeat_s), heartbeat_s=heartbeat_s)
+    # ``heartbeat_s`` is the floor: past ``budget`` heartbeats a second the fleet hands out more
+    # (fleet_state.pace). Told the size, as a run with probe=external and expect_probes=N is.
+    fleet = Fleet(
+        TOKEN,
+        liveness_s=max(30.0, 6 * heartbeat_s),
+        heartbeat_s=heartbeat_s,
+        heartbeat_budget=budget,
+        expect_probes=n if known_size else 0,
+    )
     names = [f"node-{i:06d}" for i in range(n)]
     me = psutil.Process()
     try:
@@ -101,6 +118,7 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
         cpu1 = me.cpu_times()
         cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         rss = me.memory_info().rss / 2**20
+        handed = [p.heartbeat_s for p in fleet.probes(alive_only=False)]
         sims.stop()
     finally:
         fleet.stop()
@@ -111,6 +129,8 @@ def run(n: int, windows: int, per_process: int, per_channel: int, heartbeat_s: f
         "windows": windows,
         "pinned": bool(ctl_cpus),
         "heartbeat_s": heartbeat_s,
+        "heartbeat_budget": budget,
+        "heartbeats_per_s": sum(1 / h for h in handed),
         "join_s": join_s,
         **window_figures(open_lat, close_lat, lost, wrong, cpu_s, windows, n),
         "controller_cpu_pct": 100 * cpu_s / wall,
@@ -187,6 +207,17 @@ def main() -> None:
     ap.add_argument(
         "--heartbeat-s", type=float, default=5.0, help="the heartbeat interval the fleet hands out"
     )
+    ap.add_argument(
+        "--heartbeat-budget",
+        type=float,
+        default=HEARTBEAT_BUDGET,
+        help="heartbeats/s the fleet takes in all (this tree's fleet only; --compare-ref's may not pace)",
+    )
+    ap.add_argument(
+        "--unknown-size",
+        action="store_true",
+        help="do not tell the fleet N in advance (probes paced by the size when each joined)",
+    )
     ap.add_argument("--baseline-ref", default=OLD_REF, help="git ref of the old design, or 'none'")
     ap.add_argument("--baseline-probes", type=int, default=1000)
     ap.add_argument("--relays", type=int, default=0, help="K: run --probes through K relays (0: direct)")
@@ -210,12 +241,32 @@ def main() -> None:
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if a later row fails
         if a.direct_probes:
-            rows.append(run(a.direct_probes, a.windows, a.per_process, a.per_channel, a.heartbeat_s))
+            rows.append(
+                run(
+                    a.direct_probes,
+                    a.windows,
+                    a.per_process,
+                    a.per_channel,
+                    a.heartbeat_s,
+                    a.heartbeat_budget,
+                    not a.unknown_size,
+                )
+            )
     else:
         for n in a.probes.split(","):
             if a.compare_ref:
                 rows.append(same_bench_at(a.compare_ref, int(n), a))
-            rows.append(run(int(n), a.windows, a.per_process, a.per_channel, a.heartbeat_s))
+            rows.append(
+                run(
+                    int(n),
+                    a.windows,
+                    a.per_process,
+                    a.per_channel,
+                    a.heartbeat_s,
+                    a.heartbeat_budget,
+                    not a.unknown_size,
+                )
+            )
     load1 = os.getloadavg()
     if a.json:
         print(json.dumps(rows, indent=1))
@@ -229,6 +280,7 @@ def main() -> None:
         "close p99",
         "goal p99",
         "CPU-s/w/1k",
+        "beats/s",
         "ctl RSS",
         "relay CPU",
         "relay RSS",
@@ -243,6 +295,7 @@ def main() -> None:
             f"{r['close_p99_ms']:.0f}ms",
             ("< 2000ms" if r.get("relays") else "< 1000ms") if r["probes"] >= 10000 else "-",
             f"{r['ctl_cpu_s_per_window_per_1k']:.3f}",
+            f"{r.get('heartbeats_per_s', r['probes'] / r['heartbeat_s']):.0f}",
             f"{r['controller_rss_mib']:.0f}MiB",
             f"{r['relays_cpu_s_per_window_per_1k']:.3f}" if r.get("relays") else "-",
             f"{r['relays_rss_mib']:.0f}MiB" if r.get("relays") else "-",
@@ -253,8 +306,9 @@ def main() -> None:
     print(
         "CPU-s/w/1k: the controller's CPU-seconds per window (open + close) per 1,000 probes; the old "
         "design's is estimated from its CPU% over open+close p50, unpinned. Old figure quoted in issue 13: "
-        "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded. relay CPU: the relays' CPU-s per window "
-        "per 1,000 probes, all relays together (on the probes' core)."
+        "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded. beats/s: the heartbeats a second the probes "
+        "were handed (a fleet that does not pace: probes / --heartbeat-s). relay CPU: the relays' CPU-s "
+        "per window per 1,000 probes, all relays together (on the probes' core)."
     )
     print(f"load average (1 min) at start {load0[0]:.1f}, at end {load1[0]:.1f}, on {os.cpu_count()} CPUs")
 

@@ -18,9 +18,13 @@ mid-window (a new Register, same id) gets the commands its old session missed ag
 if unacknowledged, the close if unanswered) and keeps its reading; the reconnect is counted
 (``take_reconnects``). A window is closed when every probe that acknowledged its opening is in
 its ``done`` set — or at the timeout, or once every silent probe is gone (disconnected for
-longer than ``reconnect_grace_s``, or silent for ``liveness_s``): the silent ones are returned in
+longer than ``reconnect_grace_s``, or silent for its liveness): the silent ones are returned in
 ``missing`` and every reading that did arrive is kept. A reading counts only for a node the
-window asked that probe for, once per node; probes gone for ``prune_s`` are forgotten.
+window asked that probe for, once per node; probes gone for ``prune_s`` are forgotten (the rules:
+controller/fleet_live.py). Each probe is handed ``heartbeat_s``, or longer in a fleet of more
+than ``heartbeat_budget * heartbeat_s`` direct sessions (``fleet_state.pace``: the fleet's
+heartbeats stay near the budget), and a liveness of ``liveness_s`` scaled by the same factor:
+per probe, fixed at its Register.
 ``options`` are checked by each probe against its programs' declared params: a bad key or
 value comes back as that host's problem.
 Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
@@ -47,7 +51,7 @@ from typing import Any
 import grpc
 
 from swarmscope import auth
-from swarmscope.controller import relay_routes
+from swarmscope.controller import fleet_live, relay_routes
 from swarmscope.controller.fleet_loop import (
     AioServerThread,
     gevent_patched,
@@ -56,8 +60,9 @@ from swarmscope.controller.fleet_loop import (
     read_loop,
     spare_gc,
 )
-from swarmscope.controller.fleet_state import ProbeState, Window, few, poll_s, put_all, to_reading
+from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
+from swarmscope.controller.options import HEARTBEAT_BUDGET
 from swarmscope.errors import FleetError
 from swarmscope.sys.limits import raise_nofile
 from swarmscope.tls import TLSFiles, server_credentials
@@ -93,11 +98,17 @@ class Fleet(pb_grpc.ProbeControlServicer):
         tls: TLSFiles | None = None,
         reconnect_grace_s: float | None = None,
         prune_s: float | None = None,
+        heartbeat_budget: float = HEARTBEAT_BUDGET,
+        expect_probes: int = 0,
     ):
         self.token = token
         self.bind = bind
         self.heartbeat_s = heartbeat_s
         self.liveness_s = liveness_s
+        # Heartbeats/s from all direct sessions (controller/options.py), and the fleet size
+        # expected (0: unknown), so that the first probes of a big fleet get its interval too.
+        self.heartbeat_budget = heartbeat_budget
+        self.expect_probes = expect_probes
         self.max_workers = max_workers
         self.tls = tls if tls is not None and tls.enabled else None
         # How long a disconnected probe may take to come back before its windows stop waiting.
@@ -108,6 +119,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._lock = threading.Condition()
         self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
         self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
+        self._direct: set[str] = set()  # ids in _probes with a session here (not via a relay)
         self._hellos: OrderedDict[bytes, tuple[bytes, float]] = (
             OrderedDict()
         )  # server nonce -> (probe nonce, t)
@@ -171,7 +183,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
     # -- queries -------------------------------------------------------------------------
     def probes(self, alive_only: bool = True) -> list[ProbeState]:
         with self._lock:
-            self._prune()
+            fleet_live.prune(self)
             if alive_only:
                 return relay_routes.live(self)
             return [p for p in self._probes.values() if not p.relay]
@@ -330,7 +342,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         deadline; forget the window; return the names of the probes that did not finish."""
         while not win.expected <= win.done:
             pending = win.expected - win.done
-            if all(self._gone(pid) or pid in win.lost for pid in pending):
+            if all(fleet_live.gone(self, pid) or pid in win.lost for pid in pending):
                 break
             left = deadline - time.monotonic()
             if left <= 0:
@@ -360,48 +372,6 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     for p in self._probes.values()
                 ]
             )
-
-    def _alive(self, probe_id: str) -> bool:
-        p = self._probes.get(probe_id)
-        if p is not None and p.via:  # behind a relay: alive while listed and the relay is
-            return p.connected and self._alive(p.via)
-        return p is not None and p.connected and time.monotonic() - p.last_seen <= self.liveness_s
-
-    def _gone(self, probe_id: str) -> bool:
-        """No answer will come: unknown, silent too long, or disconnected past the reconnect grace."""
-        p = self._probes.get(probe_id)
-        if p is None:
-            return True
-        now = time.monotonic()
-        if p.via and p.connected:
-            return self._gone(p.via)  # its relay answers for it
-        if p.connected:
-            return now - p.last_seen > self.liveness_s
-        since = p.disconnected_at or p.last_seen
-        return now - since > self.reconnect_grace_s
-
-    def _prune(self) -> None:
-        """Forget probes disconnected for longer than ``prune_s`` (caller holds the lock).
-
-        A walk over every probe, so at most once per ``prune_s / 10`` (≤ 1 s): run on every
-        Register it made joining N probes O(N²) (10,000 probes took minutes)."""
-        now = time.monotonic()
-        if now - self._pruned_at < min(1.0, self.prune_s / 10):
-            return
-        self._pruned_at = now
-        for pid, p in list(self._probes.items()):
-            if not p.connected and now - (p.disconnected_at or p.last_seen) > self.prune_s:
-                del self._probes[pid]
-                self._sessions.pop(p.session_id, None)
-                log.info(
-                    "probe %s@%s pruned: gone for %.0fs",
-                    pid,
-                    p.host,
-                    now - (p.disconnected_at or p.last_seen),
-                )
-        for sid, p in list(self._sessions.items()):
-            if self._probes.get(p.probe_id) is not p and not p.connected:
-                del self._sessions[sid]  # a replaced session whose stream has ended
 
     def _probe_name(self, probe_id: str) -> str:
         p = self._probes.get(probe_id)
@@ -435,6 +405,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
             )
         sid = uuid.uuid4().hex
+        with self._lock:  # the sessions heartbeating here, this one included
+            n = len(self._direct) + (request.probe_id not in self._direct)
+        # A relay is paced by the sessions here only: expect_probes counts the probes behind it.
+        size = n if request.relay else max(n, self.expect_probes)
+        interval, liveness = pace(self.heartbeat_s, self.liveness_s, size, self.heartbeat_budget)
         state = ProbeState(
             probe_id=request.probe_id,
             session_id=sid,
@@ -446,6 +421,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             registered_ns=time.time_ns(),
             last_seen=time.monotonic(),
             relay=request.relay,
+            heartbeat_s=interval,
+            liveness_s=liveness,
         )
         with self._lock:
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
@@ -458,17 +435,19 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     if request.probe_id in win.expected:
                         win.reconnects[request.probe_id] = win.reconnects.get(request.probe_id, 0) + 1
             self._probes[request.probe_id] = state
+            self._direct.add(request.probe_id)
             self._sessions[sid] = state
-            self._prune()
+            fleet_live.prune(self)
             self._lock.notify_all()
         log.info(
-            "probe %s registered for node %s (kernel %s)%s",
+            "probe %s registered for node %s (kernel %s, heartbeat %.3gs)%s",
             request.probe_id,
             state.host,
             request.kernel_release,
+            interval,
             f", reconnect {state.reconnects}" if state.reconnects else "",
         )
-        return pb.RegisterReply(session_id=sid, heartbeat_interval_s=self.heartbeat_s)
+        return pb.RegisterReply(session_id=sid, heartbeat_interval_s=interval)
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         # A coroutine handler (context.write); reads in a task of their own, by context.read()

@@ -69,6 +69,11 @@ class ProbeState:
     rss_bytes: int = 0
     relay: bool = False  # a relay's own session: it measures nothing, its Roster routes hosts
     via: str = ""  # a probe behind a relay: that relay's probe id (its commands go down there)
+    # The heartbeat interval its RegisterReply handed it, and the silence after which it is gone:
+    # per probe, since probes that joined a smaller fleet hold a shorter interval (``pace``).
+    # A relayed probe has neither here: its relay's session answers for it.
+    heartbeat_s: float = 0.0
+    liveness_s: float = 0.0
     # Commands down the stream, serialized (put_all); None ends it. Only the fleet's event loop
     # touches it (Fleet._send).
     outbox: Outbox = field(default_factory=Outbox)
@@ -98,6 +103,24 @@ class Window:
     lost: dict[str, str] = field(default_factory=dict)  # probe id -> name, reported lost by a relay
     template: pb.OpenWindow | None = None  # the window's OpenWindow without nodes
     node_info: dict[str, list[pb.NodeInfo]] = field(default_factory=dict)  # probe id -> its nodes
+
+
+def pace(floor_s: float, liveness_s: float, sessions: int, budget: float) -> tuple[float, float]:
+    """(heartbeat interval, liveness) for a probe joining a fleet of ``sessions`` direct sessions
+    (itself included): the interval that keeps ``sessions`` heartbeats under ``budget`` a
+    second, never under ``floor_s``; liveness grows with it (the same number of missed beats).
+
+        pace(1.0, 5.0, 400, 500.0)     # (1.0, 5.0): a small fleet, as configured
+        pace(1.0, 5.0, 10_000, 500.0)  # (20.0, 100.0)
+
+    Caveat: the interval is fixed at Register (the protocol has no way to change it later), so
+    probes that joined while the fleet was smaller keep beating faster; without a size known in
+    advance (``Fleet(expect_probes=)``) a fleet of N joined one by one sends up to
+    ``budget * (1 + ln(N / (budget * floor_s)))`` heartbeats a second, not ``budget``."""
+    if budget <= 0 or floor_s <= 0:
+        return floor_s, liveness_s
+    interval = max(floor_s, sessions / budget)
+    return interval, liveness_s * interval / floor_s
 
 
 def few(names: set[str], n: int = 20) -> str:

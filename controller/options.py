@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from swarmscope.config import Config, Field, host_port, list_of
 
+# Heartbeats a second the probe fleet may receive from its direct sessions (probes and relays),
+# all together: past ``budget x interval`` sessions the interval a probe is handed grows with the
+# fleet (controller/fleet_state.py, ``pace``). Its one declaration: the run's option below, the
+# Fleet's and the relay's defaults read it. 500 leaves fleets of up to 500 probes at the 1 s
+# interval they always had, and costs ~3 % of a core at any size (~60 µs per heartbeat).
+HEARTBEAT_BUDGET = 500.0
+
 COMMON_FIELDS = [
     Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
     Field(
@@ -21,6 +28,15 @@ COMMON_FIELDS = [
     ),
     Field(
         "expect_probes", int, 1, "with probe=external: probes to wait for before starting", min=1, max=100000
+    ),
+    Field(
+        "heartbeat_budget",
+        float,
+        HEARTBEAT_BUDGET,
+        "heartbeats/s the probe fleet takes from all its probes: a bigger fleet is handed a longer "
+        "heartbeat interval (and a liveness that long in proportion)",
+        min=1,
+        max=1_000_000,
     ),
     Field("probe_timeout_s", float, 60.0, "how long to wait for probes to register", min=1, max=3600),
     Field(
@@ -116,6 +132,7 @@ class RunConfig(Config):
     out: str
     probe: str
     expect_probes: int
+    heartbeat_budget: float
     probe_timeout_s: float
     window_timeout_s: float
     grpc_bind: str

@@ -5,15 +5,16 @@
     relay.run_forever()      # register upstream (relay=True), announce the roster, serve windows
 
 Downstream it is a ``Fleet`` (controller/fleet.py): the same handshake, per-probe windows,
-reconnects and missing rules. Upstream it registers as a relay and sends a ``Roster`` (the probes
-behind it, as changes, at most every ``roster_s``); the controller routes those hosts' windows to
-it (controller/relay_routes.py). One OpenWindow from upstream carries every node of its hosts
-(``NodeInfo.host``): the relay opens it on each probe, answers with one WindowAck per outcome,
-and at CloseWindow with one WindowDone: every reading as the probes sent it, the probes done and
-the probes it lost (``missing``). An OpenWindow for a window already open widens it (a probe that
-moved here mid-window). Upstreams are a list: when one fails the relay registers with the next,
-under the same relay id. Caveat: the relay answers a close after its own ``window_timeout_s``,
-which must stay under the controller's close timeout (30 s by default).
+reconnects, heartbeat pacing and missing rules. Upstream it registers as a relay and sends a
+``Roster`` (the probes behind it, as changes, at most every ``roster_s``); the controller routes
+those hosts' windows to it (controller/relay_routes.py). One OpenWindow from upstream carries
+every node of its hosts (``NodeInfo.host``): the relay opens it on each probe, answers with one
+WindowAck per outcome, and at CloseWindow with one WindowDone: every reading as the probes sent
+it, the probes done and the probes it lost (``missing``). An OpenWindow for a window already
+open widens it (a probe that moved here mid-window). Upstreams are a list: when one fails the
+relay registers with the next, under the same relay id. Caveat: the relay answers a close after
+its own ``window_timeout_s``, which must stay under the controller's close timeout (30 s by
+default).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import grpc
 from swarmscope import __version__, auth
 from swarmscope.controller.fleet import Fleet
 from swarmscope.controller.fleet_state import ProbeState, Window, fill_table
+from swarmscope.controller.options import HEARTBEAT_BUDGET
 from swarmscope.errors import FleetError
 from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
@@ -51,6 +53,7 @@ class Relay:
         relay_id: str = "",
         heartbeat_s: float = 1.0,
         liveness_s: float = 5.0,
+        heartbeat_budget: float = HEARTBEAT_BUDGET,
         window_timeout_s: float = 20.0,
         roster_s: float = 0.1,
         retries: int = 10,
@@ -67,7 +70,16 @@ class Relay:
         self.retries = retries
         self.upstream_tls = upstream_tls if upstream_tls is not None and upstream_tls.enabled else None
         self._token = token
-        self.fleet = Fleet(token, bind, heartbeat_s=heartbeat_s, liveness_s=liveness_s, tls=tls)
+        # Its probes' heartbeats are paced as the controller's are (fleet_state.pace), by the
+        # number of probes here: the relay's own heartbeat upstream is paced by the controller.
+        self.fleet = Fleet(
+            token,
+            bind,
+            heartbeat_s=heartbeat_s,
+            liveness_s=liveness_s,
+            tls=tls,
+            heartbeat_budget=heartbeat_budget,
+        )
         self.fleet.keep_raw = True
         self.fleet.watch = self._watch
         self._changes: deque[tuple[str, str, bool]] = deque()  # (probe id, host, joined)

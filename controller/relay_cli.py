@@ -19,6 +19,7 @@ import os
 import signal
 from typing import Any
 
+from swarmscope.controller.options import HEARTBEAT_BUDGET
 from swarmscope.errors import ConfigError, Problem
 
 # flag -> (env var, default, help): every option declares its variable here, once.
@@ -55,6 +56,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat seconds handed to probes")
     p.add_argument("--liveness", type=float, default=5.0, help="seconds of silence before a probe is gone")
     p.add_argument(
+        "--heartbeat-budget",
+        type=float,
+        default=HEARTBEAT_BUDGET,
+        help="heartbeats/s from all probes here: past it, --heartbeat and --liveness are handed out "
+        f"longer, in proportion (default {HEARTBEAT_BUDGET:g})",
+    )
+    p.add_argument(
         "--window-timeout",
         type=float,
         default=20.0,
@@ -89,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         problems.append(Problem("--tls-client-ca", "tls", "mTLS needs --tls-cert and --tls-key too"))
     if (s["upstream-tls-cert"] or s["upstream-tls-key"]) and not s["upstream-tls-ca"]:
         problems.append(Problem("--upstream-tls-ca", "tls", "a client certificate needs --upstream-tls-ca"))
+    if args.heartbeat_budget <= 0:
+        problems.append(Problem("--heartbeat-budget", "heartbeat_budget", "must be > 0"))
     if args.window_timeout <= 0:
         problems.append(Problem("--window-timeout", "window_timeout", "must be > 0"))
     if problems:
@@ -100,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         relay_id=s["relay-id"],
         heartbeat_s=args.heartbeat,
         liveness_s=args.liveness,
+        heartbeat_budget=args.heartbeat_budget,
         window_timeout_s=args.window_timeout,
         tls=TLSFiles(cert=s["tls-cert"], key=s["tls-key"], ca=s["tls-client-ca"]),
         upstream_tls=TLSFiles(

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from swarmscope.controller import fleet_live
 from swarmscope.controller.fleet_state import Outbox, ProbeState, Window, table_rows
 from swarmscope.v1 import probe_pb2 as pb
 
@@ -126,10 +127,10 @@ def live(fleet: Fleet) -> list[ProbeState]:
         if p.via:
             up = relays.get(p.via)
             if up is None:
-                up = relays[p.via] = fleet._alive(p.via)
+                up = relays[p.via] = fleet_live.alive(fleet, p.via)
             if p.connected and up:
                 out.append(p)
-        elif fleet._alive(p.probe_id):
+        elif fleet_live.alive(fleet, p.probe_id):
             out.append(p)
     return out
 
@@ -144,9 +145,9 @@ def not_gone(fleet: Fleet, pids: Iterable[str]) -> set[str]:
         if p is not None and p.via and p.connected:
             gone = relays.get(p.via)
             if gone is None:
-                gone = relays[p.via] = fleet._gone(p.via)
+                gone = relays[p.via] = fleet_live.gone(fleet, p.via)
         else:
-            gone = fleet._gone(pid)
+            gone = fleet_live.gone(fleet, pid)
         if not gone:
             out.add(pid)
     return out
@@ -173,6 +174,7 @@ def _roster(fleet: Fleet, relay: ProbeState, roster: pb.Roster) -> None:
     items: list[tuple[ProbeState, pb.Command | None]] = []
     for e in roster.added:
         old = fleet._probes.get(e.probe_id)
+        fleet._direct.discard(e.probe_id)  # heartbeats, if any, come through the relay now
         state = ProbeState(
             probe_id=e.probe_id,
             session_id="",

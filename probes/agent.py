@@ -15,8 +15,9 @@ map_update) inside one WindowDone; Shutdown -> return. A heartbeat with the agen
 and RSS goes up every ``heartbeat_interval_s``.
 
 Caveats: plain threads (a probe is its own process, never gevent-patched). When the
-controller goes away the agent re-registers with bounded, exponentially backed-off retries and
-then raises FleetError; a wrong token (UNAUTHENTICATED / PERMISSION_DENIED) is not retried.
+controller goes away the agent re-registers with bounded, jittered, growing waits
+(probes/backoff.py) and then raises FleetError; a wrong token (UNAUTHENTICATED /
+PERMISSION_DENIED) is not retried.
 A node given by ``cgroup_path`` with ``cgroup_id`` 0 is resolved here (ids are node-local
 inode numbers); one that does not resolve gets a Reading with ``error`` and no counters.
 Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta; an
@@ -50,6 +51,7 @@ from opentelemetry import trace
 from swarmscope import __version__, auth
 from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
 from swarmscope.probes import window_span
+from swarmscope.probes.backoff import Backoff
 from swarmscope.probes.pods import PodIndex
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
@@ -115,6 +117,7 @@ class ProbeAgent:
         metrics: Any = None,
         tls: TLSFiles | None = None,
         pods: PodIndex | None = None,
+        rand: Callable[[float, float], float] | None = None,
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -135,6 +138,8 @@ class ProbeAgent:
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        # Jittered waits (probes/backoff.py); ``rand(lo, hi)`` is injectable for tests.
+        self.waits = Backoff(backoff_s, max_backoff_s, len(self.upstreams), rand)
         self.rpc_timeout_s = rpc_timeout_s
         self._token = token
         self.tls = tls if tls is not None and tls.enabled else None
@@ -187,6 +192,7 @@ class ProbeAgent:
                 # A session that ran for a while was healthy: start counting failures afresh.
                 if time.monotonic() - started > max(5.0, 3 * self.heartbeat_s):
                     failures = 0
+                    self.waits.reset()
                 failures += 1
                 n = len(self.upstreams)
                 if failures > self.retries * n:
@@ -194,9 +200,8 @@ class ProbeAgent:
                         f"controller {self.controller} unreachable: gave up after {self.retries} "
                         f"retries (last: {last})"
                     )
-                self._up += 1  # the next upstream; back off only after a whole round failed
-                rounds = (failures - 1) // n
-                delay = min(self.max_backoff_s, self.backoff_s * 2**rounds) if failures % n == 0 else 0.0
+                self._up += 1  # the next upstream: a short spread, a longer wait after a round
+                delay = self.waits.next(failures)
                 log.warning(
                     "probe: %s; retry %d/%d at %s in %.1fs",
                     last,

@@ -122,7 +122,14 @@ class SwarmscopeProcess:
             token = auth.load_token(cfg.token_file or None)
         else:
             token = auth.new_token()
-        self.fleet = make_fleet(token, bind=cfg.grpc_bind, tls=_fleet_tls(cfg))
+        self.fleet = make_fleet(
+            token,
+            bind=cfg.grpc_bind,
+            tls=_fleet_tls(cfg),
+            heartbeat_budget=cfg.heartbeat_budget,
+            # Known in advance, the fleet's size paces its first probes as much as its last.
+            expect_probes=cfg.expect_probes if cfg.probe == "external" else 0,
+        )
         self.fleet.start()
         self.metrics = RunMetrics.attach(self.events, kind.metric, self.fleet)
         if cfg.metrics_port:

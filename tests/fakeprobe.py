@@ -41,6 +41,7 @@ class FakeProbe:
         self.stub = pb_grpc.ProbeControlStub(self.channel)
         self.probe_id = f"fake-{node}"
         self.session_id = ""
+        self.reply = pb.RegisterReply()  # the last Register's (its heartbeat interval)
         self.silent = False  # stop answering (a probe that hangs)
         self.commands: list[pb.Command] = []
         self.windows: dict[str, list[pb.NodeInfo]] = {}  # open windows survive a reconnect
@@ -67,6 +68,7 @@ class FakeProbe:
             timeout=10,
         )
         self.session_id = reply.session_id
+        self.reply = reply
         return reply
 
     def _messages(self, out: queue.Queue[pb.ProbeMessage | None]) -> Iterator[pb.ProbeMessage]:
