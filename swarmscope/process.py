@@ -29,6 +29,7 @@ from swarmscope.controller.options import RunConfig
 from swarmscope.errors import ResultsError
 from swarmscope.events import RunEvents
 from swarmscope.sys import owners
+from swarmscope.sys.heap import freeze_setup_heap
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,9 @@ class SwarmscopeProcess:
         if self.role == "worker":
             self.cfg = typed
         self.worker = self.kind.make_driver(typed, sim_nodes, prefix)
+        # The process's imports and driver stay for its whole life: keep them out of full
+        # collections, which would otherwise pause every user for tens of ms mid-step.
+        freeze_setup_heap()
         return self.worker
 
     # -- teardown -------------------------------------------------------------------------------
