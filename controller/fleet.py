@@ -52,13 +52,13 @@ import grpc
 
 from swarmscope import auth
 from swarmscope.controller import fleet_live, relay_routes
+from swarmscope.controller.fleet_gc import gc_held, spare_gc
 from swarmscope.controller.fleet_loop import (
     AioServerThread,
     gevent_patched,
     parse_request,
     probe_control_handlers,
     read_loop,
-    spare_gc,
 )
 from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
@@ -235,7 +235,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         acknowledgement in time, or the probe's error). Those nodes will have no kernel count;
         the caller records them as missing and the run goes on.
         """
-        with self._lock:
+        with self._lock, gc_held():  # a burst of writes and acks: collect after it (fleet_gc)
             win, hosts, problems = self.begin_open(
                 run_id, window_id, nodes_by_host, programs, traceparent, options
             )
@@ -321,7 +321,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self, run_id: str, window_id: str, timeout_s: float = 30.0
     ) -> tuple[list[ProbeReading], list[str]]:
         """Send CloseWindow; return (readings, probes that did not finish) after all or timeout."""
-        with self._lock:
+        with self._lock, gc_held():  # a burst of writes and readings: collect after it
             win = self._windows.get(window_id)
             if win is None:
                 raise FleetError(f"close of unknown window {window_id}")

@@ -177,4 +177,4 @@ def test_a_fleet_collects_garbage_less_often_unless_its_process_set_a_pace() -> 
             [sys.executable, "-c", code, mode], env=env, capture_output=True, text=True, timeout=60
         )
         seen.append(out.stdout.strip())
-    assert seen == ["(20000, 20, 10)", "(1000, 5, 5)"]
+    assert seen == ["(200000, 20, 10)", "(1000, 5, 5)"]
