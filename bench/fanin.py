@@ -231,6 +231,11 @@ def main() -> None:
     load0 = os.getloadavg()
     if a.baseline_ref != "none" and not a.relays:
         rows.append(baseline(a.baseline_ref, a.baseline_probes, a.windows))
+
+    def direct(n: int) -> dict[str, Any]:
+        paced = (a.heartbeat_s, a.heartbeat_budget, not a.unknown_size)
+        return run(n, a.windows, a.per_process, a.per_channel, *paced)
+
     if a.relays:
         # Relays first: the figure this mode is for; the direct one after, in the same run.
         for n in a.probes.split(","):
@@ -241,32 +246,12 @@ def main() -> None:
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if a later row fails
         if a.direct_probes:
-            rows.append(
-                run(
-                    a.direct_probes,
-                    a.windows,
-                    a.per_process,
-                    a.per_channel,
-                    a.heartbeat_s,
-                    a.heartbeat_budget,
-                    not a.unknown_size,
-                )
-            )
+            rows.append(direct(a.direct_probes))
     else:
         for n in a.probes.split(","):
             if a.compare_ref:
                 rows.append(same_bench_at(a.compare_ref, int(n), a))
-            rows.append(
-                run(
-                    int(n),
-                    a.windows,
-                    a.per_process,
-                    a.per_channel,
-                    a.heartbeat_s,
-                    a.heartbeat_budget,
-                    not a.unknown_size,
-                )
-            )
+            rows.append(direct(int(n)))
     load1 = os.getloadavg()
     if a.json:
         print(json.dumps(rows, indent=1))
