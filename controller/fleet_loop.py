@@ -137,8 +137,9 @@ def drain_handoff(loop: asyncio.AbstractEventLoop) -> int:
 
     Caveat: relies on grpc.aio's reader being a ``functools.partial`` of a method named
     ``_handle_events`` on a ``socket.socket`` (grpcio 1.76) and on the loop's selector map; when
-    either is not what it expects it changes nothing. Loops of other fleets in the process may
-    share the socket: a byte another one took first ends this call (that loop runs the queue)."""
+    either is not what it expects it changes nothing. Loops of other fleets in the process share
+    the socket: the wrappers take turns (``_drain_lock``), and a byte that an unwrapped reader
+    took first ends this call (that reader runs the queue)."""
     selector = getattr(loop, "_selector", None)
     if selector is None:
         return 0
@@ -157,14 +158,25 @@ def drain_handoff(loop: asyncio.AbstractEventLoop) -> int:
     return wrapped
 
 
+# One drain at a time in the process: two loops' wrappers must not interleave. Without it, both
+# could read "all but the last" byte, leaving none for either handle() (BlockingIOError in
+# both), and nobody would run the queue: completions stranded, streams silent until their
+# liveness ran out (seen with two fleets in one process, tests/test_fleet_gc.py).
+_drain_lock = threading.Lock()
+
+
 def _drained(sock: socket.socket, handle: Callable[[], None], count: array.array[int]) -> None:
-    fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)  # bytes waiting: completions queued
-    try:
-        if count[0] > 1:
-            sock.recv(count[0] - 1)
-        handle()  # reads the last byte, then runs the queue
-    except BlockingIOError:
-        pass  # another loop took the last byte first: it runs the queue
+    with _drain_lock:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)  # bytes waiting: completions queued
+        try:
+            if count[0] > 1:
+                sock.recv(count[0] - 1)
+            handle()  # reads the last byte, then runs the queue
+        except BlockingIOError:
+            # An unwrapped reader (grpc's own, on a loop this did not rewrap) took the last byte
+            # after this read its others: it runs the queue, after every event whose byte this
+            # took had been queued.
+            pass
 
 
 def grpc_for_gevent() -> None:
