@@ -61,10 +61,16 @@ def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
 
             # The kubelet's per-pod cgroup, in the v2 unified hierarchy and every v1 one.
             uid = pod["metadata"]["uid"]
+            # busybox httpd forks a child per connection, and the one that served the GET above
+            # may still be exiting: wait (briefly) until only pause + httpd are left.
             for h in cgroup_hierarchies():
                 pod_cg = h / node.name / "kubepods" / "besteffort" / f"pod{uid}"
-                procs = [int(x) for f in pod_cg.glob("*/cgroup.procs") for x in f.read_text().split()]
-                assert len(procs) == 2, (h, procs)  # pause + httpd
+
+                def procs(cg: Path = pod_cg) -> list[int]:
+                    return [int(x) for f in cg.glob("*/cgroup.procs") for x in f.read_text().split()]
+
+                wait_for(f"pause + httpd only in {h}", lambda: len(procs()) == 2 or None, 10.0)
+                assert len(procs()) == 2, (h, procs())  # pause + httpd
             log = c.api.get("/api/v1/namespaces/default/pods/web/log")
             assert log == "started\n"
 
