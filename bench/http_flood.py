@@ -197,9 +197,19 @@ def run_tool(
     """Run one tool; ``gen_names`` are its child processes that generate load, ``root_gen``
     whether the process started generates too (swarmscope's k6 path: only k6 does)."""
     target.mark()
-    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = CpuSampler(p.pid, target.nginx_pids, gen_names, root_gen)
+    # A stop that lands inside Popen (after the fork, before it returns) would leave the started
+    # tool with no handle to stop it by: the stop waits until ``p`` exists, then raises here.
+    _STOP["defer"] = True
     try:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sampler = CpuSampler(p.pid, target.nginx_pids, gen_names, root_gen)
+    except BaseException:
+        _STOP["defer"] = False
+        raise
+    try:
+        _STOP["defer"] = False  # inside the try: a stop from here on stops ``p`` below
+        if _STOP["pending"]:
+            raise KeyboardInterrupt
         out, err = p.communicate(timeout=timeout)
     except BaseException:  # stopped (a signal, a timeout): let the tool tear down its own first
         p.terminate()
@@ -344,6 +354,11 @@ GROUPS = {
 }
 
 
+# A stop signal's state: ``defer`` while a tool is being started (the stop is then ``pending``
+# and raised once the tool can be stopped, in run_tool).
+_STOP: dict[str, bool] = {"defer": False, "pending": False}
+
+
 def _stop_on_signals() -> None:
     """SIGTERM/SIGINT raise KeyboardInterrupt in the main thread, wherever it waits, so every
     ``finally`` and ``with`` runs (the tool is stopped, the target's namespace deleted); a later
@@ -353,7 +368,9 @@ def _stop_on_signals() -> None:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN)
         print(f"http_flood: {signal.Signals(sig).name}: stopping, removing the target", file=sys.stderr)
-        raise KeyboardInterrupt
+        _STOP["pending"] = True
+        if not _STOP["defer"]:
+            raise KeyboardInterrupt
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, handler)
