@@ -136,8 +136,6 @@ class ProbeAgent:
         self.hostname = socket.gethostname()
         self.probe_id = probe_id or f"{self.hostname}-{os.getpid()}"
         self.retries = retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         # Jittered waits (probes/backoff.py); ``rand(lo, hi)`` is injectable for tests.
         self.waits = Backoff(backoff_s, max_backoff_s, len(self.upstreams), rand)
         self.rpc_timeout_s = rpc_timeout_s
