@@ -21,6 +21,7 @@ import sys
 from typing import NoReturn
 
 from swarmscope.errors import SetupError
+from swarmscope.sys.limits import raise_nofile
 
 ENV_RELAYD = "SWARMSCOPE_RELAYD"
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -50,6 +51,9 @@ def relayd_binary() -> str:
 def exec_relayd(flags: dict[str, str], token: str) -> NoReturn:
     """Replace this process with the Go relay, given ``{flag: value}`` (never returns)."""
     binary = relayd_binary()
+    # The soft RLIMIT_NOFILE to the hard one, as the Python relay does (sys/limits.py): Go's
+    # runtime would raise it itself, but to hard - 1.
+    raise_nofile()
     argv = [binary, *(f"--{k}={v}" for k, v in flags.items() if v != "")]
     sys.stdout.flush()
     sys.stderr.flush()

@@ -162,6 +162,42 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay(engine: str) -> None:
+    """Six probes behind one relay (their only upstream); two SIGKILLed mid-window. The relay
+    names exactly those two in its WindowDone after its own grace (3 s): the controller, whose
+    grace is 60 s, closes the window on the relay's word with the four readings."""
+    from simprobes import COUNTERS, SimProbes
+
+    fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=60.0)
+    fleet.start()
+    relay, addr = start_relay("relay-l", fleet.address, engine=engine)
+    names = [f"lost-{i}" for i in range(6)]
+    sims = [
+        SimProbes.spawn([addr], TOKEN, names[:4], per_process=4, per_channel=2),
+        SimProbes.spawn([addr], TOKEN, names[4:], per_process=2, per_channel=2),
+    ]
+    try:
+        fleet.wait_for_probes(6, timeout_s=60)
+        assert _routes(fleet) == {f"sim-{n}": "relay-l" for n in names}
+        readings, missing = _window(fleet, "l1", names)
+        assert missing == []
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names]
+        t0 = time.monotonic()
+        readings, missing = _window(fleet, "l2", names, kill=[sims[1].procs[0].pid])
+        assert time.monotonic() - t0 < 30  # the relay's answer, not the controller's 40 s timeout
+        assert missing == [f"sim-{n}@{n}" for n in names[4:]]
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names[:4]]
+        assert all(r.counters == COUNTERS for r in readings)
+        assert fleet.take_reconnects("l2") == {}
+    finally:
+        for s in sims:
+            s.stop()
+        relay.kill()
+        relay.wait(10)
+        fleet.stop()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(
     tmp_path: Path, engine: str
 ) -> None:

@@ -142,13 +142,14 @@ func pollEvery(pending int) time.Duration {
 	return time.Second
 }
 
-// pace: fleet_state.pace: the interval keeping `sessions` heartbeats under budget a second.
-func pace(floor, liveness time.Duration, sessions int, budget float64) (time.Duration, time.Duration) {
+// pace: fleet_state.pace: the interval (seconds, handed out as it is computed: the same float
+// as the Python fleet's) keeping `sessions` heartbeats under budget a second, and the liveness.
+func pace(floor, liveness float64, sessions int, budget float64) (float64, time.Duration) {
 	if budget <= 0 || floor <= 0 {
-		return floor, liveness
+		return floor, seconds(liveness)
 	}
-	interval := math.Max(floor.Seconds(), float64(sessions)/budget)
-	return seconds(interval), seconds(liveness.Seconds() * interval / floor.Seconds())
+	interval := math.Max(floor, float64(sessions)/budget)
+	return interval, seconds(liveness * interval / floor)
 }
 
 func (f *fleet) nextSeq() uint64 {

@@ -34,14 +34,14 @@ import (
 const maxMessage = 512 << 20
 
 type config struct {
-	upstreams                    []string
-	bind, relayID, token         string
-	tlsCert, tlsKey, tlsClientCA string
-	upCA, upCert, upKey, upName  string
-	heartbeat, liveness          time.Duration
-	budget                       float64
-	windowTimeout, rosterEvery   time.Duration
-	retries                      int
+	upstreams                     []string
+	bind, relayID, token          string
+	tlsCert, tlsKey, tlsClientCA  string
+	upCA, upCert, upKey, upName   string
+	heartbeat, liveness           time.Duration
+	budget, heartbeatS, livenessS float64
+	windowTimeout, rosterEvery    time.Duration
+	retries                       int
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
@@ -84,6 +84,7 @@ func parse() (*config, error) {
 		host, _ := os.Hostname()
 		c.relayID = fmt.Sprintf("relay-%s-%d", host, os.Getpid())
 	}
+	c.heartbeatS, c.livenessS = *hb, *lv // pace computes in seconds, as fleet_state.pace
 	c.heartbeat, c.liveness = seconds(*hb), seconds(*lv)
 	c.windowTimeout, c.rosterEvery = seconds(*wt), seconds(*rs)
 	return c, nil

@@ -109,7 +109,7 @@ func (f *fleet) register(in *pb.RegisterRequest) (*pb.RegisterReply, error) {
 	if f.probes[in.GetProbeId()] == nil {
 		n++
 	}
-	interval, liveness := pace(f.c.heartbeat, f.c.liveness, n, f.c.budget)
+	interval, liveness := pace(f.c.heartbeatS, f.c.livenessS, n, f.c.budget)
 	p := &probe{id: in.GetProbeId(), host: host, sid: sid, lastSeen: now, liveness: liveness, out: newOutbox()}
 	if old := f.probes[p.id]; old != nil {
 		old.out.put(nil) // a probe that re-registers replaces its old session; its windows stay
@@ -118,7 +118,7 @@ func (f *fleet) register(in *pb.RegisterRequest) (*pb.RegisterReply, error) {
 	f.sessions[sid] = p
 	f.pruneGone(now)
 	f.notify()
-	return &pb.RegisterReply{SessionId: sid, HeartbeatIntervalS: interval.Seconds()}, nil
+	return &pb.RegisterReply{SessionId: sid, HeartbeatIntervalS: interval}, nil
 }
 
 func (f *fleet) session(stream grpc.ServerStream) error {
