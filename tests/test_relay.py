@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -194,6 +195,39 @@ def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay(engine
             s.stop()
         relay.kill()
         relay.wait(10)
+        fleet.stop()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token(engine: str) -> None:
+    """Upstreams [a closed port, the controller]: the relay registers at the second, same id,
+    and a window through it is exact. A relay whose only upstream cannot prove the token exits
+    1 at once, having sent it nothing keyed by the token."""
+    from simprobes import COUNTERS, SimProbes
+
+    fleet = Fleet(TOKEN, liveness_s=3.0)
+    fleet.start()
+    with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+        relay, addr = start_relay("relay-u", f"{closed},{fleet.address}", engine=engine)
+    impostor, _ = start_relay("relay-x", fleet.address, token="not-the-token", engine=engine)
+    names = ["up-0", "up-1"]
+    sims = SimProbes.spawn([addr], TOKEN, names, per_process=2, per_channel=2)
+    try:
+        assert impostor.wait(30) == 1
+        fleet.wait_for_probes(2, timeout_s=60)
+        assert _routes(fleet) == {f"sim-{n}": "relay-u" for n in names}
+        readings, missing = _window(fleet, "u1", names)
+        assert missing == []
+        assert sorted((r.probe_id, r.node, r.counters == COUNTERS) for r in readings) == [
+            (f"sim-{n}", n, True) for n in names
+        ]
+    finally:
+        sims.stop()
+        for proc in (relay, impostor):
+            proc.kill()
+            proc.wait(10)
         fleet.stop()
 
 

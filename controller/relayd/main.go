@@ -145,7 +145,7 @@ func (c *config) dialCreds() (grpc.DialOption, error) {
 }
 
 func fatal(err error) {
-	fmt.Fprintf(os.Stderr, "swarmscope relay: %v\n", err)
+	fmt.Fprintf(os.Stderr, "swarmscope: %v\n", err) // as the CLI prints a SwarmscopeError
 	os.Exit(1)
 }
 
