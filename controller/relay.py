@@ -224,9 +224,16 @@ class Relay:
             return self._stop.is_set()
 
     def _drain(self) -> pb.Roster:
-        roster = pb.Roster()
+        # Each probe's last change only: a probe that left and came back within one roster
+        # period would otherwise be both added and removed, and the controller (which applies
+        # removals after additions) would mark a connected probe gone.
+        last: dict[str, tuple[str, bool]] = {}
         while self._changes:
             pid, host, joined = self._changes.popleft()
+            last.pop(pid, None)  # re-inserted: the roster keeps the order of last changes
+            last[pid] = (host, joined)
+        roster = pb.Roster()
+        for pid, (host, joined) in last.items():
             if joined:
                 roster.added.add(probe_id=pid, host=host)
             else:

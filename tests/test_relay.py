@@ -313,3 +313,19 @@ def test_relay_cli_reports_every_bad_setting_at_once(monkeypatch, capsys) -> Non
     assert rc == 2
     assert "--upstream" in err and "--tls-cert" in err and "--window-timeout" in err, err
     assert "--engine" in err and "one of python, native, not 'rust'" in err, err
+
+
+def test_python_relay_roster_carries_each_probes_last_change_only() -> None:
+    """A probe that left and came back within one roster period is announced as added, not
+    added and removed (the controller applies removals last: it would mark it gone); one that
+    came and left is announced as removed."""
+    from swarmscope.controller.relay import Relay
+
+    relay = Relay(["127.0.0.1:1"], TOKEN, bind="127.0.0.1:0")
+    relay._changes.extend(
+        [("p", "h1", False), ("q", "h2", True), ("p", "h1", True), ("q", "h2", False), ("r", "h3", True)]
+    )
+    roster = relay._drain()
+    assert [(e.probe_id, e.host) for e in roster.added] == [("p", "h1"), ("r", "h3")]
+    assert list(roster.removed) == ["q"]
+    assert not relay._changes
