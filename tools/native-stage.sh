@@ -17,6 +17,7 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c 'import grpc_tools' 2>/dev/null; then
   pin=$(grep -E '^grpcio-tools==' "$ROOT/constraints.txt")
   venv=$(mktemp -d)
+  trap 'rm -rf "$venv"' EXIT
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "$pin"
   PY=$venv/bin/python
