@@ -3,7 +3,7 @@
     procs = SimProbes.spawn(address, token, names, per_process=2500, cpus={1})
     procs.wait_registered(timeout_s=120); ...; procs.stop()
 
-(bench/simprobes_compiled.py: GoSimProbes, the same probes compiled, same interface, ~N× cheaper.)
+(bench/simprobes_compiled.py: GoSimProbes, the same probes compiled, same interface, ~5× less CPU.)
 
 Probes take a list of upstreams (relays, then the controller): when a session breaks, a probe
 registers again, same id, with the next one, keeping its open windows and its last answers, as
