@@ -9,7 +9,8 @@ other relays, then the controller). Each window opens on every probe and closes;
 is a node with no reading at close. Prints the controller's CPU-seconds per window per 1,000
 probes (the figure a shared machine does not distort) and the relays' together. Caveat: on a
 two-core machine the relays share CPU 1 with every simulated probe, so close latency here is
-bounded by that core, not by the controller.
+bounded by that core, not by the controller. ``engine``: the relays' (``swarmscope relay
+--engine``: python, or native, the Go relay of controller/relayd); bench/relay_engines.py runs both.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from swarmscope.errors import FleetError
 
 
 def _start_relays(
-    k: int, upstream: str, token: str, heartbeat_s: float, timeout_s: float
+    k: int, upstream: str, token: str, heartbeat_s: float, timeout_s: float, engine: str = "python"
 ) -> list[tuple[subprocess.Popen[str], str]]:
     env = dict(os.environ, SWARMSCOPE_TOKEN=token)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -40,7 +41,8 @@ def _start_relays(
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "swarmscope.cli", "relay", "--upstream", upstream, "--bind", "127.0.0.1:0",
              "--relay-id", f"relay-{i}", "--heartbeat", str(heartbeat_s),
-             "--liveness", str(max(30.0, 6 * heartbeat_s)), "--window-timeout", str(timeout_s - 10)],
+             "--liveness", str(max(30.0, 6 * heartbeat_s)), "--window-timeout", str(timeout_s - 10),
+             "--engine", engine],
             env=env, stdout=subprocess.PIPE, text=True,
         ))  # fmt: skip
     out = []
@@ -66,6 +68,7 @@ def run_relays(
     pin_all: Any,
     timeout_s: float = 300.0,
     sim: Any = SimProbes,
+    engine: str = "python",
 ) -> dict[str, Any]:
     fleet = Fleet(token, liveness_s=max(30.0, 6 * heartbeat_s), heartbeat_s=heartbeat_s)
     names = [f"node-{i:06d}" for i in range(n)]
@@ -79,7 +82,7 @@ def run_relays(
         # Generous timeouts: on a loaded two-core machine a window of 100,000 can take minutes,
         # and a relay that timed out would report its probes missing (a loss the bench would
         # count, of time, not of design). The relay's stays under the controller's.
-        relays = _start_relays(k, fleet.address, token, heartbeat_s, timeout_s)
+        relays = _start_relays(k, fleet.address, token, heartbeat_s, timeout_s, engine)
         t0 = time.monotonic()
         ups = [addr for _, addr in relays] + [fleet.address]
         sims = sim.spawn(ups, token, names, per_process, per_channel, spread=k)
@@ -124,7 +127,7 @@ def run_relays(
         fleet.stop()
         pin_all(os.getpid(), saved)
     return {
-        "design": f"grpc.aio+{k} relays",
+        "design": f"grpc.aio+{k} relays" + (f" ({engine})" if engine != "python" else ""),
         "probes": n,
         "relays": k,
         "windows": windows,

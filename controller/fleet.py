@@ -405,26 +405,27 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
             )
         sid = uuid.uuid4().hex
-        with self._lock:  # the sessions heartbeating here, this one included
-            n = len(self._direct) + (request.probe_id not in self._direct)
-        # A relay is paced by the sessions here only: expect_probes counts the probes behind it.
-        size = n if request.relay else max(n, self.expect_probes)
-        interval, liveness = pace(self.heartbeat_s, self.liveness_s, size, self.heartbeat_budget)
-        state = ProbeState(
-            probe_id=request.probe_id,
-            session_id=sid,
-            hostname=request.hostname,
-            node_name=request.node_name,
-            kernel_release=request.kernel_release,
-            programs=list(request.programs),
-            version=request.version,
-            registered_ns=time.time_ns(),
-            last_seen=time.monotonic(),
-            relay=request.relay,
-            heartbeat_s=interval,
-            liveness_s=liveness,
-        )
+        # One hold of the lock from counting the sessions to adding this one: registrations that
+        # arrive together are paced by distinct sizes, as if one by one.
         with self._lock:
+            n = len(self._direct) + (request.probe_id not in self._direct)  # this one included
+            # A relay is paced by the sessions here only: expect_probes counts the probes behind it.
+            size = n if request.relay else max(n, self.expect_probes)
+            interval, liveness = pace(self.heartbeat_s, self.liveness_s, size, self.heartbeat_budget)
+            state = ProbeState(
+                probe_id=request.probe_id,
+                session_id=sid,
+                hostname=request.hostname,
+                node_name=request.node_name,
+                kernel_release=request.kernel_release,
+                programs=list(request.programs),
+                version=request.version,
+                registered_ns=time.time_ns(),
+                last_seen=time.monotonic(),
+                relay=request.relay,
+                heartbeat_s=interval,
+                liveness_s=liveness,
+            )
             # A probe that re-registers replaces its old session (same probe id); its windows stay.
             old = self._probes.get(request.probe_id)
             if old is not None:

@@ -33,9 +33,11 @@ import grpc
 
 from swarmscope import __version__, auth
 from swarmscope.controller.fleet import Fleet
+from swarmscope.controller.fleet_gc import gc_held
 from swarmscope.controller.fleet_state import ProbeState, Window, fill_table
 from swarmscope.controller.options import HEARTBEAT_BUDGET
 from swarmscope.errors import FleetError
+from swarmscope.probes.backoff import Backoff
 from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
@@ -106,6 +108,9 @@ class Relay:
     def run_forever(self) -> None:
         """Serve upstream sessions, the next upstream after each failure, until Shutdown/stop()."""
         failures, i = 0, 0
+        # Jittered like the probes' (probes/backoff.py): relays that lost one upstream at one
+        # instant do not all register with the next one at one instant.
+        waits = Backoff(0.5, 8.0, len(self.upstreams))
         try:
             while not self._stop.is_set():
                 target = self.upstreams[i % len(self.upstreams)]
@@ -118,16 +123,20 @@ class Relay:
                     last = f"{e.code().name if hasattr(e, 'code') else '?'}"
                 if self._stop.is_set():
                     return
-                failures = 1 if time.monotonic() - started > 10 else failures + 1
+                if time.monotonic() - started > 10:
+                    failures = 1  # a session that held a while: a new streak
+                    waits.reset()
+                else:
+                    failures += 1
                 if failures > self.retries:
                     raise FleetError(f"relay: every upstream failed {self.retries} times (last: {last})")
                 i += 1
                 log.warning(
                     "relay: upstream %s: %s; trying %s", target, last, self.upstreams[i % len(self.upstreams)]
                 )
-                # A full round of upstreams failed: back off (bounded) before the next round.
-                if i % len(self.upstreams) == 0:
-                    self._stop.wait(min(8.0, 0.5 * 2 ** (failures // len(self.upstreams))))
+                # A spread before the next upstream of a round, a growing (bounded) wait after a
+                # whole round failed.
+                self._stop.wait(waits.next(failures))
         finally:
             self.fleet.shutdown_probes("relay stopped")
             self.fleet.stop()
@@ -215,9 +224,16 @@ class Relay:
             return self._stop.is_set()
 
     def _drain(self) -> pb.Roster:
-        roster = pb.Roster()
+        # Each probe's last change only: a probe that left and came back within one roster
+        # period would otherwise be both added and removed, and the controller (which applies
+        # removals after additions) would mark a connected probe gone.
+        last: dict[str, tuple[str, bool]] = {}
         while self._changes:
             pid, host, joined = self._changes.popleft()
+            last.pop(pid, None)  # re-inserted: the roster keeps the order of last changes
+            last[pid] = (host, joined)
+        roster = pb.Roster()
+        for pid, (host, joined) in last.items():
             if joined:
                 roster.added.add(probe_id=pid, host=host)
             else:
@@ -241,7 +257,8 @@ class Relay:
         lost = {h: why for h, why in problems.items()}
 
         def wait() -> None:
-            with fleet._lock:
+            # No collection mid-burst, as at the controller (controller/fleet_gc.py).
+            with gc_held(), fleet._lock:
                 failed = fleet.wait_acks(win, set(hosts), time.monotonic() + self.window_timeout_s)
                 acked = [pid for pid in hosts if pid in win.acks and pid not in failed]
             groups: dict[tuple[bool, str], list[str]] = {(True, ""): acked} if acked else {}
@@ -269,7 +286,7 @@ class Relay:
         def wait(win: Window | None) -> None:
             missing: list[str] = []
             if win is not None:
-                with fleet._lock:
+                with gc_held(), fleet._lock:
                     missing = fleet.finish_close(win, time.monotonic() + self.window_timeout_s)
             done = pb.WindowDone(run_id=cmd.run_id, window_id=cmd.window_id, missing=missing)
             if win is not None:

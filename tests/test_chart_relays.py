@@ -18,6 +18,7 @@ from fakeprobe import FakeProbe
 from helpers import ROOT
 from test_chart import CHART, KUBE_VERSION, by_kind, docs, helm_template, one, tools  # noqa: F401
 from test_chart_security import _secret_files
+from test_relay import ENGINES, relayd
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.tls import TLSFiles, channel_credentials, channel_options
@@ -100,7 +101,10 @@ def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str]
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
 
-def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path) -> None:  # noqa: F811
+@pytest.mark.parametrize("engine", ENGINES)
+def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engine: str) -> None:  # noqa: F811
+    """The chart's relay certificate, towards probes (mTLS) and the controller (mTLS, its
+    server name), with the relay configured by environment only (as the chart does), each engine."""
     objs = docs(helm_template(tools, tmp_path, *ON, "-f", str(CHART / "ci" / "mtls-values.yaml")).stdout)
     secret = one(objs, "Secret", "-tls-relays")
     assert secret["data"]["ca.crt"] == one(objs, "Secret", "-tls-controller")["data"]["ca.crt"]
@@ -130,7 +134,10 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path) -> N
         SWARMSCOPE_TLS_CERT=rly["tls.crt"],
         SWARMSCOPE_TLS_KEY=rly["tls.key"],
         SWARMSCOPE_TLS_SERVER_NAME=CTL,
+        SWARMSCOPE_RELAY_ENGINE=engine,
     )
+    if engine == "native":
+        env["SWARMSCOPE_RELAYD"] = relayd()
     relay = subprocess.Popen(
         [
             sys.executable,
@@ -149,6 +156,8 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path) -> N
     try:
         assert relay.stdout is not None
         port = int(relay.stdout.readline().rsplit(" ", 1)[1])
+        if engine == "native":  # $SWARMSCOPE_RELAY_ENGINE alone chose it
+            assert os.readlink(f"/proc/{relay.pid}/exe") == env["SWARMSCOPE_RELAYD"]
         files = TLSFiles(cert=prb["tls.crt"], key=prb["tls.key"], ca=prb["ca.crt"], server_name=RELAYS)
         p = FakeProbe(f"127.0.0.1:{port}", "chart-token", "node-1", credentials=channel_credentials(files),
                       options=channel_options(files)).start()  # fmt: skip

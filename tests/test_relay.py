@@ -3,18 +3,21 @@ simulated probes (bench/simprobes.py: real gRPC, the real handshake) with the up
 [relay-a, relay-b, controller]. A window through both relays; a window with relay-a SIGKILLed
 mid-window (its probes move to relay-b, the window closes with every reading); a window with
 relay-b and four probes SIGKILLed (sixteen go straight to the controller, the four are named
-missing, exactly).
+missing, exactly). Each runs with both engines: the Python relay and the compiled one
+(``--engine native``, controller/relayd built by tools/build_relayd.sh).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -26,15 +29,37 @@ from swarmscope.v1 import probe_pb2 as pb
 sys.path.insert(0, str(ROOT / "bench"))
 
 TOKEN = "relay-test-token"
+ENGINES = ["python", "native"]
 pytestmark = pytest.mark.timeout(120)
 
 
+@cache
+def relayd() -> str:
+    """The compiled relay, built (or found cached by source hash) once per test process."""
+    p = subprocess.run(
+        ["bash", str(ROOT / "tools" / "build_relayd.sh")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHON=sys.executable),
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip().splitlines()[-1]
+
+
 def start_relay(
-    name: str, upstream: str, *extra: str, token: str = TOKEN, preexec: Callable[[], None] | None = None
+    name: str,
+    upstream: str,
+    *extra: str,
+    token: str = TOKEN,
+    preexec: Callable[[], None] | None = None,
+    engine: str = "python",
 ) -> tuple[subprocess.Popen[str], str]:
     """A real `swarmscope relay` process; returns it and its address (also used by other tests).
-    ``preexec`` runs in the child before the relay starts (e.g. to lower a limit)."""
+    ``preexec`` runs in the child before the relay starts (e.g. to lower a limit); ``engine``
+    native: the CLI execs the compiled relay (same pid)."""
     env = dict(os.environ, SWARMSCOPE_TOKEN=token, PYTHONPATH=str(ROOT))
+    if engine == "native":
+        env["SWARMSCOPE_RELAYD"] = relayd()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -51,6 +76,8 @@ def start_relay(
             "3",
             "--window-timeout",
             "15",
+            "--engine",
+            engine,
             *extra,
         ],
         env=env,
@@ -61,6 +88,8 @@ def start_relay(
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert f"swarmscope relay {name} listening on port " in line, line
+    if engine == "native":  # the CLI became the Go binary: no Python left in the relay
+        assert os.readlink(f"/proc/{proc.pid}/exe") == env["SWARMSCOPE_RELAYD"]
     return proc, f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
 
 
@@ -78,7 +107,8 @@ def _window(
     return fleet.close_window("run", wid, timeout_s=40)
 
 
-def test_relay_killed_mid_window_probes_move_and_window_closes_exact() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str) -> None:
     from simprobes import COUNTERS, SimProbes
 
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
@@ -86,7 +116,7 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact() -> None:
     relays, sims = [], []
     try:
         for name in ("relay-a", "relay-b"):
-            relays.append(start_relay(name, fleet.address))
+            relays.append(start_relay(name, fleet.address, engine=engine))
         ups = [relays[0][1], relays[1][1], fleet.address]
         names = [f"node-{i:02d}" for i in range(20)]
         # 16 probes in one process, 4 in another (killed in window 3); even ones start at relay-a.
@@ -132,7 +162,79 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact() -> None:
         fleet.stop()
 
 
-def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay(engine: str) -> None:
+    """Six probes behind one relay (their only upstream); two SIGKILLed mid-window. The relay
+    names exactly those two in its WindowDone after its own grace (3 s): the controller, whose
+    grace is 60 s, closes the window on the relay's word with the four readings."""
+    from simprobes import COUNTERS, SimProbes
+
+    fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=60.0)
+    fleet.start()
+    relay, addr = start_relay("relay-l", fleet.address, engine=engine)
+    names = [f"lost-{i}" for i in range(6)]
+    sims = [
+        SimProbes.spawn([addr], TOKEN, names[:4], per_process=4, per_channel=2),
+        SimProbes.spawn([addr], TOKEN, names[4:], per_process=2, per_channel=2),
+    ]
+    try:
+        fleet.wait_for_probes(6, timeout_s=60)
+        assert _routes(fleet) == {f"sim-{n}": "relay-l" for n in names}
+        readings, missing = _window(fleet, "l1", names)
+        assert missing == []
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names]
+        t0 = time.monotonic()
+        readings, missing = _window(fleet, "l2", names, kill=[sims[1].procs[0].pid])
+        assert time.monotonic() - t0 < 30  # the relay's answer, not the controller's 40 s timeout
+        assert missing == [f"sim-{n}@{n}" for n in names[4:]]
+        assert sorted((r.probe_id, r.node) for r in readings) == [(f"sim-{n}", n) for n in names[:4]]
+        assert all(r.counters == COUNTERS for r in readings)
+        assert fleet.take_reconnects("l2") == {}
+    finally:
+        for s in sims:
+            s.stop()
+        relay.kill()
+        relay.wait(10)
+        fleet.stop()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token(engine: str) -> None:
+    """Upstreams [a closed port, the controller]: the relay registers at the second, same id,
+    and a window through it is exact. A relay whose only upstream cannot prove the token exits
+    1 at once, having sent it nothing keyed by the token."""
+    from simprobes import COUNTERS, SimProbes
+
+    fleet = Fleet(TOKEN, liveness_s=3.0)
+    fleet.start()
+    with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+        relay, addr = start_relay("relay-u", f"{closed},{fleet.address}", engine=engine)
+    impostor, _ = start_relay("relay-x", fleet.address, token="not-the-token", engine=engine)
+    names = ["up-0", "up-1"]
+    sims = SimProbes.spawn([addr], TOKEN, names, per_process=2, per_channel=2)
+    try:
+        assert impostor.wait(30) == 1
+        fleet.wait_for_probes(2, timeout_s=60)
+        assert _routes(fleet) == {f"sim-{n}": "relay-u" for n in names}
+        readings, missing = _window(fleet, "u1", names)
+        assert missing == []
+        assert sorted((r.probe_id, r.node, r.counters == COUNTERS) for r in readings) == [
+            (f"sim-{n}", n, True) for n in names
+        ]
+    finally:
+        sims.stop()
+        for proc in (relay, impostor):
+            proc.kill()
+            proc.wait(10)
+        fleet.stop()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(
+    tmp_path: Path, engine: str
+) -> None:
     """The real probe agent (stand-in programs) with ``--controller relay,controller``, mTLS on
     both levels: a plaintext probe is refused by the relay; SIGKILL the relay mid-window and
     the agent re-registers (same id) at the controller, whose window closes with its delta."""
@@ -157,6 +259,7 @@ def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_pa
         *("--tls-cert", pki["server.crt"], "--tls-key", pki["server.key"], "--tls-client-ca", pki["ca.crt"]),
         *("--upstream-tls-ca", pki["ca.crt"], "--upstream-tls-cert", pki["client.crt"]),
         *("--upstream-tls-key", pki["client.key"]),
+        engine=engine,
     )
     client = TLSFiles(cert=pki["client.crt"], key=pki["client.key"], ca=pki["ca.crt"])
     agent = ProbeAgent(
@@ -205,7 +308,24 @@ def test_relay_cli_reports_every_bad_setting_at_once(monkeypatch, capsys) -> Non
 
     for var in ("SWARMSCOPE_RELAY_UPSTREAM", "SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY"):
         monkeypatch.delenv(var, raising=False)
-    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0"])
+    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0", "--engine", "rust"])
     err = capsys.readouterr().err
     assert rc == 2
     assert "--upstream" in err and "--tls-cert" in err and "--window-timeout" in err, err
+    assert "--engine" in err and "one of python, native, not 'rust'" in err, err
+
+
+def test_python_relay_roster_carries_each_probes_last_change_only() -> None:
+    """A probe that left and came back within one roster period is announced as added, not
+    added and removed (the controller applies removals last: it would mark it gone); one that
+    came and left is announced as removed."""
+    from swarmscope.controller.relay import Relay
+
+    relay = Relay(["127.0.0.1:1"], TOKEN, bind="127.0.0.1:0")
+    relay._changes.extend(
+        [("p", "h1", False), ("q", "h2", True), ("p", "h1", True), ("q", "h2", False), ("r", "h3", True)]
+    )
+    roster = relay._drain()
+    assert [(e.probe_id, e.host) for e in roster.added] == [("p", "h1"), ("r", "h3")]
+    assert list(roster.removed) == ["q"]
+    assert not relay._changes

@@ -1,0 +1,60 @@
+"""``swarmscope relay --engine native``: become the compiled relay (controller/relayd, Go).
+
+    swarmscope relay --engine native --upstream ctl:7070 --bind 0.0.0.0:7071   # execs swarmscope-relayd
+
+The Go relay speaks the same protocol as controller/relay.py (a fleet towards the probes, a
+relay towards the upstream) at a fraction of its CPU per window (docs/scale-out.md, "A native
+relay"). This process checks the settings (relay_cli.py declares them, once), then replaces
+itself with the binary (``execve``: same pid, so a signal to it reaches the relay, and the
+default relay id ``relay-<hostname>-<pid>`` is the same). The token goes in
+``$SWARMSCOPE_TOKEN``, never in argv. The binary: ``$SWARMSCOPE_RELAYD``, else
+``tools/build_relayd.sh`` (cached by a hash of its source under $SWARMSCOPE_CACHE/tools; a cold
+build fetches Go modules). Caveat: the native relay takes probes only (no relay below it).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from typing import NoReturn
+
+from swarmscope.errors import SetupError
+from swarmscope.sys.limits import raise_nofile
+
+ENV_RELAYD = "SWARMSCOPE_RELAYD"
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILD = _ROOT / "tools" / "build_relayd.sh"
+
+
+def relayd_binary() -> str:
+    """The relay's path: ``$SWARMSCOPE_RELAYD``, else built (or found cached) by the tool."""
+    given = os.environ.get(ENV_RELAYD, "").strip()
+    if given:
+        if not os.access(given, os.X_OK):
+            raise SetupError(f"${ENV_RELAYD}={given}: not an executable file")
+        return given
+    if not BUILD.exists():
+        raise SetupError(f"no native relay: set ${ENV_RELAYD} (tools/build_relayd.sh builds one)")
+    env = dict(os.environ, PYTHON=sys.executable)
+    try:
+        p = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=900)
+    except subprocess.TimeoutExpired as e:
+        raise SetupError(f"building the native relay took over 15 minutes ({BUILD})") from e
+    if p.returncode != 0:
+        tail = "\n".join(p.stderr.strip().splitlines()[-8:])
+        raise SetupError(f"building the native relay failed ({BUILD}):\n{tail}")
+    return p.stdout.strip().splitlines()[-1]
+
+
+def exec_relayd(flags: dict[str, str], token: str) -> NoReturn:
+    """Replace this process with the Go relay, given ``{flag: value}`` (never returns)."""
+    binary = relayd_binary()
+    # The soft RLIMIT_NOFILE to the hard one, as the Python relay does (sys/limits.py): Go's
+    # runtime would raise it itself, but to hard - 1.
+    raise_nofile()
+    argv = [binary, *(f"--{k}={v}" for k, v in flags.items() if v != "")]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(binary, argv, dict(os.environ, SWARMSCOPE_TOKEN=token))
