@@ -269,7 +269,24 @@ def _main(
     asyncio.run(_host(upstreams, spread, first, token, names, per_channel, registered, stop))
 
 
-class SimProbes:
+class Registering:
+    """What both kinds of simulated probes share: ``wait_registered`` over ``registered.value``
+    (the probes whose first Session is up) and ``n`` (how many were spawned)."""
+
+    registered: Any
+    n: int
+
+    def wait_registered(self, n: int | None = None, timeout_s: float = 120.0) -> None:
+        """Until ``n`` (default: all) have their first Session up; TimeoutError past ``timeout_s``."""
+        n = self.n if n is None else n
+        deadline = time.monotonic() + timeout_s
+        while self.registered.value < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.registered.value}/{n} simulated probes registered in {timeout_s}s")
+            time.sleep(0.1)
+
+
+class SimProbes(Registering):
     """Processes of simulated probes; ``registered`` counts those whose Session is up."""
 
     def __init__(self, procs: list[Any], registered: Any, stop: Any, n: int = 0):
@@ -311,15 +328,6 @@ class SimProbes:
             p.start()
             procs.append(p)
         return cls(procs, registered, stop, len(names))
-
-    def wait_registered(self, n: int | None = None, timeout_s: float = 120.0) -> None:
-        """Until ``n`` (default: all) have their first Session up; TimeoutError past ``timeout_s``."""
-        n = self.n if n is None else n
-        deadline = time.monotonic() + timeout_s
-        while self.registered.value < n:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.registered.value}/{n} simulated probes registered in {timeout_s}s")
-            time.sleep(0.1)
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Ask every process to end, then kill what is left after ``grace_s`` (in all): closing

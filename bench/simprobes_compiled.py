@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from simprobes import SimProbes
+from simprobes import Registering, SimProbes
 
 from swarmscope.errors import SetupError
 
@@ -92,7 +92,7 @@ class _Stop:
                 pass  # already gone: its pipe is broken
 
 
-class GoSimProbes:
+class GoSimProbes(Registering):
     """Processes of compiled simulated probes; ``registered.value`` counts those whose Session is up."""
 
     def __init__(self, procs: list[subprocess.Popen[str]], n: int):
@@ -145,15 +145,6 @@ class GoSimProbes:
             p.stdin.flush()  # and kept open: its end is the stop
             procs.append(p)
         return cls(procs, len(names))
-
-    def wait_registered(self, n: int | None = None, timeout_s: float = 120.0) -> None:
-        """Until ``n`` (default: all) have their first Session up; TimeoutError past ``timeout_s``."""
-        n = self.n if n is None else n
-        deadline = time.monotonic() + timeout_s
-        while self.registered.value < n:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.registered.value}/{n} simulated probes registered in {timeout_s}s")
-            time.sleep(0.1)
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Close every process's stdin (each exits), kill what is left after ``grace_s``."""
