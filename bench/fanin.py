@@ -14,11 +14,16 @@ The two goal figures, one command each (a few minutes on a quiet 2-core machine)
 (at 100,000 a 5 s heartbeat alone is 20,000 messages a second on the probes' core: the relayed
 run hands out 30 s, liveness 180 s.)
 
-Starts N simulated probes (bench/simprobes.py: real gRPC, the real handshake, fake readings, no
-BPF; thousands of aio Sessions per process) against one in-process controller fleet, and runs
+Starts N simulated probes (real gRPC, the real handshake, fake readings, no BPF) against one
+in-process controller fleet, and runs
 windows: open on every probe, close, collect one reading per node. The controller (this process:
 the fleet's event loop and the caller) is pinned to CPU 0 and the simulated probes to CPU 1, so
 the controller's CPU-seconds per window per 1,000 probes mean something on a shared machine.
+``--sim go`` (the default when tools/build_simprobes.sh builds them; else ``python``, said on
+stderr) runs the compiled simulated probes (bench/simprobes_go via bench/simprobes_compiled.py),
+``--sim python`` bench/simprobes.py's (grpc.aio, thousands of Sessions per process), same wire
+behaviour; ``--sim go,python`` runs each N with both, side by side. The Python ones cost more
+CPU per window than the controller, so on 2 cores they, not it, bounded the close at 10,000.
 
 Prints, per N: readings lost (goal 0), window-close p50/p99 (goal at 10,000: p99 < 1 s), the
 controller's CPU-s per window per 1,000 probes, its RSS; and, measured in the same run, the old
@@ -49,7 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psutil
 from fanin_relays import run_relays
 from fanin_windows import measure_windows, window_figures
-from simprobes import SimProbes
+from simprobes_compiled import SIMS, pick_sim, sim_probes
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.controller.options import HEARTBEAT_BUDGET
@@ -86,6 +91,7 @@ def run(
     heartbeat_s: float,
     budget: float = HEARTBEAT_BUDGET,
     known_size: bool = True,
+    sim: str = "go",
 ) -> dict[str, Any]:
     ctl_cpus, probe_cpus = pin({0}, {1})
     saved = os.sched_getaffinity(0)
@@ -105,18 +111,24 @@ def run(
         t0 = time.monotonic()
         # The join runs on both CPUs (on a shared machine a pinned join of 10,000 can take
         # minutes); the windows, which are what is measured, run pinned.
-        sims = SimProbes.spawn(fleet.address, TOKEN, names, per_process, per_channel)
+        sims = sim_probes(sim).spawn(fleet.address, TOKEN, names, per_process, per_channel)
         fleet.wait_for_probes(n, timeout_s=max(120, n / 10))
         join_s = time.monotonic() - t0
         pin_all(os.getpid(), ctl_cpus)
         for p in sims.procs:
             pin_all(p.pid, probe_cpus)
         print(f"{n} probes joined in {join_s:.1f}s", file=sys.stderr, flush=True)
+        sim_procs = [psutil.Process(p.pid) for p in sims.procs]
+        sim0 = [p.cpu_times() for p in sim_procs]
         cpu0, w0 = me.cpu_times(), time.monotonic()
         open_lat, close_lat, lost, wrong = measure_windows(fleet, names, windows, timeout_s=60)
         wall = time.monotonic() - w0
         cpu1 = me.cpu_times()
         cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+        sim_s = sum(
+            (b.user - a.user) + (b.system - a.system)
+            for a, b in zip(sim0, [p.cpu_times() for p in sim_procs], strict=True)
+        )
         rss = me.memory_info().rss / 2**20
         handed = [p.heartbeat_s for p in fleet.probes(alive_only=False)]
         sims.stop()
@@ -124,7 +136,8 @@ def run(
         fleet.stop()
         pin_all(os.getpid(), saved)
     return {
-        "design": "grpc.aio",
+        "design": f"grpc.aio, {sim} sims",
+        "sim": sim,
         "probes": n,
         "windows": windows,
         "pinned": bool(ctl_cpus),
@@ -135,6 +148,7 @@ def run(
         **window_figures(open_lat, close_lat, lost, wrong, cpu_s, windows, n),
         "controller_cpu_pct": 100 * cpu_s / wall,
         "controller_rss_mib": rss,
+        "sim_cpu_s_per_window": sim_s / windows,
     }
 
 
@@ -172,7 +186,7 @@ def baseline(ref: str, n: int, windows: int) -> dict[str, Any]:
     )
 
 
-def same_bench_at(ref: str, n: int, a: argparse.Namespace) -> dict[str, Any]:
+def same_bench_at(ref: str, n: int, a: argparse.Namespace, sim: str) -> dict[str, Any]:
     """This bench as it is at ``ref`` (e.g. main), one N, pinned the same way: before/after in
     one run, each N measured right before this tree's own row (same load, near enough)."""
     tree = tempfile.mkdtemp(prefix="fanin-compare-")
@@ -183,6 +197,9 @@ def same_bench_at(ref: str, n: int, a: argparse.Namespace) -> dict[str, Any]:
         args = ["--probes", str(n), "--windows", str(a.windows), "--baseline-ref", "none", "--json"]
         args += ["--per-process", str(a.per_process), "--per-channel", str(a.per_channel)]
         args += ["--heartbeat-s", str(a.heartbeat_s)]
+        with open(os.path.join(tree, "bench", "fanin.py"), encoding="utf-8") as fh:
+            if '"--sim"' in fh.read():  # the same simulated probes there, when it can choose
+                args += ["--sim", sim]
         out = subprocess.run(
             [sys.executable, os.path.join(tree, "bench", "fanin.py"), *args],
             env=dict(os.environ, PYTHONPATH=tree),
@@ -195,7 +212,7 @@ def same_bench_at(ref: str, n: int, a: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = json.loads(out)[0]
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
-    return dict(row, design=f"grpc.aio @{ref}")
+    return dict(row, design=f"{row['design']} @{ref}")
 
 
 def main() -> None:
@@ -222,36 +239,56 @@ def main() -> None:
     ap.add_argument("--baseline-probes", type=int, default=1000)
     ap.add_argument("--relays", type=int, default=0, help="K: run --probes through K relays (0: direct)")
     ap.add_argument("--direct-probes", type=int, default=10000, help="with --relays: the direct figure's N")
+    ap.add_argument(
+        "--relay-engine",
+        default="python",
+        help="with --relays: python, native (swarmscope-relayd), or both (python,native: each N with each)",
+    )
     ap.add_argument("--compare-ref", default="", help="git ref: run this same bench there too, per N")
+    ap.add_argument(
+        "--sim",
+        default="auto",
+        help="simulated probes: go, python, or both (go,python: each N with each); auto: go if it builds",
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     # SIGTERM (timeout, kill) unwinds like Ctrl-C: the finally blocks stop relays and probes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sims = [pick_sim(s) for s in a.sim.split(",")]
+    if not set(sims) <= set(SIMS):
+        ap.error(f"--sim: {a.sim!r}: want go, python, a comma list of them, or auto")
+    engines = a.relay_engine.split(",")
+    if not set(engines) <= {"python", "native"}:
+        ap.error(f"--relay-engine: {a.relay_engine!r}: want python, native or python,native")
     rows = []
     load0 = os.getloadavg()
     if a.baseline_ref != "none" and not a.relays:
         rows.append(baseline(a.baseline_ref, a.baseline_probes, a.windows))
 
-    def direct(n: int) -> dict[str, Any]:
+    def direct(n: int, sim: str) -> dict[str, Any]:
         paced = (a.heartbeat_s, a.heartbeat_budget, not a.unknown_size)
-        return run(n, a.windows, a.per_process, a.per_channel, *paced)
+        return run(n, a.windows, a.per_process, a.per_channel, *paced, sim=sim)
 
     if a.relays:
         # Relays first: the figure this mode is for; the direct one after, in the same run.
         for n in a.probes.split(","):
-            rows.append(
-                run_relays(
-                    int(n), a.relays, a.windows, a.per_process, a.per_channel, a.heartbeat_s, TOKEN, pin_all
-                )
-            )
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if a later row fails
+            for sim, engine in ((s, e) for s in sims for e in engines):
+                row = run_relays(
+                    int(n), a.relays, a.windows, a.per_process, a.per_channel, a.heartbeat_s, TOKEN, pin_all,
+                    sim=sim_probes(sim), engine=engine,
+                )  # fmt: skip
+                # heartbeat_s: the relays hand it out; the table's beats/s column needs it
+                row = dict(row, design=f"{row['design']}, {sim} sims", sim=sim, heartbeat_s=a.heartbeat_s)
+                rows.append(row)
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if a later row fails
         if a.direct_probes:
-            rows.append(direct(a.direct_probes))
+            rows.extend(direct(a.direct_probes, sim) for sim in sims)
     else:
         for n in a.probes.split(","):
-            if a.compare_ref:
-                rows.append(same_bench_at(a.compare_ref, int(n), a))
-            rows.append(direct(int(n)))
+            for sim in sims:
+                if a.compare_ref:
+                    rows.append(same_bench_at(a.compare_ref, int(n), a, sim))
+                rows.append(direct(int(n), sim))
     load1 = os.getloadavg()
     if a.json:
         print(json.dumps(rows, indent=1))
@@ -269,8 +306,9 @@ def main() -> None:
         "ctl RSS",
         "relay CPU",
         "relay RSS",
+        "sim CPU/w",
     )
-    print(f"{head[0]:>24}" + "".join(f"{h:>11}" for h in head[1:]))
+    print(f"{head[0]:>32}" + "".join(f"{h:>11}" for h in head[1:]))
     for r in rows:
         cells = (
             str(r["probes"]),
@@ -284,16 +322,18 @@ def main() -> None:
             f"{r['controller_rss_mib']:.0f}MiB",
             f"{r['relays_cpu_s_per_window_per_1k']:.3f}" if r.get("relays") else "-",
             f"{r['relays_rss_mib']:.0f}MiB" if r.get("relays") else "-",
+            f"{r['sim_cpu_s_per_window']:.2f}s" if "sim_cpu_s_per_window" in r else "-",
         )
-        print(f"{r['design']:>24}" + "".join(f"{c:>11}" for c in cells))
+        print(f"{r['design']:>32}" + "".join(f"{c:>11}" for c in cells))
         if r.get("direct_probes"):
-            print(f"{'':>24} ({r['direct_probes']} of them joined the controller directly: relay starved)")
+            print(f"{'':>32} ({r['direct_probes']} of them joined the controller directly: relay starved)")
     print(
         "CPU-s/w/1k: the controller's CPU-seconds per window (open + close) per 1,000 probes; the old "
         "design's is estimated from its CPU% over open+close p50, unpinned. Old figure quoted in issue 13: "
         "1,000 probes, close p99 640 ms quiet, 2.4-3.5 s loaded. beats/s: the heartbeats a second the probes "
         "were handed (a fleet that does not pace: probes / --heartbeat-s). relay CPU: the relays' CPU-s "
-        "per window per 1,000 probes, all relays together (on the probes' core)."
+        "per window per 1,000 probes, all relays together (on the probes' core). sim CPU/w: the simulated "
+        "probes' CPU-s per window, all of them (on CPU 1)."
     )
     print(f"load average (1 min) at start {load0[0]:.1f}, at end {load1[0]:.1f}, on {os.cpu_count()} CPUs")
 

@@ -67,6 +67,7 @@ def run_relays(
     token: str,
     pin_all: Any,
     timeout_s: float = 300.0,
+    sim: Any = SimProbes,
     engine: str = "python",
 ) -> dict[str, Any]:
     fleet = Fleet(token, liveness_s=max(30.0, 6 * heartbeat_s), heartbeat_s=heartbeat_s)
@@ -84,7 +85,7 @@ def run_relays(
         relays = _start_relays(k, fleet.address, token, heartbeat_s, timeout_s, engine)
         t0 = time.monotonic()
         ups = [addr for _, addr in relays] + [fleet.address]
-        sims = SimProbes.spawn(ups, token, names, per_process, per_channel, spread=k)
+        sims = sim.spawn(ups, token, names, per_process, per_channel, spread=k)
         join_deadline = time.monotonic() + max(300, n / 20)
         while True:  # the join of 100,000 takes minutes: say how far it is every 30 s
             try:

@@ -52,7 +52,7 @@ import grpc
 
 from swarmscope import auth
 from swarmscope.controller import fleet_live, relay_routes
-from swarmscope.controller.fleet_gc import gc_held, spare_gc
+from swarmscope.controller.fleet_gc import collect_young, gc_held, spare_gc
 from swarmscope.controller.fleet_loop import (
     AioServerThread,
     gevent_patched,
@@ -195,6 +195,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             live = self.probes()
             have = {p.host for p in live}
             if (hosts is None and len(live) >= count) or (hosts is not None and hosts <= have):
+                collect_young()  # the join's survivors, before the first window (fleet_gc)
                 return
             if time.monotonic() >= deadline:
                 want = f"probes for {few(hosts - have)}" if hosts else f"{count} probe(s)"

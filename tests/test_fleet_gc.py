@@ -1,7 +1,8 @@
 """The fleet's per-message savings (controller/fleet_gc.py, fleet_loop.drain_handoff), over real gRPC.
 
 No automatic garbage collection while a window's open or close is in flight, and the collector
-back on after it, also when the window times out or the call fails; holds that nest and
+back on after it, also when the window times out or the call fails; the join's survivors
+collected once the probes are in (not under a hold); holds that nest and
 cross threads; a process that turned the collector off keeps it off. grpc.aio's completions
 taken by the batch: the fleet's loop has the wrapped reader, thousands of calls in flight at
 once all answer, and two fleets in one process (whose loops share grpc's one socket) both close
@@ -70,6 +71,40 @@ def test_no_collection_while_a_window_is_in_flight_and_back_after() -> None:
         assert gc.isenabled() and gc_holds() == 0
         probe.stop()
     finally:
+        fleet.stop()
+
+
+def test_the_joins_survivors_are_collected_once_the_probes_are_in_and_not_under_a_hold() -> None:
+    """wait_for_probes ends with one collection of the young generations (fleet_gc.collect_young),
+    in the caller's thread; none while a hold is open, none with the collector off."""
+    fleet = Fleet(TOKEN, liveness_s=5.0)
+    fleet.start()
+    runs: list[tuple[str, int]] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and threading.current_thread() is threading.main_thread():
+            runs.append((phase, info["generation"]))
+
+    probes = [FakeProbe(fleet.address, TOKEN, f"h{i}", {"exec": 1}).start() for i in range(3)]
+    try:
+        gc.collect()
+        gc.callbacks.append(note)
+        fleet.wait_for_probes(3, timeout_s=30)
+        assert runs == [("start", 1)]
+        runs.clear()
+        with gc_held():
+            fleet.wait_for_probes(3, timeout_s=30)
+        gc.disable()
+        try:
+            fleet.wait_for_probes(3, timeout_s=30)
+        finally:
+            gc.enable()
+        assert runs == []
+    finally:
+        if note in gc.callbacks:
+            gc.callbacks.remove(note)
+        for p in probes:
+            p.stop()
         fleet.stop()
 
 

@@ -107,9 +107,14 @@ def _window(
     return fleet.close_window("run", wid, timeout_s=40)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str) -> None:
+# The compiled simulated probes (bench/simprobes_go) once too, behind the compiled relay: the
+# pair the fan-in benches measure.
+@pytest.mark.parametrize(("engine", "sim"), [("python", "python"), ("native", "python"), ("native", "go")])
+def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str, sim: str) -> None:
     from simprobes import COUNTERS, SimProbes
+    from simprobes_compiled import GoSimProbes
+
+    Sims = GoSimProbes if sim == "go" else SimProbes
 
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
     fleet.start()
@@ -120,8 +125,8 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str
         ups = [relays[0][1], relays[1][1], fleet.address]
         names = [f"node-{i:02d}" for i in range(20)]
         # 16 probes in one process, 4 in another (killed in window 3); even ones start at relay-a.
-        sims.append(SimProbes.spawn(ups, TOKEN, names[:16], per_process=16, per_channel=4, spread=2))
-        sims.append(SimProbes.spawn(ups, TOKEN, names[16:], per_process=4, per_channel=4, spread=2))
+        sims.append(Sims.spawn(ups, TOKEN, names[:16], per_process=16, per_channel=4, spread=2))
+        sims.append(Sims.spawn(ups, TOKEN, names[16:], per_process=4, per_channel=4, spread=2))
         fleet.wait_for_probes(20, timeout_s=60)
         routes = _routes(fleet)
         assert sorted(routes) == [f"sim-{n}" for n in names]

@@ -61,6 +61,7 @@ lane2() {
   step ig tools/build_ig.sh
   step reader tools/build_probe_reader.sh
   step relayd tools/build_relayd.sh  # the native relay (tests/test_relay.py's engine=native)
+  step simprobes tools/build_simprobes.sh  # tests/test_simprobes_go.py
 }
 
 step go tools/go.sh  # both lanes need it: fetched once, before they start

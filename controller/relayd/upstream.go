@@ -3,8 +3,8 @@ package main
 // Towards the upstream: register as a relay (the same challenge as a probe, RegisterRequest.relay
 // set), announce the roster (all of it first, then changes at most every --roster seconds),
 // heartbeat at the interval Register hands out, and serve OpenWindow / CloseWindow / Shutdown.
-// Upstreams are a list: when one fails the next is tried, same relay id; after a whole round
-// fails, a bounded backoff; more than --retries failures in a row end the relay.
+// Upstreams are a list: when one fails the next is tried, same relay id, after a jittered,
+// bounded wait (backoff, below); more than --retries failures in a row end the relay.
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -35,6 +36,7 @@ type fatalErr struct{ error }
 func (r *relay) runForever(ctx context.Context) error {
 	failures, i := 0, 0
 	n := len(r.c.upstreams)
+	waits := &backoff{base: 0.5, cap: 8, upstreams: n, last: 0.5}
 	for ctx.Err() == nil {
 		target := r.c.upstreams[i%n]
 		started := time.Now()
@@ -58,14 +60,14 @@ func (r *relay) runForever(ctx context.Context) error {
 		if failures > r.c.retries {
 			return fmt.Errorf("relay: every upstream failed %d times (last: %s)", r.c.retries, last)
 		}
+		if time.Since(started) > 10*time.Second {
+			waits.reset()
+		}
 		i++
 		logf("upstream %s: %s; trying %s", target, last, r.c.upstreams[i%n])
-		if i%n == 0 { // a full round failed: back off (bounded) before the next round
-			delay := math.Min(8, 0.5*math.Pow(2, float64(failures/n)))
-			select {
-			case <-ctx.Done():
-			case <-time.After(seconds(delay)):
-			}
+		select {
+		case <-ctx.Done():
+		case <-time.After(seconds(waits.next(failures))):
 		}
 	}
 	return nil
@@ -189,4 +191,24 @@ func (r *relay) serve(ctx context.Context, target string) (bool, error) {
 			return true, nil
 		}
 	}
+}
+
+// backoff: the waits between upstreams, as probes/backoff.py's (docs/scale-out.md, "Reconnects
+// are jittered"): moving on within a round waits uniformly in [0, base] (full jitter); after a
+// whole round failed, uniformly in [base, 3 x the previous wait] (decorrelated jitter), capped.
+// Relays that lost one upstream at one instant then do not all register with the next at once.
+type backoff struct {
+	base, cap, last float64
+	upstreams       int
+}
+
+func (b *backoff) reset() { b.last = b.base }
+
+func (b *backoff) next(failures int) float64 {
+	if failures%b.upstreams != 0 {
+		return rand.Float64() * b.base
+	}
+	w := math.Min(b.cap, math.Max(b.base, b.base+rand.Float64()*(3*b.last-b.base)))
+	b.last = w
+	return w
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# go_build.sh — build one of the project's Go programs once per source version, cache it, print
+# the binary's path. The per-program scripts (build_probe_reader.sh, build_relayd.sh,
+# build_simprobes.sh) name what to build and call this.
+#
+#   tools/go_build.sh controller/relayd relayd swarmscope-relayd swarmscope.dev/relayd
+#   # -> /var/cache/swarmscope/tools/relayd-<hash>/swarmscope-relayd
+#
+# Arguments: the source directory (relative to the repository), the cache entry's name, the
+# binary's name, and the Go module whose `pb` package receives probe.proto's generated code.
+# The version is a hash of the directory's *.go, go.mod, go.sum and proto/swarmscope/v1/probe.proto,
+# so an edit rebuilds and an unchanged tree only checks the cached binary. The Go code of
+# probe.proto is generated at build time (never committed): grpc_tools.protoc (the Python package
+# the project already pins) with protoc-gen-go built from its module, at the version of
+# google.golang.org/protobuf that the program's go.mod pins. The gRPC services are hand-written
+# over grpc.ServiceDesc / grpc.ClientConn, so protoc-gen-go-grpc is not needed.
+# Caveats: a cold build fetches go.mod's modules through the Go module proxy (about a minute on
+# 2 cores); PYTHON (default: the repo's .venv, else python3) must have grpc_tools; Go comes from
+# tools/go.sh. Binaries are static (CGO_ENABLED=0), so the image can carry them as they are.
+set -euo pipefail
+[ $# -eq 4 ] || { echo "usage: $0 SRC_DIR CACHE_NAME BINARY GO_MODULE" >&2; exit 2; }
+rel=$1 name=$2 binary=$3 module=$4
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$ROOT/$rel
+PY=${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}
+ver=$(cd "$ROOT" && cat "$rel"/*.go "$rel"/go.mod "$rel"/go.sum proto/swarmscope/v1/probe.proto \
+  | sha256sum | cut -c1-12)
+CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools
+DIR="$CACHE/$name-$ver"
+BIN="$DIR/$binary"
+if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+go_bin=$("$ROOT/tools/go.sh")
+export PATH="$(dirname "$go_bin"):$PATH" GOTOOLCHAIN=local GOFLAGS=-mod=mod
+mkdir -p "$DIR"
+# A private work dir, so a half-built binary never appears at $BIN; moved into place at the end.
+tmp=$(mktemp -d "$DIR/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+cp "$SRC"/*.go "$SRC"/go.mod "$SRC"/go.sum "$tmp/"
+protobuf_ver=$(cd "$tmp" && go list -m -f '{{.Version}}' google.golang.org/protobuf)
+echo "go_build: $name $ver (protoc-gen-go $protobuf_ver)" >&2
+GOBIN="$tmp/bin" go install "google.golang.org/protobuf/cmd/protoc-gen-go@$protobuf_ver" >&2
+mkdir -p "$tmp/pb"
+# No go_package in the .proto (it is the Python packages' too): the M option names the package.
+PATH="$tmp/bin:$PATH" "$PY" -m grpc_tools.protoc -I"$ROOT/proto" --go_out="$tmp/pb" \
+  --go_opt=paths=source_relative \
+  --go_opt="Mswarmscope/v1/probe.proto=$module/pb" \
+  swarmscope/v1/probe.proto >&2
+mv "$tmp/pb/swarmscope/v1/probe.pb.go" "$tmp/pb/probe.pb.go"
+(cd "$tmp" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$tmp/out" .) >&2
+mv -f "$tmp/out" "$BIN"
+echo "$BIN"
