@@ -9,7 +9,9 @@ itself with the binary (``execve``: same pid, so a signal to it reaches the rela
 default relay id ``relay-<hostname>-<pid>`` is the same). The token goes in
 ``$SWARMSCOPE_TOKEN``, never in argv. The binary: ``$SWARMSCOPE_RELAYD``, else
 ``tools/build_relayd.sh`` (cached by a hash of its source under $SWARMSCOPE_CACHE/tools; a cold
-build fetches Go modules). Caveat: the native relay takes probes only (no relay below it).
+build fetches Go modules). The container image sets ``$SWARMSCOPE_RELAYD`` to its
+/usr/local/bin/swarmscope-relayd (the Dockerfile's native stage), so a pod never builds.
+Caveat: the native relay takes probes only (no relay below it).
 """
 
 from __future__ import annotations

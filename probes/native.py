@@ -14,6 +14,7 @@ and a SIGKILLed reader's pins are swept as any dead light probe's.
 
 The binary: ``$SWARMSCOPE_PROBE_READER``, else ``tools/build_probe_reader.sh`` (cached by a hash
 of the reader's source under $SWARMSCOPE_CACHE/tools; a cold build fetches Go modules, ~1 min).
+The container image sets it to its /usr/local/bin/swarmscope-probe-reader, so a pod never builds.
 Caveats: carries ``exec_count``, ``neigh_events``, ``syscall_count``, ``pkt_count`` and
 ``bpf_stats`` (``NATIVE``; the reader enables run statistics itself), with their start-up
 settings only: neigh_events' family is compiled in by the

@@ -57,6 +57,7 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
     assert spec["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in c["env"]}
     assert env["SWARMSCOPE_RELAY_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["SWARMSCOPE_RELAY_ENGINE"] == {"name": "SWARMSCOPE_RELAY_ENGINE", "value": "python"}
     assert not any(k.startswith("SWARMSCOPE_TLS") for k in env)  # no TLS unless asked
     svc = one(objs, "Service", "-relays")
     assert svc["spec"]["ports"] == [
@@ -93,6 +94,7 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
             "needs relays.tlsSecret",
         ),
         (["relays.windowTimeout=30"], "exclusiveMaximum"),
+        (["relays.engine=rust"], "at '/relays/engine': value must be one of 'python', 'native'"),
     ],
 )
 def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str], message: str) -> None:  # noqa: F811
@@ -104,14 +106,21 @@ def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str]
 @pytest.mark.parametrize("engine", ENGINES)
 def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engine: str) -> None:  # noqa: F811
     """The chart's relay certificate, towards probes (mTLS) and the controller (mTLS, its
-    server name), with the relay configured by environment only (as the chart does), each engine."""
-    objs = docs(helm_template(tools, tmp_path, *ON, "-f", str(CHART / "ci" / "mtls-values.yaml")).stdout)
+    server name), with the relay configured by environment only (as the chart does), each
+    engine chosen by relays.engine alone: the rendered SWARMSCOPE_RELAY_ENGINE is what runs."""
+    values = ("-f", str(CHART / "ci" / "mtls-values.yaml"), "--set", f"relays.engine={engine}")
+    objs = docs(helm_template(tools, tmp_path, *ON, *values).stdout)
+    for o in objs:
+        kubernetes_validate.validate(o, KUBE_VERSION, strict=True)
     secret = one(objs, "Secret", "-tls-relays")
     assert secret["data"]["ca.crt"] == one(objs, "Secret", "-tls-controller")["data"]["ca.crt"]
     dep = one(objs, "Deployment", "-relays")
-    env = {e["name"]: e.get("value") for e in _container(dep)["env"]}
+    rendered = {e["name"]: e.get("value") for e in _container(dep)["env"]}
+    assert rendered["SWARMSCOPE_RELAY_ENGINE"] == engine
     assert (
-        env["SWARMSCOPE_RELAY_TLS_CLIENT_CA"] == env["SWARMSCOPE_TLS_CA"] == "/var/run/swarmscope-tls/ca.crt"
+        rendered["SWARMSCOPE_RELAY_TLS_CLIENT_CA"]
+        == rendered["SWARMSCOPE_TLS_CA"]
+        == "/var/run/swarmscope-tls/ca.crt"
     )
     assert {
         "name": "relay-tls",
@@ -134,9 +143,9 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engi
         SWARMSCOPE_TLS_CERT=rly["tls.crt"],
         SWARMSCOPE_TLS_KEY=rly["tls.key"],
         SWARMSCOPE_TLS_SERVER_NAME=CTL,
-        SWARMSCOPE_RELAY_ENGINE=engine,
+        SWARMSCOPE_RELAY_ENGINE=rendered["SWARMSCOPE_RELAY_ENGINE"],
     )
-    if engine == "native":
+    if engine == "native":  # the image sets $SWARMSCOPE_RELAYD (its /usr/local/bin copy)
         env["SWARMSCOPE_RELAYD"] = relayd()
     relay = subprocess.Popen(
         [

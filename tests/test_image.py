@@ -5,15 +5,17 @@
 `tools/image-install.sh --check` verifies on this Debian host what the Dockerfile's build
 would need: every apt package has a candidate, python3 is 3.11, the entry point runs. The slow
 test builds the real image (tools/build_image.py, no Docker engine; cached by content), checks
-it is two layers and that a code-only change adds a new code layer on the same base, unpacks it
-and runs it the way the chart's worker pod does: uid 10001 on a read-only root filesystem,
-where the exec helpers must already be built.
+it is three layers (base, the Go binaries of the native stage, code) and that a code-only change
+adds a new code layer on the same two, unpacks it and runs it the way the chart's pods do: uid
+10001 on a read-only root filesystem, where the exec helpers must already be built and
+`swarmscope relay --engine native` execs the image's swarmscope-relayd (no Go, no build).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -37,6 +39,14 @@ def layers(layout: Path) -> list[str]:
     blob = layout / "blobs" / "sha256"
     manifest = json.loads((blob / index["manifests"][0]["digest"].split(":")[1]).read_text())
     return [layer["digest"] for layer in manifest["layers"]]
+
+
+def has_interpreter(elf: Path) -> bool:
+    """Whether a 64-bit ELF names a dynamic loader (a PT_INTERP program header)."""
+    b = elf.read_bytes()
+    assert b[:5] == b"\x7fELF\x02", elf
+    phoff, (phentsize, phnum) = struct.unpack_from("<Q", b, 0x20)[0], struct.unpack_from("<HH", b, 0x36)
+    return any(struct.unpack_from("<I", b, phoff + i * phentsize)[0] == 3 for i in range(phnum))
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -90,13 +100,14 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     index = json.loads((layout / "index.json").read_text())
     refs = [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]]
     assert refs == ["0.1.0"]  # the chart's appVersion: imported as ghcr.io/swarmscope/swarmscope:0.1.0
-    base_layer, code_layer = layers(layout)  # the cached base, the code on top
+    base_layer, native_layer, code_layer = layers(layout)  # the cached base, Go binaries, the code
     # A code-only change: a new code layer on the same base, no Debian install.
     tree = tmp_path / "tree"
     for f in [
         *build_image.context_files(ROOT),
         Path("tools/build_image.py"),
         Path("tools/build_image_work.py"),
+        Path("tools/build_image_stage.py"),
     ]:
         (tree / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tree / f, follow_symlinks=False)
@@ -109,8 +120,9 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     assert "building base" not in r.stderr and "code layer in" in r.stderr, r.stderr
     with tarfile.open(r.stdout.split()[-1]) as t:
         t.extractall(tmp_path / "oci2", **TAR_FILTER)
-    base2, code2 = layers(tmp_path / "oci2")
-    assert base2 == base_layer and code2 != code_layer
+    base2, native2, code2 = layers(tmp_path / "oci2")
+    # The Go binaries' layer depends on their sources only: byte for byte the same.
+    assert base2 == base_layer and native2 == native_layer and code2 != code_layer
     subprocess.run(["umoci", "unpack", "--image", f"{layout}:0.1.0", str(bundle)], check=True)
     proc = json.loads((bundle / "config.json").read_text())["process"]
     assert (proc["user"]["uid"], proc["args"]) == (10001, ["swarmscope", "--help"])
@@ -122,6 +134,14 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     # The exec helpers and the neighbor agent's library, each under its own source hash.
     assert [p.rsplit("/", 1)[1] for p in prebuilt] == ["libssagent.so", "execstorm", "tiny"], prebuilt
     assert [p.split("/")[4].split("-")[0] for p in prebuilt] == ["agent", "native", "native"], prebuilt
+    # The native stage's binaries: static, root-owned, executable by all, found through the ENV.
+    env_of = dict(e.split("=", 1) for e in proc["env"])
+    assert env_of["SWARMSCOPE_RELAYD"] == "/usr/local/bin/swarmscope-relayd"
+    assert env_of["SWARMSCOPE_PROBE_READER"] == "/usr/local/bin/swarmscope-probe-reader"
+    for name in ("swarmscope-relayd", "swarmscope-probe-reader"):
+        st = (rootfs / "usr/local/bin" / name).stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o755), name
+        assert not has_interpreter(rootfs / "usr/local/bin" / name), name  # static: no ld.so needed
 
     # As the worker pod runs: uid 10001, the root filesystem read-only, no home directory.
     env = " ".join(f"{k}={v}" for k, v in (e.split("=", 1) for e in proc["env"]))
@@ -136,9 +156,19 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
         env -i {env} HOME=/nonexistent /usr/sbin/chroot --userspec=10001:10001 {rootfs} sh -c '
           cd /opt/swarmscope && swarmscope --help >/dev/null
           touch /opt/swarmscope/x 2>/dev/null && echo WRITABLE
-          python -c "{script}"'
+          python -c "{script}"
+          swarmscope-probe-reader --help 2>&1 | head -n1
+          # As the chart runs a native relay; a closed upstream: it retries until stopped.
+          SWARMSCOPE_TOKEN=t timeout -s INT 4 swarmscope relay --engine native \
+            --upstream 127.0.0.1:1 --bind 127.0.0.1:0 || echo relay rc $?'
         """],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["/" + p for p in reversed(prebuilt)]  # found prebuilt, not compiled
+    out = r.stdout.splitlines()
+    assert " ".join(out[:2]).split() == ["/" + p for p in reversed(prebuilt)]  # prebuilt, not compiled
+    assert out[2].startswith("Usage of swarmscope-probe-reader"), out
+    assert out[3].startswith("swarmscope relay relay-") and " listening on port " in out[3], out
+    assert out[4:] == ["relay rc 124"], out  # ran until timeout stopped it, no build attempted
+    # The Go relay's own words (the Python relay says nothing of the kind): it was exec'd.
+    assert "relayd: upstream 127.0.0.1:1: Hello: Unavailable" in r.stderr, r.stderr

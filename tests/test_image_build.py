@@ -11,8 +11,10 @@ tests/test_realnode_image.py builds the image for real and runs it on a real nod
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,21 +22,43 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import build_image  # noqa: E402
+import build_image_stage  # noqa: E402
 
 
 def test_every_dockerfile_instruction_is_in_the_plan() -> None:
     ins = build_image.instructions((ROOT / "Dockerfile").read_text())
     p = build_image.plan(ROOT / "Dockerfile")
+    stage_end = [i for i, a in ins].index("FROM", 1)  # the native stage, then the image
+    stage, ins = ins[:stage_end], ins[stage_end:]
     froms = [a for i, a in ins if i == "FROM"]
     assert [build_image.BASES[f] for f in froms] == [(p.suite, p.variant)] == [("bookworm", "minbase")]
     copies = [a.split() for i, a in ins if i == "COPY"]
     assert [c[-1] for c in copies if c[:-1] == ["."]] == p.copies == ["/opt/swarmscope"]
-    # In order: the base's named files, the base's RUN, then `COPY .` and the code's RUN.
+    # In order: the base's named files, the base's RUN, the stage's output, then `COPY .` and the
+    # code's RUN.
     order = [i if i != "COPY" else ("COPY ." if a.startswith(". ") else "COPY files") for i, a in ins]
-    assert order == ["FROM", "WORKDIR", "COPY files", "COPY files", "RUN", "COPY .", "RUN", "ENV", "USER",
-                     "ENTRYPOINT", "CMD"]  # fmt: skip
+    assert order == ["FROM", "WORKDIR", "COPY files", "COPY files", "RUN", "COPY files", "COPY .", "RUN",
+                     "ENV", "USER", "ENTRYPOINT", "CMD"]  # fmt: skip
+    assert [c for c in copies if c[0].startswith("--from=")] == [
+        ["--from=native", "/src/out/", "/usr/local/bin/"]
+    ]
+    assert p.stage_copies == [("/src/out/", "/usr/local/bin/")]
+    # The stage: every instruction mapped, in order; its one RUN is the script the host runs too.
+    assert p.stage is not None and stage[0] == ("FROM", "python:3.11-bookworm AS native")
+    assert [("WORKDIR", p.stage.workdir)] == [x for x in stage if x[0] == "WORKDIR"]
+    assert [a for i, a in stage if i == "RUN"] == p.stage.runs == ["tools/native-stage.sh out"]
+    stage_copies = [a.split() for i, a in stage if i == "COPY"]
+    tools = [(c[0].removeprefix("--from="), c[1], c[2]) for c in stage_copies if c[0].startswith("--from=")]
+    assert tools == p.stage.tools == [("golang:1.26-bookworm", "/usr/local/go", "/usr/local/go")]
+    assert [(c[:-1], c[-1]) for c in stage_copies if not c[0].startswith("--from=")] == p.stage.copies
+    # Every file the stage copies is in the build context (.dockerignore takes the scripts back).
+    context = {str(f) for f in build_image.context_files(ROOT)}
+    for srcs, _dst in p.stage.copies:
+        for s in srcs:
+            assert s in context or any(f.startswith(f"{s}/") for f in context), s
+    assert len(stage) == 1 + 1 + len(stage_copies) + 1
     assert (
-        [(c[:-1], c[-1]) for c in copies if c[:-1] != ["."]]
+        [(c[:-1], c[-1]) for c in copies if c[:-1] != ["."] and not c[0].startswith("--from=")]
         == p.base_copies
         == [
             (["pyproject.toml", "constraints.txt", "README.md"], "/opt/swarmscope/"),
@@ -50,6 +74,8 @@ def test_every_dockerfile_instruction_is_in_the_plan() -> None:
         "PATH": "/opt/swarmscope/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "SWARMSCOPE_RELAYD": "/usr/local/bin/swarmscope-relayd",
+        "SWARMSCOPE_PROBE_READER": "/usr/local/bin/swarmscope-probe-reader",
     }
     # The base is the one install script, and it never reads the code (which is not there yet);
     # the code's RUN prebuilds the exec helpers.
@@ -125,3 +151,62 @@ def test_context_follows_dockerignore_and_keys_by_content(tmp_path: Path) -> Non
         (tmp_path / "Dockerfile").read_text().replace("RUN true", "RUN false")
     )
     assert keys()[0] == b  # a code step changed: same base
+
+
+def test_dockerignore_exception_takes_a_file_back(tmp_path: Path) -> None:
+    # As Docker: the last matching line decides; `!` re-includes a file under an ignored pattern.
+    (tmp_path / ".dockerignore").write_text("tools/build_*\n!tools/build_relayd.sh\nlib\n!lib/keep.txt\n")
+    for f in ("tools/build_relayd.sh", "tools/build_image.py", "tools/go.sh", "lib/keep.txt", "lib/drop.txt"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text(f)
+    files = [str(f) for f in build_image.context_files(tmp_path)]
+    assert files == [".dockerignore", "lib/keep.txt", "tools/build_relayd.sh", "tools/go.sh"]
+
+
+def test_stage_mapping_refuses_what_the_host_cannot_stand_for(tmp_path: Path) -> None:
+    df = tmp_path / "Dockerfile"
+    cases = {
+        "FROM alpine:3 AS native\n": "one build stage FROM python:3.11-bookworm first",
+        "FROM python:3.11-bookworm AS a\nCOPY --from=rust:1 /x /y\n": "no host tool for COPY --from=rust:1",
+        "FROM python:3.11-bookworm AS a\nENV X=1\n": "stage a: ENV has no scripted equivalent",
+        "FROM python:3.11-bookworm AS a\nFROM debian:bookworm-slim\nCOPY --from=b /o/ /d/\n": (
+            r"only `COPY --from=STAGE SRC DIR/`, before `COPY \.`"
+        ),
+        "FROM python:3.11-bookworm AS a\nFROM debian:bookworm-slim\nCOPY . /d\nCOPY --from=a /o/ /d/\n": (
+            r"only `COPY --from=STAGE SRC DIR/`, before `COPY \.`"
+        ),
+    }
+    for text, message in cases.items():
+        df.write_text(text)
+        with pytest.raises(SystemExit, match=message):
+            build_image.plan(df)
+
+
+def test_stage_runs_on_the_host_and_its_layer_is_deterministic(tmp_path: Path) -> None:
+    """A stage whose RUN writes a file: copied in, run in the stage's WORKDIR, then laid out under
+    the destination, root-owned with mtime 0, so two runs give the same layer bytes."""
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "src" / "sub" / "in.txt").write_text("hello")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM python:3.11-bookworm AS st\nWORKDIR /w\nCOPY src /w/src/\n"
+        "RUN mkdir out && cat src/sub/in.txt > out/tool && chmod 755 out/tool\n"
+        "FROM debian:bookworm-slim\nCOPY --from=st /w/out/ /usr/local/bin/\n"
+    )
+    p = build_image.plan(tmp_path / "Dockerfile")
+    assert p.stage is not None
+    digests = []
+    for n in ("a", "b"):
+        (tmp_path / n).mkdir()
+        top = build_image_stage.run_stage(tmp_path, p.stage, tmp_path / n)
+        tar = build_image_stage.layer_tar(top, p.stage_copies, p.stage.workdir, tmp_path / n)
+        digests.append(hashlib.sha256(tar.read_bytes()).hexdigest())
+        with tarfile.open(tar) as t:
+            members = {m.name: (m.uid, m.gid, m.mtime, m.mode) for m in t.getmembers()}
+    assert digests[0] == digests[1]
+    assert members == {
+        ".": (0, 0, 0, 0o755),
+        "./usr": (0, 0, 0, 0o755),
+        "./usr/local": (0, 0, 0, 0o755),
+        "./usr/local/bin": (0, 0, 0, 0o755),
+        "./usr/local/bin/tool": (0, 0, 0, 0o755),
+    }

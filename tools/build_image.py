@@ -8,9 +8,11 @@
 The Dockerfile is the single source: this reads it and maps each instruction to Debian tools,
 so the two cannot drift (tests/test_image_build.py also checks the mapping covers every line):
 
+    FROM ... AS native          a build stage, run on this host (tools/build_image_stage.py)
     FROM debian:bookworm-slim   mmdebstrap --variant=minbase bookworm (slim's package set)
     WORKDIR d                   the working dir of the RUN steps and of the image
     COPY f.. d/  (before `.`)   named files into the base (mmdebstrap's copy-in)
+    COPY --from=native s d/     the stage's output, one layer between the base and the code
     RUN cmd      (before `.`)   `sh -c cmd` in the base rootfs (mmdebstrap's chroot hook, cwd d)
     COPY . d                    the build context (minus .dockerignore) copied into d
     RUN cmd      (after `.`)    `sh -c cmd` chrooted into an overlay on the base: its upper
@@ -41,6 +43,7 @@ build takes minutes. Instructions other than the ones above are refused, not ign
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import fnmatch
 import hashlib
@@ -57,6 +60,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from build_image_stage import HOST_STAGES, HOST_TOOLS, Stage, layer_tar, run_stage
 from build_image_work import Interrupted, WorkDir, mounts_under, prune, sweep_stale
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +89,8 @@ class Plan:
     # The base part, before `COPY . d`: named files copied ((sources, destination dir)) and RUNs.
     base_copies: list[tuple[list[str], str]] = field(default_factory=list)
     base_runs: list[tuple[str, str]] = field(default_factory=list)  # (cwd, command)
+    stage: Stage | None = None  # `FROM ... AS name`, before the image's FROM
+    stage_copies: list[tuple[str, str]] = field(default_factory=list)  # `COPY --from=stage s d`
     copies: list[str] = field(default_factory=list)  # destination dirs of `COPY . d`
     runs: list[tuple[str, str]] = field(default_factory=list)  # (cwd, command), after the copy
     env: dict[str, str] = field(default_factory=dict)
@@ -113,8 +119,22 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 def plan(dockerfile: Path) -> Plan:
     p = Plan(env=dict(BASE_ENV))
+    in_stage = False
     for ins, args in instructions(dockerfile.read_text()):
-        if ins == "FROM":
+        if ins == "FROM" and " AS " in args.upper():
+            image, _as, name = args.split()
+            if p.stage or p.suite or image not in HOST_STAGES:
+                raise SystemExit(f"build_image: one build stage FROM {'|'.join(HOST_STAGES)} first: {args}")
+            p.stage, in_stage = Stage(name, image), True
+        elif in_stage and ins != "FROM":
+            _stage_instruction(p.stage, ins, args)  # type: ignore[arg-type]
+        elif ins == "COPY" and args.startswith("--from="):
+            name, src, dst = args.removeprefix("--from=").split()
+            if not p.stage or name != p.stage.name or p.copies or not dst.endswith("/"):
+                raise SystemExit(f"build_image: only `COPY --from=STAGE SRC DIR/`, before `COPY .`: {args}")
+            p.stage_copies.append((src, dst))
+        elif ins == "FROM":
+            in_stage = False
             if args not in BASES:
                 raise SystemExit(f"build_image: no mmdebstrap mapping for FROM {args}")
             p.suite, p.variant = BASES[args]
@@ -146,6 +166,23 @@ def plan(dockerfile: Path) -> Plan:
     return p
 
 
+def _stage_instruction(s: Stage, ins: str, args: str) -> None:
+    if ins == "WORKDIR":
+        s.workdir = args
+    elif ins == "COPY" and args.startswith("--from="):
+        image, src, dst = args.removeprefix("--from=").split()
+        if image not in HOST_TOOLS:
+            raise SystemExit(f"build_image: stage {s.name}: no host tool for COPY --from={image}")
+        s.tools.append((image, src, dst))
+    elif ins == "COPY":
+        *srcs, dst = args.split()
+        s.copies.append((srcs, dst))
+    elif ins == "RUN":
+        s.runs.append(args)
+    else:
+        raise SystemExit(f"build_image: stage {s.name}: {ins} has no scripted equivalent")
+
+
 def context_files(root: Path) -> list[Path]:
     """The build context: every file under root not matched by .dockerignore (sorted)."""
     ignore = [
@@ -154,20 +191,28 @@ def context_files(root: Path) -> list[Path]:
         if line.strip() and not line.startswith("#")
     ]
 
+    def matches(pat: str, parts: list[str]) -> bool:
+        if pat.startswith("**/"):
+            return any(fnmatch.fnmatch(x, pat[3:]) for x in parts)
+        return any(fnmatch.fnmatch("/".join(parts[: i + 1]), pat) for i in range(len(parts)))
+
     def ignored(rel: str) -> bool:
-        parts = rel.split("/")
+        # As Docker: the last pattern that matches decides, `!pattern` taking a path back in.
+        out = False
         for pat in ignore:
-            if pat.startswith("**/"):
-                if any(fnmatch.fnmatch(x, pat[3:]) for x in parts):
-                    return True
-            elif any(fnmatch.fnmatch("/".join(parts[: i + 1]), pat) for i in range(len(parts))):
-                return True
-        return False
+            if matches(pat.removeprefix("!"), rel.split("/")):
+                out = not pat.startswith("!")
+        return out
+
+    def pruned(rel_dir: str) -> bool:
+        # An ignored directory is not walked unless an exception names something inside it.
+        kept = [pat[1:] for pat in ignore if pat.startswith("!")]
+        return ignored(rel_dir) and not any(k.startswith(f"{rel_dir}/") for k in kept)
 
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        dirnames[:] = [d for d in dirnames if not ignored(os.path.normpath(os.path.join(rel_dir, d)))]
+        dirnames[:] = [d for d in dirnames if not pruned(os.path.normpath(os.path.join(rel_dir, d)))]
         # A symlinked directory (swarmscope/workers -> ../workers) is copied as the link, like
         # Docker's COPY does; os.walk lists it as a directory and does not descend into it.
         links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
@@ -201,7 +246,8 @@ def base_key(root: Path, p: Plan) -> str:
 
 def cache_key(root: Path, files: list[Path]) -> str:
     h = hashlib.sha256((root / "Dockerfile").read_bytes())
-    h.update(Path(__file__).read_bytes())  # this builder is not in the context (.dockerignore)
+    # this builder is not in the context (.dockerignore); the stage's mapping is part of it
+    h.update(Path(__file__).read_bytes() + (Path(__file__).parent / "build_image_stage.py").read_bytes())
     _hash_files(h, root, files)
     return h.hexdigest()[:16]
 
@@ -266,6 +312,13 @@ def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) ->
     """The code layer on the cached base: `COPY .` and the RUNs after it, one new layer."""
     with WorkDir(CACHE) as w:
         wd = w.path
+        # The stage's output, its own layer below the code (the code's RUNs see it too).
+        native = wd / "native"
+        if p.stage:
+            native.mkdir()
+            top = run_stage(root, p.stage, native)
+            native_tar = layer_tar(top, p.stage_copies, p.stage.workdir, native)
+        lower = f"{native / 'tree'}:{base}/bundle/rootfs" if p.stage else f"{base}/bundle/rootfs"
         ctx = wd / "context"
         for f in files:
             (ctx / f).parent.mkdir(parents=True, exist_ok=True)
@@ -274,7 +327,7 @@ def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) ->
             (wd / d).mkdir()
         # The RUNs write into an overlay on the base rootfs: its upper dir is exactly the layer.
         # Mounts live in a private mount namespace, so they end with it, whatever kills us.
-        sh = [f"mount -t overlay overlay -o lowerdir={base}/bundle/rootfs,upperdir={wd}/upper,"
+        sh = [f"mount -t overlay overlay -o lowerdir={lower},upperdir={wd}/upper,"
               f"workdir={wd}/work {wd}/merged"]  # fmt: skip
         for dst in p.copies:
             sh.append(f"mkdir -p {wd}/merged{dst} && cp -a {ctx}/. {wd}/merged{dst}/")
@@ -305,7 +358,13 @@ def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) ->
             shutil.copy2(base / "oci" / name, wd / "oci" / name)
         version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
         oci = f"{wd / 'oci'}:{version}"  # tagged with the chart's default appVersion tag
-        w.run(["umoci", "raw", "add-layer", "--image", f"{wd / 'oci'}:base", "--tag", version, str(layer)])
+        image = f"{wd / 'oci'}:base"
+        if p.stage:
+            w.run(["umoci", "raw", "add-layer", "--image", image, "--tag", "native", str(native_tar)])
+            image = f"{wd / 'oci'}:native"
+        w.run(["umoci", "raw", "add-layer", "--image", image, "--tag", version, str(layer)])
+        if p.stage:
+            w.run(["umoci", "rm", "--image", image])
         w.run(["umoci", "rm", "--image", f"{wd / 'oci'}:base"])
         cfg = ["umoci", "config", "--image", oci, "--os", "linux", "--architecture", "amd64"]
         cfg += ["--config.workingdir", p.workdir, "--config.user", p.user]
@@ -345,7 +404,7 @@ def wheelhouse(root: Path) -> Path:
 def main(argv: list[str]) -> int:
     p = plan(ROOT / "Dockerfile")
     if "--plan" in argv:
-        print(json.dumps(p.__dict__, indent=1))
+        print(json.dumps(dataclasses.asdict(p), indent=1))
         return 0
     CACHE.mkdir(parents=True, exist_ok=True)
     for d in sweep_stale(CACHE):

@@ -1,0 +1,191 @@
+"""The chart's native relay on a real node: the image's Go relay carries the probe, windows exact.
+
+    .venv/bin/python -m pytest tests/test_realnode_chart_relays.py -v -s   # -s: timings, report
+
+One `helm install` with relays.enabled and relays.engine=native (one relay pod), the image built
+here and imported into the node's containerd (as tests/test_realnode_chart.py). Checked: every
+pod Running and ready; the relay pod's process, seen from the host, is the image's
+/usr/local/bin/swarmscope-relayd (the CLI exec'd it: no Go, no build, read-only root) running as
+uid 10001 and holding the probe's session (an established connection from the probe pod's IP
+on its port); then the controller runs one headless exec storm (a `helm upgrade`, as in
+test_realnode_chart.py) and every window is exact, generated == kernel, for the real node. The
+controller's connections, sampled every second until the report: the relay pod's, never the
+probe pod's: the probe reached the controller only through the Go relay.
+Seen here: the upgrade replaces the controller, the relay's upstream retries run out (as the
+Python relay's do) and the relay container restarts; the probe comes back through the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster, build_tools
+from imagebuild import build_swarmscope_image
+from realnode import RealNode, build_node_tools, wait_for
+from test_realnode_chart import (
+    IMAGE_REPO,
+    NS,
+    RELEASE,
+    RUNNING_TIMEOUT,
+    _exec_storm_upgrade,
+    _pods,
+    pods_wide,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
+
+ROOT = Path(__file__).resolve().parent.parent
+RELAYD = "/usr/local/bin/swarmscope-relayd"
+PORT = 7002  # values.yaml relays.port
+
+
+def test_native_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
+    tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
+    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
+        t = time.monotonic()
+        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
+        print(f"image imported in {time.monotonic() - t:.1f} s", flush=True)
+        values = tmp_path / "values.json"
+        values.write_text(json.dumps(_values(node)))
+        t = time.monotonic()
+        c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace",
+               "-f", str(values))  # fmt: skip
+        try:
+            try:
+                pods = wait_for("every pod Running and ready", lambda: _all_ready(c, 4), RUNNING_TIMEOUT)
+            finally:
+                print(pods_wide(c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]), flush=True)
+            print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+            comps = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
+            assert comps == ["controller", "probes", "relays", "workers"]
+            (relay_pod,) = _pods(c, "relays")
+            env = {e["name"]: e.get("value") for e in relay_pod["spec"]["containers"][0]["env"]}
+            assert env["SWARMSCOPE_RELAY_ENGINE"] == "native"
+
+            # The relay, seen from the host: the image's binary, uid 10001, holding the probe.
+            pid = wait_for("the relay's process", _relayd_pid, 30.0)
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            print(f"relay process {pid}: {argv}", flush=True)
+            assert argv[0] == RELAYD
+            assert f"--upstream={RELEASE}-swarmscope-controller.{NS}.svc:7001" in argv
+            uids = next(
+                ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("Uid:")
+            )
+            assert uids.split()[1:] == ["10001"] * 4
+            (probe_pod,) = _pods(c, "probes")
+            probe_ip, relay_ip = probe_pod["status"]["podIP"], relay_pod["status"]["podIP"]
+            wait_for(
+                "the probe's session at the relay",
+                lambda: probe_ip in _peers(pid, PORT) or None,
+                RUNNING_TIMEOUT,
+            )
+
+            t = time.monotonic()
+            ctrl_uid = _exec_storm_upgrade(c)
+            results = (
+                node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
+            )
+
+            at_controller: set[str] = set()  # peers seen on the new controller's fleet port
+
+            def report() -> Path | None:
+                ctl = _pid_of(b"--headless")
+                if ctl:
+                    at_controller.update(_peers(ctl, 7001))
+                done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+                return done[0] if done else None
+
+            rep = json.loads(
+                wait_for("the exec storm's report", report, RUNNING_TIMEOUT, every=1.0).read_text()
+            )
+            print(
+                f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}",
+                flush=True,
+            )
+            iterations = rep["points"][0]["iterations"]
+            assert iterations
+            for it in iterations:
+                (n,) = it["per_node"]
+                print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
+                assert n["node"] == node.name
+                assert n["generated"] == n["kernel"] > 0, n
+            (relay_now,) = _pods(c, "relays")
+            restarts = relay_now["status"]["containerStatuses"][0]["restartCount"]
+            print(f"controller's peers: {sorted(at_controller)}; relay restarts: {restarts}", flush=True)
+            assert at_controller == {relay_now["status"]["podIP"]} == {relay_ip}
+            now = _relayd_pid()
+            assert now is not None and probe_ip in _peers(now, PORT)
+        finally:
+            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+
+
+def _values(node: RealNode) -> dict[str, Any]:
+    return {
+        "tracing": {"enabled": False},  # not what this test checks: no Jaeger image to import
+        "jaeger": {"enabled": False},
+        "relays": {"enabled": True, "engine": "native", "replicas": 1},
+        # This kubelet keeps pod logs in its own dir: the probe names pods from it.
+        "probes": {"podLogs": {"podsDir": str(node.dir / "pod-logs")}},
+    }
+
+
+def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
+    pods = [
+        p
+        for p in c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    ok = len(pods) == n and all(
+        p["status"].get("phase") == "Running"
+        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        for p in pods
+    )
+    return pods if ok else None
+
+
+def _relayd_pid() -> int | None:
+    """The one process on this machine whose argv[0] is the image's relay path (no host build
+    runs from /usr/local/bin: the tests' relays run from $SWARMSCOPE_CACHE/tools)."""
+    found = [pid for pid, argv in _processes() if argv[0] == RELAYD.encode()]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def _pid_of(arg: bytes) -> int | None:
+    """The controller the upgrade started: a `swarmscope controller` whose argv has `arg`."""
+    found = [pid for pid, argv in _processes() if b"controller" in argv and arg in argv]
+    return found[0] if len(found) == 1 else None
+
+
+def _processes() -> list[tuple[int, list[bytes]]]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit():
+                out.append((int(p.name), (p / "cmdline").read_bytes().split(b"\0")))
+        except OSError:
+            continue
+    return out
+
+
+def _peers(pid: int, port: int) -> set[str]:
+    """The IPv4 peers of established TCP connections to local `port`, in pid's network
+    namespace (Go listens dual-stack: an IPv4 peer is listed in tcp6, v4-mapped)."""
+    out = set()
+    try:
+        rows = [
+            r.split()
+            for f in ("tcp", "tcp6")
+            for r in Path(f"/proc/{pid}/net/{f}").read_text().splitlines()[1:]
+        ]
+    except OSError:  # gone between the lookup and the read
+        return out
+    for r in rows:
+        if r[1].endswith(f":{port:04X}") and r[3] == "01":
+            ip = bytes.fromhex(r[2].split(":")[0][-8:])[::-1]  # little-endian, the last 32 bits
+            out.add(".".join(str(b) for b in ip))
+    return out
