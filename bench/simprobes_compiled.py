@@ -28,6 +28,7 @@ from typing import Any
 from simprobes import Registering, SimProbes
 
 from swarmscope.errors import SetupError
+from swarmscope.sys.gobuild import go_binary
 
 BUILD = Path(__file__).resolve().parent.parent / "tools" / "build_simprobes.sh"
 SIMS = ("go", "python")
@@ -36,16 +37,8 @@ _built: list[str] = []  # the binary's path, once built in this process
 
 def build() -> str:
     """The binary's path (built and cached by tools/build_simprobes.sh on first use)."""
-    if _built:
-        return _built[0]
-    env = dict(os.environ, PYTHON=sys.executable)  # its grpc_tools generates the Go pb code
-    try:
-        p = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SetupError(f"cannot run {BUILD}: {e}") from e
-    if p.returncode != 0:
-        raise SetupError(f"building the Go simulated probes failed ({BUILD}):\n{p.stderr[-2000:]}")
-    _built.append(p.stdout.strip().splitlines()[-1])
+    if not _built:
+        _built.append(go_binary(BUILD, "Go simulated probes"))
     return _built[0]
 
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
 import sys
 from typing import NoReturn
 
-from swarmscope.errors import SetupError
+from swarmscope.sys.gobuild import go_binary
 from swarmscope.sys.limits import raise_nofile
 
 ENV_RELAYD = "SWARMSCOPE_RELAYD"
@@ -32,22 +31,7 @@ BUILD = _ROOT / "tools" / "build_relayd.sh"
 
 def relayd_binary() -> str:
     """The relay's path: ``$SWARMSCOPE_RELAYD``, else built (or found cached) by the tool."""
-    given = os.environ.get(ENV_RELAYD, "").strip()
-    if given:
-        if not os.access(given, os.X_OK):
-            raise SetupError(f"${ENV_RELAYD}={given}: not an executable file")
-        return given
-    if not BUILD.exists():
-        raise SetupError(f"no native relay: set ${ENV_RELAYD} (tools/build_relayd.sh builds one)")
-    env = dict(os.environ, PYTHON=sys.executable)
-    try:
-        p = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=900)
-    except subprocess.TimeoutExpired as e:
-        raise SetupError(f"building the native relay took over 15 minutes ({BUILD})") from e
-    if p.returncode != 0:
-        tail = "\n".join(p.stderr.strip().splitlines()[-8:])
-        raise SetupError(f"building the native relay failed ({BUILD}):\n{tail}")
-    return p.stdout.strip().splitlines()[-1]
+    return go_binary(BUILD, "native relay", env_var=ENV_RELAYD)
 
 
 def exec_relayd(flags: dict[str, str], token: str) -> NoReturn:

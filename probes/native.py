@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
 import sys
 from typing import Any, NoReturn
 
 from swarmscope.errors import ConfigError, Problem, SetupError
+from swarmscope.sys.gobuild import go_binary
 
 ENV_READER = "SWARMSCOPE_PROBE_READER"
 NATIVE = ("exec_count", "neigh_events", "syscall_count", "pkt_count", "bpf_stats")
@@ -64,21 +64,7 @@ def check_programs(programs: list[str], metrics_port: int | None, once: bool) ->
 
 def reader_binary() -> str:
     """The reader's path: ``$SWARMSCOPE_PROBE_READER``, else built (or found cached) by the tool."""
-    given = os.environ.get(ENV_READER, "").strip()
-    if given:
-        if not os.access(given, os.X_OK):
-            raise SetupError(f"${ENV_READER}={given}: not an executable file")
-        return given
-    if not BUILD.exists():
-        raise SetupError(
-            f"no native probe reader: set ${ENV_READER} (tools/build_probe_reader.sh builds one)"
-        )
-    env = dict(os.environ, PYTHON=sys.executable)
-    p = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=900)
-    if p.returncode != 0:
-        tail = "\n".join(p.stderr.strip().splitlines()[-8:])
-        raise SetupError(f"building the native probe reader failed ({BUILD}):\n{tail}")
-    return p.stdout.strip().splitlines()[-1]
+    return go_binary(BUILD, "native probe reader", env_var=ENV_READER)
 
 
 def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> NoReturn:
