@@ -40,6 +40,15 @@ COMMON_FIELDS = [
     ),
     Field("probe_timeout_s", float, 60.0, "how long to wait for probes to register", min=1, max=3600),
     Field(
+        "probes_at_exit",
+        str,
+        "shutdown",
+        "shutdown: tell every probe (and relay) to stop when the controller stops; keep: only end "
+        "their sessions, so long-lived ones (the chart's DaemonSet, `swarmscope controller` sets "
+        "it) stay up and register with the next controller",
+        choices=("shutdown", "keep"),
+    ),
+    Field(
         "window_timeout_s",
         float,
         30.0,
@@ -134,6 +143,7 @@ class RunConfig(Config):
     expect_probes: int
     heartbeat_budget: float
     probe_timeout_s: float
+    probes_at_exit: str
     window_timeout_s: float
     grpc_bind: str
     token_file: str

@@ -75,6 +75,14 @@ def register(subparsers: Any) -> None:
         default=20.0,
         help="seconds a close waits for probes (< the controller's)",
     )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=10,
+        help="failed upstream sessions in a row before the relay gives up (waits grow to 8 s "
+        "each, jittered; the chart sets more, so a controller replaced by an upgrade does not "
+        "end its relays) (default 10)",
+    )
     p.set_defaults(func=run)
 
 
@@ -108,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         problems.append(Problem("--heartbeat-budget", "heartbeat_budget", "must be > 0"))
     if args.window_timeout <= 0:
         problems.append(Problem("--window-timeout", "window_timeout", "must be > 0"))
+    if args.retries < 1:
+        problems.append(Problem("--retries", "retries", "must be >= 1"))
     if s["engine"] not in ENGINES:
         problems.append(Problem("--engine", "engine", f"one of {', '.join(ENGINES)}, not {s['engine']!r}"))
     if problems:
@@ -123,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
             "window-timeout": args.window_timeout,
         }
         flags = {k: v for k, v in s.items() if k != "engine"}
-        exec_relayd({**flags, **{k: repr(float(v)) for k, v in numbers.items()}}, token)
+        floats = {k: repr(float(v)) for k, v in numbers.items()}
+        exec_relayd({**flags, **floats, "retries": str(args.retries)}, token)
     relay = Relay(
         upstreams,
         token,
@@ -133,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         liveness_s=args.liveness,
         heartbeat_budget=args.heartbeat_budget,
         window_timeout_s=args.window_timeout,
+        retries=args.retries,
         tls=TLSFiles(cert=s["tls-cert"], key=s["tls-key"], ca=s["tls-client-ca"]),
         upstream_tls=TLSFiles(
             cert=s["upstream-tls-cert"],

@@ -17,7 +17,8 @@ and RSS goes up every ``heartbeat_interval_s``.
 Caveats: plain threads (a probe is its own process, never gevent-patched). When the
 controller goes away the agent re-registers with bounded, jittered, growing waits
 (probes/backoff.py) and then raises FleetError; a wrong token (UNAUTHENTICATED /
-PERMISSION_DENIED) is not retried.
+PERMISSION_DENIED) is not retried. Served by a later upstream of "a,b,...", it moves back to the
+first one when that answers again, between windows (probes/failback.py).
 A node given by ``cgroup_path`` with ``cgroup_id`` 0 is resolved here (ids are node-local
 inode numbers); one that does not resolve gets a Reading with ``error`` and no counters.
 Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta; an
@@ -52,6 +53,7 @@ from swarmscope import __version__, auth
 from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
 from swarmscope.probes import window_span
 from swarmscope.probes.backoff import Backoff
+from swarmscope.probes.failback import Failback, hello_ok
 from swarmscope.probes.pods import PodIndex
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
@@ -118,6 +120,7 @@ class ProbeAgent:
         tls: TLSFiles | None = None,
         pods: PodIndex | None = None,
         rand: Callable[[float, float], float] | None = None,
+        failback_s: float = 30.0,
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -138,6 +141,8 @@ class ProbeAgent:
         self.retries = retries
         # Jittered waits (probes/backoff.py); ``rand(lo, hi)`` is injectable for tests.
         self.waits = Backoff(backoff_s, max_backoff_s, len(self.upstreams), rand)
+        # Away from upstreams[0], go back when it answers (probes/failback.py); 0 = never.
+        self.failback = Failback(failback_s, rand)
         self.rpc_timeout_s = rpc_timeout_s
         self._token = token
         self.tls = tls if tls is not None and tls.enabled else None
@@ -187,6 +192,12 @@ class ProbeAgent:
                     last = str(e)
                 if self._stop.is_set():
                     return
+                if self.failback.moved.is_set():  # not a failure: home answers again
+                    self.failback.moved.clear()
+                    log.info("probe: %s answers again: moving back to it", self.upstreams[0])
+                    self._up, failures = 0, 0
+                    self.waits.reset()
+                    continue
                 # A session that ran for a while was healthy: start counting failures afresh.
                 if time.monotonic() - started > max(5.0, 3 * self.heartbeat_s):
                     failures = 0
@@ -254,10 +265,15 @@ class ProbeAgent:
         """The upstream this probe dials now (a relay, or the controller)."""
         return self.upstreams[self._up % len(self.upstreams)]
 
-    def _channel(self) -> grpc.Channel:
+    def _channel(self, target: str | None = None) -> grpc.Channel:
+        target = target or self.upstream
         if self.tls is None:
-            return grpc.insecure_channel(self.upstream)
-        return grpc.secure_channel(self.upstream, channel_credentials(self.tls), channel_options(self.tls))
+            return grpc.insecure_channel(target)
+        return grpc.secure_channel(target, channel_credentials(self.tls), channel_options(self.tls))
+
+    def _home_answers(self) -> bool:
+        with self._channel(self.upstreams[0]) as channel:
+            return hello_ok(channel, self._token, self.probe_id, self.rpc_timeout_s)
 
     def _rpc_failed(self, what: str, e: grpc.RpcError) -> Exception:
         code = e.code() if hasattr(e, "code") else None
@@ -337,6 +353,8 @@ class ProbeAgent:
             call.cancel()
         hb = threading.Thread(target=beat, name="probe-heartbeat", daemon=True)
         hb.start()
+        if self._up % len(self.upstreams):  # away from home: watch for it
+            self.failback.start(ended, self._home_answers, lambda: not self._windows, call.cancel)
         shutdown = False
         try:
             for cmd in call:

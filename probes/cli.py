@@ -102,6 +102,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--retries", type=int, default=5, help="reconnect attempts before giving up (default 5)")
     p.add_argument(
+        "--failback",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="served by a later upstream of --controller (a,b,...), check the first one every S "
+        "seconds (jittered) and move back to it between windows when it answers; 0 = never (default 30)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -214,6 +222,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         programs,
         args.heartbeat,
         retries=args.retries,
+        failback_s=args.failback,
         metrics=metrics,
         tls=tls,
         program_factory=factory,

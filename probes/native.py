@@ -102,6 +102,7 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
             continue
         argv += ["--pins", f"{name}={obj.path}", "--claim", str(owners.OWNERS_DIR / "pindir" / obj.claim)]
     argv += ["--heartbeat", str(args.heartbeat), "--retries", str(args.retries)]
+    argv += ["--failback", str(args.failback)]
     if "syscall_count" in programs:
         from swarmscope.probes.programs.syscall_count import UNISTD
 

@@ -244,7 +244,7 @@ class SwarmscopeProcess:
                         run=self.run, report=self.report, run_dir=self.run.run_dir
                     )
         finally:
-            if self.fleet is not None:
+            if self.fleet is not None and self.cfg.probes_at_exit == "shutdown":
                 self.fleet.shutdown_probes()
             if self.probe is not None:
                 self.probe.stop()

@@ -49,7 +49,7 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
         "relay", "--upstream", f"{CTL}:7001", "--bind", "0.0.0.0:7002",
         "--token-file", "/var/run/swarmscope/token", "--liveness", "5",
     ]  # fmt: skip
-    assert c["args"][9:] == ["--window-timeout", "20"]
+    assert c["args"][9:] == ["--window-timeout", "20", "--retries", "60"]
     sc = c["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True

@@ -10,9 +10,11 @@ uid 10001 and holding the probe's session (an established connection from the pr
 on its port); then the controller runs one headless exec storm (a `helm upgrade`, as in
 test_realnode_chart.py) and every window is exact, generated == kernel, for the real node. The
 controller's connections, sampled every second until the report: the relay pod's, never the
-probe pod's: the probe reached the controller only through the Go relay.
-Seen here: the upgrade replaces the controller, the relay's upstream retries run out (as the
-Python relay's do) and the relay container restarts; the probe comes back through the new one.
+probe pod's: the probe reached the controller only through the Go relay. The upgrade replaces
+the controller; the relay outlasts it (relays.upstreamRetries) and never restarts.
+Seen in CI once: the probe started before the relay pod was ready (its Service refused), so it
+registered at the controller; failback (probes/failback.py, within 15-45 s) now brings it to
+the relay, which is what the first wait allows for.
 """
 
 from __future__ import annotations
@@ -116,6 +118,11 @@ def test_native_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None
             (relay_now,) = _pods(c, "relays")
             restarts = relay_now["status"]["containerStatuses"][0]["restartCount"]
             print(f"controller's peers: {sorted(at_controller)}; relay restarts: {restarts}", flush=True)
+            if restarts:  # why: each run of the relay container, from the kubelet's log files
+                pod_dir = f"{NS}_{relay_now['metadata']['name']}_*"
+                for log in sorted(node.dir.glob(f"pod-logs/{pod_dir}/relay/*.log")):
+                    print(f"--- {log.name}\n{log.read_text()[-3000:]}", flush=True)
+            assert restarts == 0
             assert at_controller == {relay_now["status"]["podIP"]} == {relay_ip}
             now = _relayd_pid()
             assert now is not None and probe_ip in _peers(now, PORT)

@@ -3,7 +3,7 @@ package main
 // The fleet client: the same protocol and rules as probes/agent.py (its module docstring is
 // the reference). Register with the mutual challenge, then one Session stream served by this
 // goroutine; a sender goroutine owns SendMsg; heartbeats every interval. Retries are bounded
-// with exponential backoff; UNAUTHENTICATED / PERMISSION_DENIED / UNIMPLEMENTED and a wrong
+// with jittered backoff (backoff.go); UNAUTHENTICATED / PERMISSION_DENIED / UNIMPLEMENTED and a wrong
 // controller proof are fatal at once.
 
 import (
@@ -15,8 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,7 +46,9 @@ type agent struct {
 	windows *windows
 	otlp    *otlpExporter
 	cpu     cpuMeter
-	up      int // index into c.upstreams of the upstream dialled now
+	up      int          // index into c.upstreams of the upstream dialled now
+	openN   atomic.Int32 // open windows (the failback watcher reads it from its goroutine)
+	moved   atomic.Bool  // the session ended to go back to upstreams[0] (failback.go)
 }
 
 // upstream: the relay or controller this probe dials now.
@@ -65,6 +67,7 @@ func newAgent(c *config, progs map[string]program) *agent {
 func (a *agent) runForever(ctx context.Context) error {
 	failures := 0
 	last := ""
+	waits := &backoff{base: 0.5, cap: 8, upstreams: len(a.c.upstreams), last: 0.5}
 	for ctx.Err() == nil {
 		started := time.Now()
 		done, err := a.once(ctx)
@@ -83,20 +86,24 @@ func (a *agent) runForever(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if a.moved.Swap(false) { // not a failure: home answers again
+			fmt.Fprintf(os.Stderr, "probe: %s answers again: moving back to it\n", a.c.upstreams[0])
+			a.up, failures = 0, 0
+			waits.reset()
+			continue
+		}
 		if time.Since(started) > max(5*time.Second, 3*a.c.heartbeat) {
 			failures = 0 // a session that ran a while was healthy
+			waits.reset()
 		}
 		failures++
 		n := len(a.c.upstreams)
 		if failures > a.c.retries*n {
 			return fmt.Errorf("controller %s unreachable: gave up after %d retries (last: %s)", a.c.controller, a.c.retries, last)
 		}
-		// The next upstream at once; back off only after a whole round of them failed.
+		// The next upstream after a short spread; a longer (jittered) wait after a whole round.
 		a.up++
-		delay := 0.0
-		if failures%n == 0 {
-			delay = min(8.0, 0.5*math.Pow(2, float64((failures-1)/n)))
-		}
+		delay := waits.next(failures)
 		fmt.Fprintf(os.Stderr, "probe: %s; retry %d/%d at %s in %.1fs\n", last, failures, a.c.retries*n, a.upstream(), delay)
 		select {
 		case <-ctx.Done():
@@ -249,6 +256,9 @@ func (a *agent) session(ctx context.Context, conn *grpc.ClientConn, sid string, 
 			}
 		}
 	}()
+	if a.up%len(a.c.upstreams) != 0 { // away from home: watch for it
+		go a.failback(sctx, ended, cancel)
+	}
 	// The first message carries the session_id (every one does); a heartbeat is its content.
 	put(&pb.ProbeMessage{SessionId: sid, Kind: &pb.ProbeMessage_Heartbeat{Heartbeat: a.heartbeat()}})
 	go func() {

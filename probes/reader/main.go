@@ -39,6 +39,7 @@ type config struct {
 	syscalls                                      syscallSettings
 	ifaces                                        map[uint32]string // pkt_count: ifindex -> name
 	heartbeat                                     time.Duration
+	failback                                      time.Duration // 0 = never go back to upstreams[0]
 	retries                                       int
 	token                                         string
 }
@@ -68,6 +69,8 @@ func parseArgs(args []string) (*config, error) {
 	fs.Var(&pktIfaces, "pkt-iface", "pkt_count: IFINDEX=NAME of an interface it is attached to (repeatable)")
 	fs.Float64Var(&hb, "heartbeat", 1.0, "heartbeat seconds if the controller sets none")
 	fs.IntVar(&c.retries, "retries", 5, "reconnect attempts before giving up")
+	var fb float64
+	fs.Float64Var(&fb, "failback", 30, "away from the first upstream, check it every S seconds and go back when it answers; 0 = never")
 	fs.StringVar(&c.syscalls.unistd, "syscall-names", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
 		"syscall_count: the header naming syscall numbers")
 	var filter string
@@ -106,6 +109,7 @@ func parseArgs(args []string) (*config, error) {
 		c.syscalls.filter = append(c.syscalls.filter, nr)
 	}
 	c.heartbeat = time.Duration(hb * float64(time.Second))
+	c.failback = time.Duration(fb * float64(time.Second))
 	// "a,b,c": upstreams tried in turn (relays first, the controller last), as the Python agent.
 	for _, u := range strings.Split(c.controller, ",") {
 		if u = strings.TrimSpace(u); u != "" {

@@ -171,6 +171,7 @@ func (ws *windows) open(cmd *pb.OpenWindow) *pb.WindowAck {
 		ws.order = ws.order[1:]
 		delete(ws.open_, old)
 	}
+	ws.a.openN.Store(int32(len(ws.order)))
 	err := joinErrors(w.errors)
 	if err != "" {
 		fmt.Fprintf(os.Stderr, "probe: window %s opened with errors: %s\n", key[1], err)
@@ -217,6 +218,7 @@ func (ws *windows) readClose(key [2]string) ([]*pb.Reading, []byte) {
 			break
 		}
 	}
+	ws.a.openN.Store(int32(len(ws.order)))
 	counters := map[string]map[string]uint64{}
 	samples := map[string][]*pb.Sample{}
 	for _, n := range w.nodes {

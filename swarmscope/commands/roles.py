@@ -129,7 +129,8 @@ def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
         "--master-bind-port", str(args.locust_port), "--web-host", args.web_host,
         "--web-port", str(args.web_port), *(["--web-login"] if web_login else []),
         "--ss-scenario-file", args.scenario, "--ss-grpc-bind", f"{host}:{args.grpc_port}",
-        "--ss-probe", "external", "--ss-metrics-port", str(args.metrics_port),
+        "--ss-probe", "external", "--ss-probes-at-exit", "keep",
+        "--ss-metrics-port", str(args.metrics_port),
         # the metrics port is the one on every interface: the kubelet's probes and scrapers
         # reach it on the pod address (the chart's NetworkPolicy says who may)
         "--ss-metrics-bind", "0.0.0.0", *_extra(args),
@@ -144,7 +145,7 @@ def sweep_sets(args: argparse.Namespace) -> list[str]:
     host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
     return [
         "mode=distributed", "spawn_workers=false", f"workers={args.workers}",
-        f"master_bind={host}:{args.locust_port}", "probe=external",
+        f"master_bind={host}:{args.locust_port}", "probe=external", "probes_at_exit=keep",
         f"grpc_bind={host}:{args.grpc_port}", f"metrics_port={args.metrics_port}", "metrics_bind=0.0.0.0",
     ]  # fmt: skip
 

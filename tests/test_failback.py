@@ -1,0 +1,153 @@
+"""Failback (probes/failback.py, probes/reader/failback.go): a probe whose first upstream (a
+relay) was not there when it started registers at the controller, then moves to the relay once
+it answers, between windows only, and a window through the relay is exact. Real controller
+fleet, real `swarmscope relay` processes (both engines), the real Python agent with a stand-in
+program, and the compiled reader with real BPF. Plus the watcher's rules with stand-ins.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from agent_helpers import FakeProgram, _free_port, fake_factory
+from probe_helpers import exec_in_cgroup, temp_cgroup
+from test_probe_native import _native, reader  # noqa: F401  (reader: the fixture)
+from test_relay import ENGINES, start_relay
+
+from swarmscope.controller.fleet import Fleet
+from swarmscope.probes.agent import ProbeAgent
+from swarmscope.probes.failback import Failback
+from swarmscope.sys.cgroups import cgroup_id
+from swarmscope.v1 import probe_pb2 as pb
+
+TOKEN = "native-probe-token-0123"  # test_probe_native's: its _native helper passes it
+pytestmark = pytest.mark.timeout(180)
+
+
+def _routes(fleet: Fleet) -> dict[str, str]:
+    return {p.probe_id: p.via for p in fleet.probes()}
+
+
+def _until(what: str, cond, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s:.0f} s"
+        time.sleep(0.05)
+
+
+def test_watcher_moves_once_when_home_answers_and_no_window_is_open() -> None:
+    ended = threading.Event()
+    answers = iter([False, False, True])
+    idle = iter([False, False, False, True])
+    moves: list[float] = []
+    fb = Failback(0.02, rand=lambda lo, hi: 1.0)
+    t = fb.start(ended, lambda: next(answers), lambda: next(idle), lambda: moves.append(time.monotonic()))
+    assert t is not None
+    t.join(5)
+    assert not t.is_alive()
+    assert len(moves) == 1 and fb.moved.is_set()
+    # Every check and every idle look was used: none skipped, none after the move.
+    assert next(answers, "spent") == "spent" and next(idle, "spent") == "spent"
+
+
+def test_watcher_stops_with_its_session_and_is_off_at_zero() -> None:
+    ended = threading.Event()
+    calls: list[int] = []
+    fb = Failback(0.02, rand=lambda lo, hi: 1.0)
+    t = fb.start(ended, lambda: calls.append(1) or False, lambda: True, lambda: pytest.fail("moved"))
+    assert t is not None
+    time.sleep(0.2)
+    ended.set()
+    t.join(5)
+    assert not t.is_alive() and calls and not fb.moved.is_set()
+    assert Failback(0.0).start(ended, lambda: True, lambda: True, lambda: None) is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_agent_started_before_its_relay_moves_to_it_between_windows(engine: str) -> None:
+    fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
+    fleet.start()
+    port = _free_port()
+    agent = ProbeAgent(
+        f"127.0.0.1:{port},{fleet.address}",
+        TOKEN,
+        "fb-node",
+        ["f"],
+        probe_id="fb-1",
+        retries=3,
+        backoff_s=0.1,
+        failback_s=0.5,
+        program_factory=fake_factory({"f": FakeProgram("f")}),
+    )
+    run = threading.Thread(target=agent.run_forever, daemon=True)
+    run.start()
+    relay = None
+    try:
+        fleet.wait_for_probes(hosts={"fb-node"}, timeout_s=30)
+        assert _routes(fleet) == {"fb-1": ""}  # no relay yet: straight to the controller
+        node = {"fb-node": [pb.NodeInfo(name="fb-node", cgroup_id=42)]}
+        assert fleet.open_window("run", "w1", node, timeout_s=20) == {}
+        relay, addr = start_relay(
+            "relay-fb", fleet.address, "--bind", f"127.0.0.1:{port}", token=TOKEN, engine=engine
+        )
+        assert addr == f"127.0.0.1:{port}"
+        time.sleep(2.0)  # ~4 checks, each answered: the open window holds the probe where it is
+        assert _routes(fleet) == {"fb-1": ""}
+        readings, missing = fleet.close_window("run", "w1", timeout_s=20)
+        assert (missing, [(r.probe_id, r.counters, r.error) for r in readings]) == (
+            [],
+            [("fb-1", {"ticks": 5}, "")],
+        )
+        _until("the probe at the relay", lambda: _routes(fleet) == {"fb-1": "relay-fb"})
+        assert agent.upstream == addr
+        assert fleet.open_window("run", "w2", node, timeout_s=20) == {}
+        readings, missing = fleet.close_window("run", "w2", timeout_s=30)
+        assert (missing, [(r.probe_id, r.counters, r.error) for r in readings]) == (
+            [],
+            [("fb-1", {"ticks": 5}, "")],
+        )
+        assert fleet.take_reconnects("w2") == {}
+    finally:
+        agent.stop()
+        run.join(10)
+        if relay is not None:
+            relay.kill()
+            relay.wait(10)
+        fleet.stop()
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_native_reader_started_before_its_relay_moves_to_it(reader: str) -> None:  # noqa: F811
+    fleet = Fleet(TOKEN)
+    fleet.start()
+    port = _free_port()
+    node = f"nat-fb-{os.getpid()}"
+    relay = None
+    try:
+        with (
+            _native(reader, f"127.0.0.1:{port},{fleet.address}", node, "--failback", "0.5") as proc,
+            temp_cgroup("natfb") as cg,
+        ):
+            fleet.wait_for_probes(hosts={node}, timeout_s=120)
+            pid = f"{socket.gethostname()}-{proc.pid}"
+            assert _routes(fleet) == {pid: ""}
+            relay, _ = start_relay(
+                "relay-natfb", fleet.address, "--bind", f"127.0.0.1:{port}", token=TOKEN, engine="native"
+            )
+            _until("the reader at the relay", lambda: _routes(fleet) == {pid: "relay-natfb"})
+            nodes = {node: [pb.NodeInfo(name="n1", cgroup_id=cgroup_id(cg))]}
+            assert fleet.open_window("run", "w-fb", nodes, timeout_s=30) == {}
+            exec_in_cgroup(cg, 40)
+            (r,), missing = fleet.close_window("run", "w-fb", timeout_s=30)
+            assert (missing, r.error, r.counters["exec"]) == ([], "", 40)
+            assert proc.poll() is None
+    finally:
+        if relay is not None:
+            relay.kill()
+            relay.wait(10)
+        fleet.stop()
