@@ -138,7 +138,9 @@ class Relay:
                 # whole round failed.
                 self._stop.wait(waits.next(failures))
         finally:
-            self.fleet.shutdown_probes("relay stopped")
+            # Sessions end, probes stay up: they dial their next upstream (another relay, the
+            # controller) and come back by failback. Only the upstream's Shutdown (above) is
+            # passed on: a relay stopping is not the run ending (docs/scale-out.md, "Failback").
             self.fleet.stop()
 
     def _channel(self, target: str) -> grpc.Channel:

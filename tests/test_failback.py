@@ -120,6 +120,49 @@ def test_agent_started_before_its_relay_moves_to_it_between_windows(engine: str)
         fleet.stop()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stopped_relay_lets_its_probe_move_on_instead_of_stopping_it(engine: str) -> None:
+    """SIGTERM to a relay (a rollout, a scale-down) ends its sessions; it does not tell its
+    probes to stop (only the controller's Shutdown is passed on): the agent registers at the
+    controller, still running, and a window there is exact."""
+    fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
+    fleet.start()
+    relay, addr = start_relay("relay-stop", fleet.address, token=TOKEN, engine=engine)
+    agent = ProbeAgent(
+        f"{addr},{fleet.address}",
+        TOKEN,
+        "st-node",
+        ["f"],
+        probe_id="st-1",
+        retries=3,
+        backoff_s=0.1,
+        failback_s=0.0,
+        program_factory=fake_factory({"f": FakeProgram("f")}),
+    )
+    run = threading.Thread(target=agent.run_forever, daemon=True)
+    run.start()
+    try:
+        fleet.wait_for_probes(hosts={"st-node"}, timeout_s=30)
+        assert _routes(fleet) == {"st-1": "relay-stop"}
+        relay.terminate()
+        assert relay.wait(15) == 0
+        _until("the probe at the controller", lambda: _routes(fleet) == {"st-1": ""})
+        assert run.is_alive() and agent.upstream == fleet.address
+        node = {"st-node": [pb.NodeInfo(name="st-node", cgroup_id=42)]}
+        assert fleet.open_window("run", "ws", node, timeout_s=20) == {}
+        readings, missing = fleet.close_window("run", "ws", timeout_s=20)
+        assert (missing, [(r.probe_id, r.counters, r.error) for r in readings]) == (
+            [],
+            [("st-1", {"ticks": 5}, "")],
+        )
+    finally:
+        agent.stop()
+        run.join(10)
+        relay.kill()
+        relay.wait(10)
+        fleet.stop()
+
+
 @pytest.mark.root
 @pytest.mark.bpf
 def test_native_reader_started_before_its_relay_moves_to_it(reader: str) -> None:  # noqa: F811

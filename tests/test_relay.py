@@ -313,10 +313,11 @@ def test_relay_cli_reports_every_bad_setting_at_once(monkeypatch, capsys) -> Non
 
     for var in ("SWARMSCOPE_RELAY_UPSTREAM", "SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY"):
         monkeypatch.delenv(var, raising=False)
-    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0", "--engine", "rust"])
+    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0", "--engine", "rust", "--retries", "0"])
     err = capsys.readouterr().err
     assert rc == 2
     assert "--upstream" in err and "--tls-cert" in err and "--window-timeout" in err, err
+    assert "--retries: retries: must be >= 1" in err, err
     assert "--engine" in err and "one of python, native, not 'rust'" in err, err
 
 

@@ -185,8 +185,8 @@ func main() {
 	defer stop()
 	r := &relay{c: c, f: f, dial: dial}
 	err = r.runForever(ctx)
-	f.shutdownProbes("relay stopped")
-	// The Shutdowns go out before the server stops (fleet.py's stop gives 1 s of grace).
+	// Sessions end, probes stay up (they dial their next upstream, and come back by failback):
+	// only the upstream's Shutdown is passed on. 1 s of grace, as fleet.py's stop.
 	done := make(chan struct{})
 	go func() { srv.GracefulStop(); close(done) }()
 	select {
