@@ -126,7 +126,7 @@ class SwarmscopeProcess:
         self.fleet = make_fleet(
             token,
             bind=cfg.grpc_bind,
-            tls=_fleet_tls(cfg),
+            tls=fleet_tls(cfg),
             heartbeat_budget=cfg.heartbeat_budget,
             # Known in advance, the fleet's size paces its first probes as much as its last.
             expect_probes=cfg.expect_probes if cfg.probe == "external" else 0,
@@ -257,7 +257,7 @@ class SwarmscopeProcess:
         return self.report
 
 
-def _fleet_tls(cfg: Any) -> Any:
+def fleet_tls(cfg: Any) -> Any:
     """TLS files of the probe fleet from the config; None for plaintext (one machine, loopback)."""
     from swarmscope.errors import ConfigError, Problem
     from swarmscope.tls import TLSFiles

@@ -64,7 +64,7 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     node_env = {**env, "NODE_NAME": "kind-node-1"}
     probe = subprocess.Popen(
         [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token),
-         "--node", "kind-node-1"],
+         "--node", "kind-node-1", "--retries", "60"],
         cwd=ROOT, env=node_env, stdout=logs["probe"], stderr=subprocess.STDOUT,
     )  # fmt: skip
     # The worker runs in a cgroup of its own, as a pod does: it is measured through it.
@@ -100,6 +100,17 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
             time.sleep(0.3)
         health = urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/healthz", timeout=5).read()
         assert health == b"ok\n" and controller.poll() is None
+        # The probe outlives the run (probes_at_exit=keep): not told to stop, it registers with
+        # the idle controller, which holds its session (no crash loop against a closed port).
+        deadline = time.monotonic() + 60
+        while (tmp_path / "probe.log").read_bytes().count(b" registered, session ") < 2:
+            assert probe.poll() is None and time.monotonic() < deadline, (tmp_path / "probe.log").read_text()[
+                -3000:
+            ]
+            time.sleep(0.3)
+        time.sleep(3)  # held, not dropped: no third registration, still running
+        assert (tmp_path / "probe.log").read_bytes().count(b" registered, session ") == 2
+        assert probe.poll() is None
         controller.terminate()
         assert controller.wait(30) == 0, (tmp_path / "controller.log").read_text()[-3000:]
     finally:

@@ -174,7 +174,11 @@ def _controller(args: argparse.Namespace) -> int:
         )
     gate = RunOnce(out, args.run_once)
     if not gate.claim():
-        return gate.idle(args.metrics_port)
+        stop = _hold_probes(args)
+        try:
+            return gate.idle(args.metrics_port)
+        finally:
+            stop()
     argv = list(sys.orig_argv)  # before Locust rewrites sys.argv
     rc = run()
     gate.finish(rc)
@@ -184,6 +188,34 @@ def _controller(args: argparse.Namespace) -> int:
     sys.stderr.flush()
     os.execv(sys.executable, argv)
     return rc  # pragma: no cover (execv does not return)
+
+
+def _hold_probes(args: argparse.Namespace) -> Any:
+    """While a run-once controller idles: a fleet on the run's gRPC port that takes the probes'
+    and relays' sessions and opens no window, so they stay up and connected instead of dialling
+    a closed port until their retries run out and their pods crash-loop (docs/cluster.md). The
+    next controller (the next helm upgrade) takes them over. Returns its stop."""
+    import logging
+    import os
+
+    from swarmscope import auth
+    from swarmscope.controller.fleet_proc import make_fleet
+    from swarmscope.errors import SetupError
+    from swarmscope.kinds import load_scenario
+    from swarmscope.process import fleet_tls
+
+    _, cfg = load_scenario(args.scenario, ["probe=external"])
+    try:
+        token = auth.load_token(cfg.token_file or None)
+    except SetupError:  # no token, no probes of ours to hold
+        return lambda: None
+    host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
+    fleet = make_fleet(token, f"{host}:{args.grpc_port}", tls=fleet_tls(cfg))
+    fleet.start()
+    logging.getLogger("swarmscope.controller").info(
+        "controller: holding the probes' sessions on %s:%d while idle", host, args.grpc_port
+    )
+    return fleet.stop
 
 
 def _worker(args: argparse.Namespace) -> int:
