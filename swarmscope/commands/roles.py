@@ -114,11 +114,16 @@ def _locust(argv: list[str], kind: str) -> int:
     return 0
 
 
-def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
-    """The Locust command line of ``swarmscope controller``: every port bound narrowly."""
+def _bind_host(args: argparse.Namespace) -> str:
+    """The one address every controller port binds: --bind-host, else the pod's IP, else loopback."""
     import os
 
-    host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
+    return str(args.bind_host or os.environ.get("POD_IP") or "127.0.0.1")
+
+
+def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
+    """The Locust command line of ``swarmscope controller``: every port bound narrowly."""
+    host = _bind_host(args)
     web_login = args.web_login and "--headless" not in _extra(args)  # headless: no web UI at all
     if web_login:
         from swarmscope import weblogin
@@ -140,9 +145,7 @@ def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
 def sweep_sets(args: argparse.Namespace) -> list[str]:
     """``swarmscope run --set``s of ``swarmscope controller --sweep``: the same ports and binds as
     the Locust master's (controller_argv), the workers and probes external."""
-    import os
-
-    host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
+    host = _bind_host(args)
     return [
         "mode=distributed", "spawn_workers=false", f"workers={args.workers}",
         f"master_bind={host}:{args.locust_port}", "probe=external", "probes_at_exit=keep",
@@ -196,7 +199,6 @@ def _hold_probes(args: argparse.Namespace) -> Any:
     a closed port until their retries run out and their pods crash-loop (docs/cluster.md). The
     next controller (the next helm upgrade) takes them over. Returns its stop."""
     import logging
-    import os
 
     from swarmscope import auth
     from swarmscope.controller.fleet_proc import make_fleet
@@ -209,7 +211,7 @@ def _hold_probes(args: argparse.Namespace) -> Any:
         token = auth.load_token(cfg.token_file or None)
     except SetupError:  # no token, no probes of ours to hold
         return lambda: None
-    host = args.bind_host or os.environ.get("POD_IP") or "127.0.0.1"
+    host = _bind_host(args)
     fleet = make_fleet(token, f"{host}:{args.grpc_port}", tls=fleet_tls(cfg))
     fleet.start()
     logging.getLogger("swarmscope.controller").info(
