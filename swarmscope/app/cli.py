@@ -17,16 +17,16 @@ import logging
 import sys
 
 from swarmscope import __version__
-from swarmscope.errors import SwarmscopeError
+from swarmscope.core.errors import SwarmscopeError
 
 # name -> module with register(subparsers). Order is the order in --help.
 COMMAND_MODULES = [
-    "swarmscope.commands.run",
-    "swarmscope.commands.roles",
+    "swarmscope.app.commands.run",
+    "swarmscope.app.commands.roles",
     "swarmscope.probes.cli",
     "swarmscope.controller.relay_cli",
     "swarmscope.probes.top_ebpf",
-    "swarmscope.commands.report",
+    "swarmscope.app.commands.report",
     "swarmscope.controller.trace_push",
     "swarmscope.controller.runs_cli",
     "swarmscope.controller.tracers.selfcheck",

@@ -6,7 +6,7 @@
 
 The exec storm's line keeps its per-node generated / kernel / reported cells; the ingress
 steps and the neighbor sweep print their own figures, the columns of the web UI's tab
-(``swarmscope.webui.KINDS``), so terminal and tab say the same. The summary is the same table
+(``swarmscope.app.webui.KINDS``), so terminal and tab say the same. The summary is the same table
 over the whole run, built from report.json's sections, so it also works on a stored report.
 
 Caveat: the line goes to stderr whether or not it is a terminal (CI logs keep it); the eta is
@@ -20,7 +20,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, TextIO
 
-from swarmscope.webui import KINDS, Columns
+from swarmscope.app.webui import KINDS, Columns
 
 # Columns the line leaves out: they are already in its "[params iter i]" prefix.
 _IN_PREFIX = {"step", "load", "neighbors", "mode"}

@@ -4,7 +4,7 @@
     with stop_on_signals():        # SIGTERM/SIGINT -> KeyboardInterrupt in the main greenlet
         run_the_sweep()            # ... whose `finally` closes the window, reads, tears down
 
-What a process creates is claimed first (swarmscope.sys.owners; simulated-node cgroups keep
+What a process creates is claimed first (swarmscope.core.sys.owners; simulated-node cgroups keep
 their own owner files) and its children die with it (PR_SET_PDEATHSIG). What survives a
 SIGKILL — cgroups, network namespaces and their processes (nginx), veth links with XDP
 attached, bpffs pin directories, a results row stuck at ``running`` — is swept by the next
@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from swarmscope.sys import owners
+from swarmscope.core.sys import owners
 
 log = logging.getLogger(__name__)
 

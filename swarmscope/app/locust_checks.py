@@ -4,7 +4,7 @@
     locust -f scenarios/exec_storm.py --headless -t 10s --check 'generated == kernel'
     # prints each check with its value at the end; exit code 99 when one failed
 
-Wired by swarmscope.plugin: :func:`install` adds the option, :func:`load` parses the checks
+Wired by swarmscope.app.plugin: :func:`install` adds the option, :func:`load` parses the checks
 before anything starts (an invalid one is a ConfigError naming its file line or ``--check``),
 :func:`attach` prints the results when the report is written and sets
 ``environment.process_exit_code`` (Locust's documented way for a plug-in to set it).

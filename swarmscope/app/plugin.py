@@ -1,7 +1,7 @@
 """swarmscope's Locust plug-in: options from the kind's schema, roles per runner, messages.
 
     # scenarios/exec_storm.py (every locustfile in scenarios/ is such a shim)
-    from swarmscope import plugin
+    from swarmscope.app import plugin
     from swarmscope.workers.exec_user import ExecStormUser
     plugin.install("exec_storm")
 
@@ -15,7 +15,7 @@ kind's rule; at quit the report is written.
 
 Every option of the kind's schema is a Locust option ``--ss-<key>`` (help shows its env var
 ``SWARMSCOPE_<KEY>``), generated from the schema, plus ``--ss-scenario-file``. The messages are
-in swarmscope.messages; ``register_messages`` wires them for ``swarmscope run`` too.
+in swarmscope.core.messages; ``register_messages`` wires them for ``swarmscope run`` too.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from swarmscope import messages as M
 from swarmscope.controller.model import PointInfo
-from swarmscope.errors import SwarmscopeError
+from swarmscope.core import messages as M
+from swarmscope.core.errors import SwarmscopeError
 from swarmscope.kinds import scenario_text
 from swarmscope.workers import spans as worker_spans
 
@@ -56,7 +56,7 @@ def install(kind_name: str) -> None:
             raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
         return
     _INSTALLED["kind"] = get_kind(kind_name)
-    from swarmscope import locust_checks, webui, workerauth
+    from swarmscope.app import locust_checks, webui, workerauth
 
     workerauth.install()  # with a worker token set: Locust's master port admits only its workers
     locust_checks.install()
@@ -95,7 +95,7 @@ def _config(options: Any) -> Any:
 
 
 def register_messages(proc: Any, runner: Any) -> None:
-    """Wire swarmscope's messages (swarmscope.messages) for ``proc``'s roles onto a runner."""
+    """Wire swarmscope's messages (swarmscope.core.messages) for ``proc``'s roles onto a runner."""
     local = isinstance(runner, LocalRunner)
     if proc.role in ("local", "worker"):
 
@@ -157,8 +157,8 @@ class _FreeRun:
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
-    from swarmscope import locust_checks
-    from swarmscope.process import SwarmscopeProcess
+    from swarmscope.app import locust_checks
+    from swarmscope.app.process import SwarmscopeProcess
 
     if runner is None:
         return
@@ -171,7 +171,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         else "worker"
     )
     if role != "worker":  # a worker sweeping here would miss the master's first messages
-        from swarmscope.lifecycle import sweep_stale
+        from swarmscope.app.lifecycle import sweep_stale
 
         sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
@@ -181,7 +181,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         if cfg is not None:
             checks, cfg = locust_checks.load(cfg, environment.parsed_options)
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
-        from swarmscope import weblogin
+        from swarmscope.app import weblogin
 
         weblogin.install(environment)  # --web-login: the UI behind Locust's login page
     except SwarmscopeError as e:
@@ -301,7 +301,7 @@ def _on_quitting(environment: Any, **_: Any) -> None:
         proc.events.point_done.fire(run=proc.run, point=free.point, results=list(proc.controller.results))
     report = proc.close(free.status)  # with the kind's report sections
     if report is not None and proc.run is not None:
-        from swarmscope.console import kind_summary
+        from swarmscope.app.console import kind_summary
         from swarmscope.controller.report import render_console
 
         print(render_console(report), file=sys.stderr)  # with the final status, not "running"

@@ -23,13 +23,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope import auth
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
-from swarmscope.errors import ResultsError
-from swarmscope.events import RunEvents
-from swarmscope.sys import owners
-from swarmscope.sys.heap import freeze_setup_heap
+from swarmscope.core import auth
+from swarmscope.core.errors import ResultsError
+from swarmscope.core.events import RunEvents
+from swarmscope.core.sys import owners
+from swarmscope.core.sys.heap import freeze_setup_heap
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class SwarmscopeProcess:
     ) -> SwarmscopeProcess:
         proc = cls(role, cfg, kind)
         if role in ("local", "master") and proc.cfg.probe == "embedded" and os.geteuid() != 0:
-            from swarmscope.errors import SetupError
+            from swarmscope.core.errors import SetupError
 
             raise SetupError(
                 "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
@@ -85,7 +85,7 @@ class SwarmscopeProcess:
         return proc
 
     def _make_controller(self, run_id: str | None) -> None:
-        from swarmscope.console import IterationPrinter
+        from swarmscope.app.console import IterationPrinter
         from swarmscope.controller.fleet_proc import make_fleet
         from swarmscope.controller.metrics import RunMetrics
         from swarmscope.controller.otel import RunSpans
@@ -114,7 +114,7 @@ class SwarmscopeProcess:
         self.spans = RunSpans.attach(self.events)
         self.store = ResultStore(os.path.join(out, "swarmscope.sqlite"))
         # Claimed before the row exists: if this process is killed, the next run's start marks
-        # the row `interrupted` (swarmscope.lifecycle.sweep_stale).
+        # the row `interrupted` (swarmscope.app.lifecycle.sweep_stale).
         owners.claim("run", rid, db=os.path.abspath(self.store.path))
         self.store.attach(self.events)
         # The token: a file, else $SWARMSCOPE_TOKEN (the Helm chart's Secret), else a fresh one
@@ -174,7 +174,7 @@ class SwarmscopeProcess:
         if self.worker is not None:
             return self.worker
         if sim_nodes > 0 and os.geteuid() != 0:
-            from swarmscope.errors import SetupError
+            from swarmscope.core.errors import SetupError
 
             raise SetupError(
                 "needs root: simulated nodes are cgroups this process creates. Run it as root "
@@ -204,7 +204,8 @@ class SwarmscopeProcess:
         if not self.checks and not self.cfg.checks:
             return
         from swarmscope.controller.checks import evaluate, parse_checks, render_section
-        from swarmscope.controller.report import build_report, register_section
+        from swarmscope.controller.report import build_report
+        from swarmscope.controller.sections import register_section
 
         checks = self.checks or parse_checks((t, "config") for t in self.cfg.checks or [])
         results = evaluate(checks, build_report(self.store, self.run.run_id))
@@ -259,8 +260,8 @@ class SwarmscopeProcess:
 
 def fleet_tls(cfg: Any) -> Any:
     """TLS files of the probe fleet from the config; None for plaintext (one machine, loopback)."""
-    from swarmscope.errors import ConfigError, Problem
-    from swarmscope.tls import TLSFiles
+    from swarmscope.core.errors import ConfigError, Problem
+    from swarmscope.core.tls import TLSFiles
 
     files = TLSFiles(cert=cfg.tls_cert, key=cfg.tls_key, ca=cfg.tls_client_ca)
     if not files.enabled:

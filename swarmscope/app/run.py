@@ -12,7 +12,7 @@
 A worker or probe that dies mid-run leaves its nodes *missing* in the windows it missed; the
 run goes on and every other reading is kept. A failure keeps every finished window: the store
 has them, the kind's sections are built from them, and the report is written with status
-"failed" or "interrupted". SIGTERM and SIGINT stop it in that order (swarmscope.lifecycle);
+"failed" or "interrupted". SIGTERM and SIGINT stop it in that order (swarmscope.app.lifecycle);
 at start it sweeps what killed earlier runs left (docs/lifecycle.md).
 """
 
@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from swarmscope.controller.options import RunConfig
-from swarmscope.sys import owners
+from swarmscope.core.sys import owners
 
 
 def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[subprocess.Popen[bytes]]:
@@ -34,7 +34,7 @@ def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[s
         # The worker gets its kind's locustfile and the master's address, nothing else: the
         # run's config reaches it over the network (swarmscope:setup).
         cmd = [
-            sys.executable, "-m", "swarmscope.cli", "worker", "--controller", "127.0.0.1",
+            sys.executable, "-m", "swarmscope", "worker", "--controller", "127.0.0.1",
             "--locust-port", str(port), "--kind", kind.name,
         ]  # fmt: skip
         procs.append(
@@ -62,11 +62,12 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _worker_token(cfg: RunConfig, host: str) -> None:
-    """Workers authenticate to the master (CURVE, swarmscope.workerauth). Workers started here
+    """Workers authenticate to the master (CURVE, swarmscope.app.workerauth). Workers started here
     inherit a fresh per-run token through the environment. External workers need the token set
     on both sides; without one the master refuses to listen beyond loopback."""
-    from swarmscope import auth, workerauth
-    from swarmscope.errors import SetupError
+    from swarmscope.app import workerauth
+    from swarmscope.core import auth
+    from swarmscope.core.errors import SetupError
 
     if not workerauth.load_token():
         if cfg.spawn_workers:
@@ -90,7 +91,7 @@ def run_scenario(
 ) -> dict[str, Any] | None:
     import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
 
-    from swarmscope.lifecycle import stop_on_signals, sweep_stale
+    from swarmscope.app.lifecycle import stop_on_signals, sweep_stale
 
     sweep_stale()  # what a killed earlier run left (cgroups, netns, links, its `running` row)
     with stop_on_signals() as sigs:
@@ -102,9 +103,9 @@ def _run(
 ) -> dict[str, Any] | None:
     from locust.env import Environment
 
+    from swarmscope.app.plugin import register_messages
+    from swarmscope.app.process import SwarmscopeProcess
     from swarmscope.controller.sweep import Sweep
-    from swarmscope.plugin import register_messages
-    from swarmscope.process import SwarmscopeProcess
 
     env = Environment(user_classes=[])
     distributed = cfg.mode == "distributed"

@@ -23,7 +23,7 @@ import secrets
 import time
 from typing import Any
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ FAILED_LOGIN_DELAY_S = 1.0
 
 
 def load_password() -> str:
-    from swarmscope.auth import read_secret
+    from swarmscope.core.auth import read_secret
 
     pw = read_secret(os.environ.get(ENV_PASSWORD_FILE), ENV_PASSWORD, "the web UI password")
     if len(pw) < 8:

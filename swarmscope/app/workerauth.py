@@ -27,7 +27,7 @@ import logging
 import os
 from typing import Any
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ _installed: dict[str, Any] = {}
 
 def load_token() -> str:
     """The token from ``$SWARMSCOPE_WORKER_TOKEN_FILE``, else ``$SWARMSCOPE_WORKER_TOKEN``; "" if none."""
-    from swarmscope.auth import read_secret
+    from swarmscope.core.auth import read_secret
 
     path = os.environ.get(ENV_TOKEN_FILE)
     tok = read_secret(path, ENV_TOKEN, "the worker token")

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.errors import ConfigError, Problem
 
 EXIT_CODE = 99  # k6's exit code for failed thresholds: CI scripts already know it
 
@@ -360,7 +360,8 @@ def render_results(results: Sequence[Mapping[str, Any]]) -> str:
 
 def render_section(name: str, data: Any, report: Mapping[str, Any]) -> Any:
     """report.html: the checks table, failed ones in red (registered as the section's renderer)."""
-    from swarmscope.controller.report import Red, SectionHTML, _table
+    from swarmscope.controller.report import Red, _table
+    from swarmscope.controller.sections import SectionHTML
 
     rows = []
     for r in data or []:

@@ -19,9 +19,9 @@ import sys
 import time
 from typing import IO, Any
 
-from swarmscope.errors import SetupError
-from swarmscope.node import node_host
-from swarmscope.sys import owners
+from swarmscope.core.errors import SetupError
+from swarmscope.core.node import node_host
+from swarmscope.core.sys import owners
 
 
 class EmbeddedProbe:
@@ -44,7 +44,16 @@ class EmbeddedProbe:
         fh = open(log_path, "ab")
         host = node_host()
         env = dict(os.environ, SWARMSCOPE_TOKEN=token, NODE_NAME=host)
-        cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", controller, "--node", host]
+        cmd = [
+            sys.executable,
+            "-m",
+            "swarmscope",
+            "probe",
+            "--controller",
+            controller,
+            "--node",
+            host,
+        ]
         if programs:
             cmd += ["--programs", ",".join(programs)]
         cmd += extra_args or []

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from swarmscope.errors import ConfigError, Problem, SwarmscopeError
+from swarmscope.core.errors import ConfigError, Problem, SwarmscopeError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@
     readings, missing = fleet.close_window(run_id, window_id, timeout_s=10)
     readings[0].samples     # [ReadingSample("map_update.call", start_ns, end_ns, entries, labels)]
 
-Probes authenticate with the mutual challenge of swarmscope.auth (Hello, then Register: the
+Probes authenticate with the mutual challenge of swarmscope.core.auth (Hello, then Register: the
 token never crosses the wire); with ``tls`` the port speaks TLS, and with ``tls.ca`` only
 probes holding a certificate that CA signed get in (mTLS). One bidirectional Session per probe
 (see proto/swarmscope/v1/probe.proto): commands go down a per-probe queue, readings come up.
@@ -50,7 +50,6 @@ from typing import Any
 
 import grpc
 
-from swarmscope import auth
 from swarmscope.controller import fleet_live, relay_routes
 from swarmscope.controller.fleet_gc import collect_young, gc_held, spare_gc
 from swarmscope.controller.fleet_loop import (
@@ -63,9 +62,10 @@ from swarmscope.controller.fleet_loop import (
 from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
 from swarmscope.controller.options import HEARTBEAT_BUDGET
-from swarmscope.errors import FleetError
-from swarmscope.sys.limits import raise_nofile
-from swarmscope.tls import TLSFiles, server_credentials
+from swarmscope.core import auth
+from swarmscope.core.errors import FleetError
+from swarmscope.core.sys.limits import raise_nofile
+from swarmscope.core.tls import TLSFiles, server_credentials
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 

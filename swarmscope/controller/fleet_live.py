@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from swarmscope.controller.fleet import Fleet
+from swarmscope.controller.fleet_state import FleetCore
 
 log = logging.getLogger(__name__)
 
 
-def alive(fleet: Fleet, probe_id: str) -> bool:
+def alive(fleet: FleetCore, probe_id: str) -> bool:
     p = fleet._probes.get(probe_id)
     if p is not None and p.via:  # behind a relay: alive while listed and the relay is
         return p.connected and alive(fleet, p.via)
@@ -33,7 +31,7 @@ def alive(fleet: Fleet, probe_id: str) -> bool:
     )
 
 
-def gone(fleet: Fleet, probe_id: str) -> bool:
+def gone(fleet: FleetCore, probe_id: str) -> bool:
     """No answer will come: unknown, silent too long, or disconnected past the reconnect grace."""
     p = fleet._probes.get(probe_id)
     if p is None:
@@ -47,7 +45,7 @@ def gone(fleet: Fleet, probe_id: str) -> bool:
     return now - since > fleet.reconnect_grace_s
 
 
-def prune(fleet: Fleet) -> None:
+def prune(fleet: FleetCore) -> None:
     """Forget probes disconnected for longer than ``prune_s``.
 
     A walk over every probe, so at most once per ``prune_s / 10`` (≤ 1 s): run on every

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from swarmscope.errors import FleetError
+from swarmscope.core.errors import FleetError
 from swarmscope.v1 import probe_pb2 as pb
 
 _gevent_ready = False

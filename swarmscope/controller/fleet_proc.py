@@ -29,9 +29,9 @@ import threading
 from typing import Any, cast
 
 from swarmscope.controller.fleet import Fleet, ProbeState, gevent_patched
-from swarmscope.errors import FleetError
-from swarmscope.sys import owners
-from swarmscope.tls import TLSFiles
+from swarmscope.core.errors import FleetError
+from swarmscope.core.sys import owners
+from swarmscope.core.tls import TLSFiles
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,11 @@ share them. Caveat: ``outbox`` (an ``Outbox``) is only for the fleet's event loo
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from swarmscope.controller.model import ProbeReading, ReadingSample
 from swarmscope.v1 import probe_pb2 as pb
@@ -231,3 +232,32 @@ def poll_s(pending: int) -> float:
     """How often a wait looks at gone probes: each look walks the pending ones, so with many
     (100,000 behind relays) look once a second; the last answer wakes the waiter at once."""
     return 0.25 if pending < 1000 else 1.0
+
+
+class FleetCore(Protocol):
+    """The part of the Fleet (fleet.py) that fleet_live.py and relay_routes.py read and call.
+
+    The Fleet calls them with itself; typed by this protocol they need not import fleet.py, so
+    the imports of the fleet's modules run one way (fleet -> relay_routes -> fleet_live -> state).
+    """
+
+    liveness_s: float
+    reconnect_grace_s: float
+    prune_s: float
+    readings_received: int
+    readings_rejected: int
+    _lock: threading.Condition
+    _probes: dict[str, ProbeState]
+    _sessions: dict[str, ProbeState]
+    _direct: set[str]
+    _windows: dict[str, Window]
+    _spans: dict[str, list[bytes]]
+    _pruned_at: float
+
+    def _send(self, items: list[tuple[ProbeState, pb.Command | None]]) -> None: ...
+
+    def _next_seq(self) -> int: ...
+
+    def open_cmd(self, win: Window, pid: str) -> pb.Command: ...
+
+    def accept(self, win: Window, probe_id: str, r: Any) -> None: ...

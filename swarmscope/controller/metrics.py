@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from swarmscope.controller.model import IterationResult, RunInfo
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 
 class RunMetrics:

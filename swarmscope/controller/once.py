@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 log = logging.getLogger("swarmscope.controller")
 

@@ -1,11 +1,11 @@
 """The controller's own options, shared by every scenario kind (where results go, how probes
 and workers are reached). Each declares its env var (``SWARMSCOPE_<KEY>``); the precedence is
-swarmscope.config's: defaults < file < env < --set.
+swarmscope.core.config's: defaults < file < env < --set.
 """
 
 from __future__ import annotations
 
-from swarmscope.config import Config, Field, host_port, list_of
+from swarmscope.core.config import Config, Field, host_port, list_of
 
 # Heartbeats a second the probe fleet may receive from its direct sessions (probes and relays),
 # all together: past ``budget x interval`` sessions the interval a probe is handed grows with the

@@ -6,7 +6,7 @@ window spans.
     # ... run ...
     run.trace_id                        # set at run_started; written into report.json
 
-Provider and export are swarmscope.sys.otel's (the standard ``OTEL_*`` variables; a provider
+Provider and export are swarmscope.core.sys.otel's (the standard ``OTEL_*`` variables; a provider
 Locust made for ``--otel`` is reused as it is). Spans are also kept in memory and, with the
 spans workers and probes sent back with their window results (event ``spans_received``),
 written to ``<run_dir>/trace.json`` in the OTLP JSON file format (``{"resourceSpans": [...]}``),
@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowInfo
-from swarmscope.events import RunEvents
-from swarmscope.sys import otel, otlpjson
+from swarmscope.core.events import RunEvents
+from swarmscope.core.sys import otel, otlpjson
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ _installed = False
 
 
 def install_provider() -> TracerProvider:
-    """The process's provider (swarmscope.sys.otel: Locust's, or ours with OTLP export), plus the
+    """The process's provider (swarmscope.core.sys.otel: Locust's, or ours with OTLP export), plus the
     memory exporter that trace.json is written from (added once per process)."""
     global _installed
     provider = otel.install_provider("swarmscope")

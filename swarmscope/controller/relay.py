@@ -31,14 +31,15 @@ from typing import Any
 
 import grpc
 
-from swarmscope import __version__, auth
+from swarmscope import __version__
 from swarmscope.controller.fleet import Fleet
 from swarmscope.controller.fleet_gc import gc_held
 from swarmscope.controller.fleet_state import ProbeState, Window, fill_table
 from swarmscope.controller.options import HEARTBEAT_BUDGET
-from swarmscope.errors import FleetError
+from swarmscope.core import auth
+from swarmscope.core.errors import FleetError
+from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.probes.backoff import Backoff
-from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 

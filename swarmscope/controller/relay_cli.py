@@ -21,7 +21,7 @@ import signal
 from typing import Any
 
 from swarmscope.controller.options import HEARTBEAT_BUDGET
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.errors import ConfigError, Problem
 
 # flag -> (env var, default, help): every option declares its variable here, once.
 OPTIONS: dict[str, tuple[str, str, str]] = {
@@ -95,9 +95,9 @@ def settings(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from swarmscope import auth
     from swarmscope.controller.relay import Relay
-    from swarmscope.tls import TLSFiles
+    from swarmscope.core import auth
+    from swarmscope.core.tls import TLSFiles
 
     s = settings(args)
     upstreams = [u.strip() for u in s["upstream"].split(",") if u.strip()]

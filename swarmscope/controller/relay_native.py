@@ -17,16 +17,15 @@ Caveat: the native relay takes probes only (no relay below it).
 from __future__ import annotations
 
 import os
-import pathlib
 import sys
 from typing import NoReturn
 
-from swarmscope.sys.gobuild import go_binary
-from swarmscope.sys.limits import raise_nofile
+from swarmscope.core.paths import TOOLS
+from swarmscope.core.sys.gobuild import go_binary
+from swarmscope.core.sys.limits import raise_nofile
 
 ENV_RELAYD = "SWARMSCOPE_RELAYD"
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
-BUILD = _ROOT / "tools" / "build_relayd.sh"
+BUILD = TOOLS / "build_relayd.sh"
 
 
 def relayd_binary() -> str:

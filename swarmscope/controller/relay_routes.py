@@ -22,14 +22,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from swarmscope.controller import fleet_live
-from swarmscope.controller.fleet_state import Outbox, ProbeState, Window, table_rows
+from swarmscope.controller.fleet_state import FleetCore, Outbox, ProbeState, Window, table_rows
 from swarmscope.v1 import probe_pb2 as pb
-
-if TYPE_CHECKING:
-    from swarmscope.controller.fleet import Fleet
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +74,7 @@ def route(
 
 
 def batch_open(
-    fleet: Fleet,
+    fleet: FleetCore,
     batches: dict[str, pb.Command],
     items: list[tuple[ProbeState, pb.Command | None]],
     win: Window,
@@ -98,7 +95,7 @@ def batch_open(
         add(name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=host)
 
 
-def close_items(fleet: Fleet, win: Window) -> list[tuple[ProbeState, pb.Command | None]]:
+def close_items(fleet: FleetCore, win: Window) -> list[tuple[ProbeState, pb.Command | None]]:
     """The window's close (lock held): to each direct probe it waits for, and once to each relay
     with a probe it waits for (no command per relayed probe to merge)."""
     close, probes = win.close, fleet._probes
@@ -116,7 +113,7 @@ def close_items(fleet: Fleet, win: Window) -> list[tuple[ProbeState, pb.Command 
     return items
 
 
-def live(fleet: Fleet) -> list[ProbeState]:
+def live(fleet: FleetCore) -> list[ProbeState]:
     """Probes alive now, relays' own sessions aside (lock held): each relay's liveness is looked
     at once, not once per probe behind it."""
     relays: dict[str, bool] = {}
@@ -135,7 +132,7 @@ def live(fleet: Fleet) -> list[ProbeState]:
     return out
 
 
-def not_gone(fleet: Fleet, pids: Iterable[str]) -> set[str]:
+def not_gone(fleet: FleetCore, pids: Iterable[str]) -> set[str]:
     """The probes among ``pids`` that may still answer (lock held). A relayed probe is gone when
     its relay is: asked once per relay, not once per probe (a wait looks at 100,000 of them)."""
     relays: dict[str, bool] = {}
@@ -153,7 +150,7 @@ def not_gone(fleet: Fleet, pids: Iterable[str]) -> set[str]:
     return out
 
 
-def handle(fleet: Fleet, relay: ProbeState, msg: pb.ProbeMessage) -> None:
+def handle(fleet: FleetCore, relay: ProbeState, msg: pb.ProbeMessage) -> None:
     kind = msg.WhichOneof("kind")
     if kind == "roster":
         _roster(fleet, relay, msg.roster)
@@ -163,13 +160,13 @@ def handle(fleet: Fleet, relay: ProbeState, msg: pb.ProbeMessage) -> None:
         _done(fleet, relay, msg.done)
 
 
-def _routed(fleet: Fleet, relay: ProbeState, pids: Any) -> list[str]:
+def _routed(fleet: FleetCore, relay: ProbeState, pids: Any) -> list[str]:
     """The probe ids this relay may speak for: those its roster routes through it now."""
     probes = fleet._probes
     return [pid for pid in pids if (p := probes.get(pid)) is not None and p.via == relay.probe_id]
 
 
-def _roster(fleet: Fleet, relay: ProbeState, roster: pb.Roster) -> None:
+def _roster(fleet: FleetCore, relay: ProbeState, roster: pb.Roster) -> None:
     now = time.monotonic()
     items: list[tuple[ProbeState, pb.Command | None]] = []
     for e in roster.added:
@@ -213,7 +210,7 @@ def _roster(fleet: Fleet, relay: ProbeState, roster: pb.Roster) -> None:
     fleet._lock.notify_all()
 
 
-def _ack(fleet: Fleet, relay: ProbeState, ack: pb.WindowAck) -> None:
+def _ack(fleet: FleetCore, relay: ProbeState, ack: pb.WindowAck) -> None:
     win = fleet._windows.get(ack.window_id)
     if win is None or win.closing:
         return
@@ -225,7 +222,7 @@ def _ack(fleet: Fleet, relay: ProbeState, ack: pb.WindowAck) -> None:
         fleet._lock.notify_all()
 
 
-def _take_table(fleet: Fleet, relay: ProbeState, win: Window, done: pb.WindowDone, ok: set[str]) -> None:
+def _take_table(fleet: FleetCore, relay: ProbeState, win: Window, done: pb.WindowDone, ok: set[str]) -> None:
     """Keep the table's readings of probes in ``ok``, each for a node the window asked it for:
     the same rules as ``Fleet.accept``, with no message per reading."""
     try:
@@ -246,7 +243,7 @@ def _take_table(fleet: Fleet, relay: ProbeState, win: Window, done: pb.WindowDon
     fleet.readings_rejected += len(rows) - kept
 
 
-def _done(fleet: Fleet, relay: ProbeState, done: pb.WindowDone) -> None:
+def _done(fleet: FleetCore, relay: ProbeState, done: pb.WindowDone) -> None:
     win = fleet._windows.get(done.window_id)
     if win is None:
         fleet.readings_rejected += len(done.batch)

@@ -31,12 +31,12 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from swarmscope.controller.sections import _RENDERERS, SectionHTML, SectionRenderer
 from swarmscope.controller.store import ResultStore, StoredRun
 from swarmscope.controller.summary import run_flags, summarize_point
-from swarmscope.errors import ResultsError
+from swarmscope.core.errors import ResultsError
 
 if TYPE_CHECKING:
     from swarmscope.controller.plots import Plot
@@ -45,32 +45,6 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "swarmscope.report/v1"
 FORMATS = ("json", "html", "console")
-
-
-@dataclass
-class SectionHTML:
-    """What a section renderer returns: an HTML fragment and plots (filename → Plot).
-
-    Plots are saved in the run directory and inlined where the fragment contains
-    ``{plot:<filename>}``, or after the fragment when it does not mention them.
-    """
-
-    html: str
-    plots: list[Plot] = field(default_factory=list)
-
-
-SectionRenderer = Callable[[str, Any, dict[str, Any]], SectionHTML]
-_RENDERERS: dict[str, SectionRenderer] = {}
-
-
-def register_section(name: str) -> Callable[[SectionRenderer], SectionRenderer]:
-    """Decorator: draw report sections called ``name`` with this function."""
-
-    def deco(fn: SectionRenderer) -> SectionRenderer:
-        _RENDERERS[name] = fn
-        return fn
-
-    return deco
 
 
 def _resolve(name: str) -> SectionRenderer:

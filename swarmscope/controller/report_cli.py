@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from swarmscope.errors import ResultsError
+from swarmscope.core.errors import ResultsError
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

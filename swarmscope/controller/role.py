@@ -8,7 +8,7 @@
 It keeps the nodes workers announced (name → host, cgroup id, comm), asks each node's probe for
 its reading (the kind's programs, with their options), reconciles with the kind's rule, and
 fires the run's events — the store, the report, the Prometheus metrics and the OTel spans are
-listeners of those, not special cases. Made once per process by swarmscope.process; the Locust
+listeners of those, not special cases. Made once per process by swarmscope.app.process; the Locust
 plug-in (free-running tests) and the sweep (``swarmscope run``) both drive it.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, RunInfo, WindowInfo
 from swarmscope.controller.reconcile import name_pods
-from swarmscope.errors import FleetError
-from swarmscope.events import RunEvents
+from swarmscope.core.errors import FleetError
+from swarmscope.core.events import RunEvents
 from swarmscope.v1 import probe_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from swarmscope.errors import ResultsError
+from swarmscope.core.errors import ResultsError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

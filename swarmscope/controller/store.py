@@ -40,7 +40,7 @@ from swarmscope.controller.model import (
     RunInfo,
     WindowInfo,
 )
-from swarmscope.errors import ResultsError
+from swarmscope.core.errors import ResultsError
 
 DB_NAME = "swarmscope.sqlite"
 STATUSES = ("ok", "failed", "interrupted")
@@ -251,7 +251,7 @@ class ResultStore:
     # -- writes (one per event) ------------------------------------------------------------
 
     def attach(self, events: Any) -> None:
-        """Subscribe to a :class:`swarmscope.events.RunEvents`: a committed write per event."""
+        """Subscribe to a :class:`swarmscope.core.events.RunEvents`: a committed write per event."""
         events.run_started.add_listener(self._on_run_started)
         events.point_started.add_listener(self._on_point_started)
         events.window_closed.add_listener(self._on_window_closed)

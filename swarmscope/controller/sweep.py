@@ -1,6 +1,6 @@
 """The sweep behind ``swarmscope run``, generic over the scenario kind: points × iterations.
 
-    Sweep(proc, runner, distributed=False).run()     # swarmscope.run wires proc and runner
+    Sweep(proc, runner, distributed=False).run()     # swarmscope.app.run wires proc and runner
 
 First the workers are set up (``swarmscope:setup`` carries the run's config and each worker's
 share of simulated nodes; they answer with their nodes and set-up info). Then for each of the
@@ -28,9 +28,9 @@ import sys
 import time
 from typing import Any
 
-from swarmscope import messages as M
 from swarmscope.controller.options import RunConfig
-from swarmscope.errors import FleetError
+from swarmscope.core import messages as M
+from swarmscope.core.errors import FleetError
 
 
 class Progress:

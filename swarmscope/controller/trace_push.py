@@ -25,8 +25,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-from swarmscope.errors import ConfigError, Problem, ResultsError
-from swarmscope.sys import otel, otlpjson
+from swarmscope.core.errors import ConfigError, Problem, ResultsError
+from swarmscope.core.sys import otel, otlpjson
 
 ATTEMPTS = 4
 

@@ -20,8 +20,8 @@ import json
 import os
 from typing import Any
 
-from swarmscope.controller.report import SectionHTML
-from swarmscope.sys.otlpjson import attributes, spans_of
+from swarmscope.controller.sections import SectionHTML
+from swarmscope.core.sys.otlpjson import attributes, spans_of
 
 MAX_ROWS = 400
 MAX_MARKS = 4000

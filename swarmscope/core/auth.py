@@ -21,7 +21,7 @@ import hmac
 import os
 import secrets
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 TOKEN_HEADER = "x-swarmscope-token"
 TOKEN_ENV = "SWARMSCOPE_TOKEN"

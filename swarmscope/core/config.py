@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.errors import ConfigError, Problem
 
 ENV_PREFIX = "SWARMSCOPE_"
 # Longest list a field takes unless it says otherwise: a sweep of more points or steps than

@@ -1,6 +1,6 @@
 """Typed event hooks: how listeners (store, Prometheus, OTel spans, console) extend a run.
 
-    from swarmscope.events import RunEvents
+    from swarmscope.core.events import RunEvents
     events = RunEvents()
     events.iteration_done.add_listener(lambda *, run, result, **_: print(result.kernel))
     events.iteration_done.fire(run=run, result=result)

@@ -3,7 +3,7 @@
     server = grpc.server(pool, interceptors=[Guard(token, calls_per_s=5000)])   # every method
     channel = token_channel("127.0.0.1:7000", token, options=[...])           # every call sends it
 
-The check is the probe fleet's (``swarmscope.auth``: the shared token in the
+The check is the probe fleet's (``swarmscope.core.auth``: the shared token in the
 ``x-swarmscope-token`` metadata, compared in constant time by ``auth.token_matches``), applied
 to every method of a service at once, so a method added later cannot be left open. A call
 without the token ends UNAUTHENTICATED before the method runs; a call over the rate cap ends
@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from swarmscope import auth
+from swarmscope.core import auth
 
 
 class RateLimit:

@@ -12,11 +12,13 @@ overrides the name checked, for tests that dial 127.0.0.1.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import ConfigError, Problem, SetupError
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,21 @@ class TLSFiles:
     @property
     def enabled(self) -> bool:
         return bool(self.cert or self.key or self.ca)
+
+
+def client_files(args: Any) -> TLSFiles:
+    """A client's TLS settings: each ``--tls-*`` flag, else its ``SWARMSCOPE_TLS_*`` variable."""
+
+    def get(flag: str) -> str:
+        v = getattr(args, "tls_" + flag.replace("-", "_"), None)
+        return v or os.environ.get("SWARMSCOPE_TLS_" + flag.replace("-", "_").upper(), "")
+
+    files = TLSFiles(cert=get("cert"), key=get("key"), ca=get("ca"), server_name=get("server-name"))
+    if (files.cert or files.key) and not files.ca:
+        raise ConfigError(
+            [Problem("--tls-ca", "tls_ca", "a client certificate needs --tls-ca (the controller's CA)")]
+        )
+    return files
 
 
 def _read(path: str, what: str) -> bytes:

@@ -16,8 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.config import read_text
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.config import read_text
+from swarmscope.core.errors import ConfigError, Problem
 
 # name -> module defining KIND. Add a line when a new kind ships.
 KINDS: dict[str, str] = {

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
 
-from swarmscope.config import Config, Field, Schema
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import COMMON_FIELDS, RunConfig
+from swarmscope.core.config import Config, Field, Schema
 
 C = TypeVar("C", bound=RunConfig)  # a kind's config class
 

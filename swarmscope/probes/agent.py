@@ -5,7 +5,7 @@
 
 It loads its programs (from the closed registry only), says Hello with a random nonce and
 refuses a controller whose proof of the token is wrong before it sends anything derived from the
-token (swarmscope.auth: the token itself never crosses the wire), then Registers with its own
+token (swarmscope.core.auth: the token itself never crosses the wire), then Registers with its own
 proof of the controller's one-time nonce, then keeps one Session
 stream: OpenWindow -> check its ``options`` against the programs' declared params, apply them
 (``configure``), snapshot every program, WindowAck; CloseWindow -> snapshot again, one Reading
@@ -49,18 +49,19 @@ import grpc
 import psutil
 from opentelemetry import trace
 
-from swarmscope import __version__, auth
-from swarmscope.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope import __version__
+from swarmscope.core import auth
+from swarmscope.core.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.core.sys import otel
+from swarmscope.core.sys.cgroups import resolve_cgroup_id
+from swarmscope.core.sys.otlpjson import WindowSpans
+from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.probes import window_span
 from swarmscope.probes.backoff import Backoff
 from swarmscope.probes.failback import Failback, hello_ok
 from swarmscope.probes.pods import PodIndex
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
-from swarmscope.sys import otel
-from swarmscope.sys.cgroups import resolve_cgroup_id
-from swarmscope.sys.otlpjson import WindowSpans
-from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 

@@ -18,18 +18,21 @@ import pathlib
 import subprocess
 from typing import Any
 
-from swarmscope.errors import ProbeError, SetupError
+from swarmscope.core.errors import ProbeError, SetupError
+from swarmscope.core.paths import BPF as BPF_DIR
 
-BPF_DIR = pathlib.Path(__file__).resolve().parent.parent / "bpf"
 HEADER_TREES = [pathlib.Path("/var/lib/swarmscope/kernel-headers/current")]
 FIX = "run `make setup` (or tools/setup.sh) as root"
 
 
 def bpf_source(name: str) -> pathlib.Path:
-    path = BPF_DIR / f"{name}.bpf.c"
-    if not path.is_file():
-        raise ProbeError(f"no BPF program {name!r}: {path} does not exist (programs ship in bpf/)")
-    return path
+    """``bpf/probe/<name>.bpf.c`` (the probe's programs) or ``bpf/targets/<name>.bpf.c`` (those of
+    the systems under test that ship with swarmscope); names are unique across both."""
+    for part in ("probe", "targets"):
+        path = BPF_DIR / part / f"{name}.bpf.c"
+        if path.is_file():
+            return path
+    raise ProbeError(f"no BPF program {name!r}: not in {BPF_DIR}/probe or {BPF_DIR}/targets")
 
 
 def _kernel_source() -> str | None:

@@ -1,7 +1,7 @@
-"""Run statistics of every BPF program on the node, read through swarmscope.sys.bpf (libbpf).
+"""Run statistics of every BPF program on the node, read through swarmscope.core.sys.bpf (libbpf).
 
     from swarmscope.probes import bpfstats
-    from swarmscope.sys import bpf
+    from swarmscope.core.sys import bpf
     with bpf.stats_enabled():                  # BPF_ENABLE_STATS only while measuring
         before = bpfstats.list_programs()
         time.sleep(1)
@@ -34,10 +34,10 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys import bpf
+from swarmscope.core.sys.bpf import BtfInfo, ProgInfo
 from swarmscope.probes.programs.base import Snapshot
-from swarmscope.sys import bpf
-from swarmscope.sys.bpf import BtfInfo, ProgInfo
 
 # enum bpf_prog_type, in order (include/uapi/linux/bpf.h).
 PROG_TYPES = (

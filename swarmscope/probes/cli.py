@@ -28,7 +28,8 @@ import socket
 import time
 from typing import Any
 
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.errors import ConfigError, Problem
+from swarmscope.core.tls import client_files
 
 ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
 ENV_MODE = "SWARMSCOPE_PROBE_MODE"
@@ -41,22 +42,6 @@ TLS_FLAGS = {
     "server-name": "TLS: the name to check in the controller's certificate, if not the dialled host "
     "[$SWARMSCOPE_TLS_SERVER_NAME]",
 }
-
-
-def tls_files(args: argparse.Namespace) -> Any:
-    """The probe's TLS settings: each ``--tls-*`` flag, else its ``SWARMSCOPE_TLS_*`` variable."""
-    from swarmscope.tls import TLSFiles
-
-    def get(flag: str) -> str:
-        v = getattr(args, "tls_" + flag.replace("-", "_"), None)
-        return v or os.environ.get("SWARMSCOPE_TLS_" + flag.replace("-", "_").upper(), "")
-
-    files = TLSFiles(cert=get("cert"), key=get("key"), ca=get("ca"), server_name=get("server-name"))
-    if (files.cert or files.key) and not files.ca:
-        raise ConfigError(
-            [Problem("--tls-ca", "tls_ca", "a client certificate needs --tls-ca (the controller's CA)")]
-        )
-    return files
 
 
 # The epilog lists every program's params, which means importing every program module: done
@@ -189,13 +174,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace, programs: list[str]) -> int:
-    from swarmscope import auth
+    from swarmscope.core import auth
 
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
     if not controller.replace(",", "").strip():  # "" or only commas: no address at all
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
     token = auth.load_token(args.token_file)
-    tls = tls_files(args)
+    tls = client_files(args)
     if args.mode == "native":
         from swarmscope.probes import native
 
@@ -282,8 +267,8 @@ def enable_stats_or_degrade(metrics: Any) -> int | None:
     import errno
     import sys
 
-    from swarmscope.errors import BpfError
-    from swarmscope.sys import bpf
+    from swarmscope.core.errors import BpfError
+    from swarmscope.core.sys import bpf
 
     try:
         fd = bpf.enable_stats()
@@ -305,10 +290,10 @@ def enable_stats_or_degrade(metrics: Any) -> int | None:
 def _otlp_provider(node: str) -> Any:
     """With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, export window spans over OTLP.
 
-    Set up by swarmscope.sys.otel. Without an endpoint nothing is installed and the agent's
+    Set up by swarmscope.core.sys.otel. Without an endpoint nothing is installed and the agent's
     spans are no-ops (a probe keeps no trace of its own).
     """
-    from swarmscope.sys import otel
+    from swarmscope.core.sys import otel
 
     if not otel.otlp_endpoint():
         return None
@@ -325,9 +310,9 @@ class _HostNode:
 def once(programs: list[str], seconds: float, factory: Any = None) -> dict[str, Any]:
     """Load ``programs`` (through ``factory``, else the full probe's), count for ``seconds``,
     return per-cgroup deltas (JSON-ready)."""
-    from swarmscope.errors import SetupError
+    from swarmscope.core.errors import SetupError
+    from swarmscope.core.sys.cgroups import cgroup_paths
     from swarmscope.probes.programs.base import Program, delta_by_cgroup
-    from swarmscope.sys.cgroups import cgroup_paths
 
     factory = factory or _factory("full", programs)
     loaded: list[Program] = []

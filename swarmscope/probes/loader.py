@@ -30,10 +30,10 @@ import os
 import sys
 from typing import Any
 
-from swarmscope.errors import ProbeError, SwarmscopeError
+from swarmscope.core.errors import ProbeError, SwarmscopeError
+from swarmscope.core.sys import bpf
 from swarmscope.probes import bcc_env
 from swarmscope.probes.bpfstats import prog_map_ids
-from swarmscope.sys import bpf
 
 
 def _pin_maps(prog_fd: int, pin_dir: str, maps: dict[str, Any]) -> None:

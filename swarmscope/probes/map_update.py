@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 
 CMD_UPDATE_ELEM = 2
 CMD_UPDATE_BATCH = 26

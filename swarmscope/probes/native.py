@@ -9,7 +9,7 @@ The reader speaks the same fleet protocol as probes/agent.py (token challenge, T
 heartbeats with its own CPU and RSS, windows, WindowDone with the window span as OTLP bytes;
 OTLP/gRPC export when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set). It replaces this process with
 ``execve``, so its pid and start time are this process's: the pin directory's claim
-(swarmscope.sys.owners, keyed by both) stays valid, the reader removes pins and claim at exit,
+(swarmscope.core.sys.owners, keyed by both) stays valid, the reader removes pins and claim at exit,
 and a SIGKILLed reader's pins are swept as any dead light probe's.
 
 The binary: ``$SWARMSCOPE_PROBE_READER``, else ``tools/build_probe_reader.sh`` (cached by a hash
@@ -28,19 +28,18 @@ self-metrics server is Python's) and no ``--once`` (use ``--mode light``).
 from __future__ import annotations
 
 import os
-import pathlib
 import sys
 from typing import Any, NoReturn
 
-from swarmscope.errors import ConfigError, Problem, SetupError
-from swarmscope.sys.gobuild import go_binary
+from swarmscope.core.errors import ConfigError, Problem, SetupError
+from swarmscope.core.paths import TOOLS
+from swarmscope.core.sys.gobuild import go_binary
 
 ENV_READER = "SWARMSCOPE_PROBE_READER"
 NATIVE = ("exec_count", "neigh_events", "syscall_count", "pkt_count", "bpf_stats")
 # Read by the reader itself, without a loader or pins.
 _UNPINNED = ("bpf_stats",)
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
-BUILD = _ROOT / "tools" / "build_probe_reader.sh"
+BUILD = TOOLS / "build_probe_reader.sh"
 
 
 def check_programs(programs: list[str], metrics_port: int | None, once: bool) -> None:
@@ -70,9 +69,9 @@ def reader_binary() -> str:
 def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> NoReturn:
     """Load and pin ``programs``, then replace this process with the reader (never returns)."""
     from swarmscope import __version__
-    from swarmscope.probes.cli import tls_files
+    from swarmscope.core.sys import owners
+    from swarmscope.core.tls import client_files
     from swarmscope.probes.programs.light import light_factory
-    from swarmscope.sys import owners
 
     programs = list(dict.fromkeys(programs))
     binary = reader_binary()  # before loading: a missing reader leaves no pins behind
@@ -111,7 +110,7 @@ def exec_reader(args: Any, programs: list[str], controller: str, node: str) -> N
         argv += ["--pkt-iface", f"{ifindex}={dev}"]
     if args.token_file:
         argv += ["--token-file", args.token_file]
-    tls = tls_files(args)
+    tls = client_files(args)
     tls_args = {"ca": tls.ca, "cert": tls.cert, "key": tls.key, "server-name": tls.server_name}
     for flag, value in tls_args.items():
         if value:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 
 KINDS = {0: "create", 1: "update"}
 

@@ -9,7 +9,7 @@
     pinned.sweep_stale()                          # pins of light probes that died unclean
 
 The pin directory is ``/sys/fs/bpf/ss-probe-<pid>-<program>-<hex>``, claimed (kind ``pindir``,
-swarmscope.sys.owners) by this process *before* the loader makes it, so the sweep at a later
+swarmscope.core.sys.owners) by this process *before* the loader makes it, so the sweep at a later
 run's start removes it if this process dies without ``cleanup`` (a pinned link keeps its
 program attached and counting until then). The loader dies with this process
 (PR_SET_PDEATHSIG) and is bounded by ``timeout_s``.
@@ -32,8 +32,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from swarmscope.errors import ProbeError
-from swarmscope.sys import bpf, owners
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys import bpf, owners
 
 PIN_ROOT = "/sys/fs/bpf"
 _PERCPU_TYPES = {5, 6, 10}  # BPF_MAP_TYPE_PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH

@@ -38,9 +38,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from swarmscope.errors import BpfError, ProbeError
+from swarmscope.core.errors import BpfError, ProbeError
+from swarmscope.core.sys import bpf
 from swarmscope.probes import bpfstats
-from swarmscope.sys import bpf
 
 
 def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:

@@ -43,11 +43,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.errors import ConfigError, Problem
+from swarmscope.core.sys import bpf
 from swarmscope.probes import bpfstats
 from swarmscope.probes.bpfstats import ProgRate, ProgStats
 from swarmscope.probes.pods import PodIndex
-from swarmscope.sys import bpf
 
 SORT_KEYS = {
     "cpu": lambda r: -r.cpu_pct,

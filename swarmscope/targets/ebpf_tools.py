@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 SECCOMP = "tracepoint:raw_syscalls:sys_enter /cgroup == CG/ { @syscalls[args->id] = count(); }"
 OPEN = " ".join(

@@ -25,8 +25,8 @@ import tempfile
 import time
 from typing import Any
 
-from swarmscope.errors import LoadGenError
-from swarmscope.node import node_host
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.node import node_host
 
 LOOP = 'n=0; while [ ! -e stop ]; do cat /dev/null; n=$((n+1)); done; echo "$n"'
 LOOP_EXECS_OF_ITS_OWN = 1  # the shell's exec into the node

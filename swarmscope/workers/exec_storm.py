@@ -25,7 +25,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 from swarmscope.workers.native import NativeTools
 from swarmscope.workers.nodes import SimNode
 

@@ -1,7 +1,7 @@
 """ExecStormUser: the Locust user of the exec storm.
 
     # scenarios/exec_storm.py
-    from swarmscope import plugin
+    from swarmscope.app import plugin
     from swarmscope.workers.exec_user import ExecStormUser
     plugin.install("exec_storm")
 

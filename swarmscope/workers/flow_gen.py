@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 
 SRC_ADDR = "10.98.0.1"
 SPORT = 40000

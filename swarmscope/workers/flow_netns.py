@@ -19,8 +19,8 @@ import secrets
 import subprocess
 from types import TracebackType
 
-from swarmscope.errors import LoadGenError
-from swarmscope.sys import owners
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.sys import owners
 from swarmscope.targets.neighbors.netns import ip
 
 SRC_ADDR, DST_ADDR = "10.98.0.1", "10.98.0.2"

@@ -32,19 +32,19 @@ from typing import Any
 
 import psutil
 
-from swarmscope.errors import LoadGenError, SetupError
-from swarmscope.sys import owners
+from swarmscope.core.errors import LoadGenError, SetupError
+from swarmscope.core.paths import SCENARIOS, TOOLS
+from swarmscope.core.sys import owners
 from swarmscope.workers.http_stats import StepRecorder
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scenarios" / "ingress_flood.js"
+SCRIPT = SCENARIOS / "ingress_flood.js"
 K6_VERSION = "v1.8.1"
 
 
 def k6_binary(build: bool = True, swarmscope: bool = True) -> str:
     """Path of the cached k6 (with swarmscope's output unless ``swarmscope=False``: upstream k6);
     builds it with tools/build_k6.sh when missing and ``build``."""
-    script = [str(ROOT / "tools" / "build_k6.sh"), *(["--swarmscope"] if swarmscope else [])]
+    script = [str(TOOLS / "build_k6.sh"), *(["--swarmscope"] if swarmscope else [])]
     env = {**os.environ, "K6_VERSION": K6_VERSION}
     try:
         cached = subprocess.run([*script, "--path"], check=True, capture_output=True, text=True, env=env)

@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 
 SRC_DIR = pathlib.Path(__file__).resolve().parent / "native"
 CACHE_ROOTS = [pathlib.Path("/var/cache/swarmscope/native"), pathlib.Path.home() / ".cache/swarmscope/native"]

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import grpc
 
-from swarmscope import auth
-from swarmscope.errors import LoadGenError
+from swarmscope.core import auth
+from swarmscope.core.errors import LoadGenError
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.ipc import IpcClient
 from swarmscope.targets.neighbors.server import TOKEN_ENV, connect

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.errors import LoadGenError, SetupError
-from swarmscope.sys import cgroups
+from swarmscope.core.errors import LoadGenError, SetupError
+from swarmscope.core.sys import cgroups
 
 ROOT_NAME = "swarmscope"
 OWNER_DIR = pathlib.Path("/run/swarmscope/simnodes")

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmscope.errors import LoadGenError, SwarmscopeError
-from swarmscope.node import node_host
+from swarmscope.core.errors import LoadGenError, SwarmscopeError
+from swarmscope.core.node import node_host
 
 log = logging.getLogger(__name__)
 

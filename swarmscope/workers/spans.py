@@ -25,9 +25,9 @@ from typing import Any
 
 from opentelemetry.context import Context
 
-from swarmscope.node import node_host
-from swarmscope.sys import otel
-from swarmscope.sys.otlpjson import WINDOW_ATTR, WindowSpans
+from swarmscope.core.node import node_host
+from swarmscope.core.sys import otel
+from swarmscope.core.sys.otlpjson import WINDOW_ATTR, WindowSpans
 
 _lock = threading.Lock()
 _buf: WindowSpans | None = None

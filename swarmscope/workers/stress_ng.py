@@ -50,7 +50,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from swarmscope.errors import LoadGenError, SetupError
+from swarmscope.core.errors import LoadGenError, SetupError
 from swarmscope.workers.nodes import SimNode, joiner
 
 STARTUP_EXECS = 1  # stress-ng's own exec, made after joining the node

@@ -19,16 +19,15 @@ ignored then.
 from __future__ import annotations
 
 import argparse
-import pathlib
 from typing import Any
 
-SCENARIO_DIR = pathlib.Path(__file__).resolve().parent.parent / "scenarios"  # swarmscope/scenarios
+from swarmscope.core.paths import SCENARIOS as SCENARIO_DIR
 
 
 def locustfile_for(kind: str) -> str:
     path = SCENARIO_DIR / f"{kind}.py"
     if not path.is_file():
-        from swarmscope.errors import SetupError
+        from swarmscope.core.errors import SetupError
 
         raise SetupError(f"no locustfile for scenario kind {kind!r} ({path})")
     return str(path)
@@ -126,7 +125,7 @@ def controller_argv(args: argparse.Namespace, kind: str) -> list[str]:
     host = _bind_host(args)
     web_login = args.web_login and "--headless" not in _extra(args)  # headless: no web UI at all
     if web_login:
-        from swarmscope import weblogin
+        from swarmscope.app import weblogin
 
         weblogin.load_password()  # fail here, with one line, not in the middle of Locust's start
     return [
@@ -158,7 +157,7 @@ def _controller(args: argparse.Namespace) -> int:
 
     def run() -> int:
         if args.sweep:
-            from swarmscope.commands.run import run_file
+            from swarmscope.app.commands.run import run_file
 
             return int(run_file(args.scenario, sweep_sets(args)))
         return _locust(controller_argv(args, kind), kind)
@@ -169,7 +168,7 @@ def _controller(args: argparse.Namespace) -> int:
     import sys
 
     from swarmscope.controller.once import RunOnce
-    from swarmscope.errors import SetupError
+    from swarmscope.core.errors import SetupError
 
     if not args.sweep and "--headless" not in _extra(args):
         raise SetupError(
@@ -200,11 +199,11 @@ def _hold_probes(args: argparse.Namespace) -> Any:
     next controller (the next helm upgrade) takes them over. Returns its stop."""
     import logging
 
-    from swarmscope import auth
+    from swarmscope.app.process import fleet_tls
     from swarmscope.controller.fleet_proc import make_fleet
-    from swarmscope.errors import SetupError
+    from swarmscope.core import auth
+    from swarmscope.core.errors import SetupError
     from swarmscope.kinds import load_scenario
-    from swarmscope.process import fleet_tls
 
     _, cfg = load_scenario(args.scenario, ["probe=external"])
     try:

@@ -54,12 +54,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.explain:
         _explain(kind, cfg)
         return 0
-    from swarmscope.run import run_scenario
+    from swarmscope.app.run import run_scenario
 
     report = run_scenario(kind, cfg, checks=checks)
     if report is None:
         return 1
-    from swarmscope.console import kind_summary
+    from swarmscope.app.console import kind_summary
     from swarmscope.controller.report import render_console
 
     print(render_console(report))

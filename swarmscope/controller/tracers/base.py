@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from swarmscope.config import Config, Field
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.config import Config, Field
+from swarmscope.core.errors import ConfigError, Problem
 
 # bpftrace 0.17 prints "Lost 123 events"; ig prints {"type":"warn","message":"lost 123 samples"}.
 DEFAULT_LOST_REGEX = r"(?i)\blost (?P<n>\d+) (?:events?|samples?)\b"
@@ -350,7 +350,7 @@ TRACER_FIELDS += [
 
 def tracer_config(**values: Any) -> TracerConfig:
     """A validated tracer config from keyword values (code and tests; runs load a scenario)."""
-    from swarmscope.config import Schema
+    from swarmscope.core.config import Schema
 
     cfg = Schema(TRACER_FIELDS, [tracer_cross_check], TracerConfig).load(data=values, env={})
     assert isinstance(cfg, TracerConfig)

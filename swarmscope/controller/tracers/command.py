@@ -12,7 +12,7 @@ How it knows the tracer is live and has printed everything:
   cgroups) again and again until the tracer prints a line naming one.
 - **drain**: at stop it execs one sentinel pinned to *each CPU* and waits for all of them.
   This also flushes the per-CPU "lost" records, which the kernel writes only at that CPU's
-  next event (docs/platform.md#tracers-and-lost-events); swarmscope.sys.sentinel
+  next event (docs/platform.md#tracers-and-lost-events); swarmscope.core.sys.sentinel
   makes the execs. Only then is the tracer sent SIGINT (then SIGKILL).
 
 Sentinel lines are never counted. **Transport pressure** (issue 4): the tracer writes into a
@@ -53,9 +53,9 @@ from swarmscope.controller.tracers.base import (
     tracer_env,
 )
 from swarmscope.controller.tracers.parse import LineParser
-from swarmscope.errors import ConfigError, Problem, TracerError
-from swarmscope.sys import owners
-from swarmscope.sys.sentinel import Sentinels, dropped, online_cpus
+from swarmscope.core.errors import ConfigError, Problem, TracerError
+from swarmscope.core.sys import owners
+from swarmscope.core.sys.sentinel import Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
 

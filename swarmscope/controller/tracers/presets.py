@@ -27,9 +27,9 @@ from pathlib import Path
 
 from swarmscope.controller.tracers.base import NodeKey, TracerConfig, register_tracer
 from swarmscope.controller.tracers.command import CommandTracer, build_command
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
+from swarmscope.core.paths import TOOLS
 
-REPO = Path(__file__).resolve().parents[2]
 IG_VERSION = os.environ.get("SWARMSCOPE_IG_VERSION", "v0.35.0")
 
 BPFTRACE_PROGRAM = 'tracepoint:sched:sched_process_exec { printf("%s %llu\\n", comm, cgroup); }'
@@ -53,7 +53,7 @@ def ig_binary(build: bool = True) -> Path:
         return path
     if not build:
         raise SetupError(f"ig {IG_VERSION} is not built: run tools/build_ig.sh")
-    script = REPO / "tools" / "build_ig.sh"
+    script = TOOLS / "build_ig.sh"
     try:
         out = subprocess.run(
             [str(script)],

@@ -23,7 +23,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
-from swarmscope.errors import TracerError
+from swarmscope.core.errors import TracerError
 
 Samples = dict[tuple[tuple[str, str], ...], float]
 

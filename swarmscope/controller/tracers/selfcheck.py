@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 
-from swarmscope.config import Schema
 from swarmscope.controller.tracers.base import (
     TRACER_FIELDS,
     NodeKey,
@@ -32,8 +31,9 @@ from swarmscope.controller.tracers.base import (
     make_tracer,
     tracer_cross_check,
 )
-from swarmscope.errors import SetupError
-from swarmscope.sys.cgroups import cgroup_id, temp_cgroup
+from swarmscope.core.config import Schema
+from swarmscope.core.errors import SetupError
+from swarmscope.core.sys.cgroups import cgroup_id, temp_cgroup
 
 _EXEC_LOOP = (
     "import os, sys\n"

@@ -53,10 +53,10 @@ from swarmscope.controller.tracers.base import (
     register_tracer,
     tracer_env,
 )
-from swarmscope.errors import TracerError
-from swarmscope.sys import owners
-from swarmscope.sys.cgroups import cgroup_id, pid_cgroup_path
-from swarmscope.sys.sentinel import Sentinels, sentinel_number
+from swarmscope.core.errors import TracerError
+from swarmscope.core.sys import owners
+from swarmscope.core.sys.cgroups import cgroup_id, pid_cgroup_path
+from swarmscope.core.sys.sentinel import Sentinels, sentinel_number
 from swarmscope.v1 import stream_pb2 as pb
 from swarmscope.v1 import stream_pb2_grpc as pb_grpc
 

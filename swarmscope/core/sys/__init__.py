@@ -1,6 +1,6 @@
 """The system layer: the only code that talks to the kernel and OTel setup directly.
 
-    from swarmscope.sys import bpf, cgroups, otel, sentinel
+    from swarmscope.core.sys import bpf, cgroups, otel, sentinel
 
 ``bpf`` (raw bpf() commands through libbpf1), ``cgroups`` (mounts, ids, throw-away children),
 ``sentinel`` (the numbered execs tracers are drained with) and ``otel`` (provider, exporter,

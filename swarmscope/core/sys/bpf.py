@@ -1,6 +1,6 @@
 """The one module that makes raw ``bpf()`` calls: libbpf's low-level wrappers, through ctypes.
 
-    from swarmscope.sys import bpf
+    from swarmscope.core.sys import bpf
     with bpf.stats_enabled():                      # BPF_ENABLE_STATS while the block runs
         pid = bpf.prog_next_id(0)                  # None when no program is loaded
         fd = bpf.prog_fd_by_id(pid)                # None when it was unloaded meanwhile
@@ -15,7 +15,7 @@ wrapper), whose number and attr prefix ``tracepoint_link`` writes out. BCC loads
 this module walks, reads and writes objects that already exist, and pins them and links
 tracepoint programs for the light probe (docs/platform.md#pinning-the-light-probe).
 
-Errors: a failed call raises :class:`swarmscope.errors.BpfError` (a ProbeError) carrying the
+Errors: a failed call raises :class:`swarmscope.core.errors.BpfError` (a ProbeError) carrying the
 kernel's errno, chained from the OSError. "Object gone" (ENOENT) is not an error where it is
 an expected answer: ``*_fd_by_id`` and ``*_next_id`` return None, ``map_lookup_elem`` returns
 None, the batch readers stop.
@@ -34,7 +34,7 @@ import functools
 import os
 from collections.abc import Iterator
 
-from swarmscope.errors import BpfError, SetupError
+from swarmscope.core.errors import BpfError, SetupError
 
 LIBBPF = "libbpf.so.1"
 BPF_STATS_RUN_TIME = 0  # enum bpf_stats_type

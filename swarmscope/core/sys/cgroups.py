@@ -1,6 +1,6 @@
 """The one cgroup helper: where cgroup v2 (and the v1 ``pids`` controller) is mounted, and ids.
 
-    from swarmscope.sys import cgroups
+    from swarmscope.core.sys import cgroups
     root = cgroups.cgroup2_mount()             # Path("/sys/fs/cgroup/unified") on hybrid hosts
     cg = cgroups.pid_cgroup_path(os.getpid())  # Path of this process's v2 cgroup
     cgroups.cgroup_id(cg) == cgroups.pid_cgroup_id(os.getpid())
@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Iterator
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 PROC_MOUNTS = "/proc/mounts"
 

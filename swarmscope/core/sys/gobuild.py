@@ -1,6 +1,6 @@
 """The project's compiled (Go) programs, found or built: one rule for all of them.
 
-    from swarmscope.sys.gobuild import go_binary
+    from swarmscope.core.sys.gobuild import go_binary
     path = go_binary(BUILD, "the native relay", env_var="SWARMSCOPE_RELAYD")
 
 ``$env_var`` when set (an image sets it to its prebuilt copy; it must be executable), else the
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swarmscope.errors import SetupError
+from swarmscope.core.errors import SetupError
 
 
 def go_binary(build: Path, what: str, env_var: str = "") -> str:

@@ -1,6 +1,6 @@
 """Keep a load generator's long-lived setup heap out of Python's full garbage collections.
 
-    from swarmscope.sys.heap import freeze_setup_heap
+    from swarmscope.core.sys.heap import freeze_setup_heap
     freeze_setup_heap()     # once the process has imported and set up its driver; idempotent
 
 A worker process imports Locust, gevent, grpc, OpenTelemetry, numpy and its kind's driver:

@@ -1,6 +1,6 @@
 """Per-process limits a process that holds thousands of sockets must raise for itself.
 
-    from swarmscope.sys.limits import raise_nofile
+    from swarmscope.core.sys.limits import raise_nofile
     soft, hard = raise_nofile()        # RLIMIT_NOFILE soft raised to the hard limit
 
 Every TCP connection is a file descriptor. The soft RLIMIT_NOFILE a process inherits is often

@@ -1,6 +1,6 @@
 """The one OpenTelemetry setup: tracer provider, OTLP exporter, W3C traceparent helpers.
 
-    from swarmscope.sys import otel
+    from swarmscope.core.sys import otel
     provider = otel.install_provider("swarmscope-probe", {"host.name": node})
     span = otel.tracer("swarmscope.probes").start_span("w", context=otel.extract(traceparent))
     carrier_value = otel.traceparent_of(span)     # "00-<trace id>-<span id>-01"

@@ -15,7 +15,7 @@ the format Jaeger's UI opens with "upload JSON" and OTLP/HTTP receivers take. Co
 through the SDK's own OTLP encoder, so a span reads the same here as on the wire.
 
 Caveats: a WindowSpans provider is not the global one. It exports over OTLP itself only when
-the standard ``OTEL_*`` variables name an endpoint (swarmscope.sys.otel.otlp_exporter); its
+the standard ``OTEL_*`` variables name an endpoint (swarmscope.core.sys.otel.otlp_exporter); its
 buffered spans leave only through ``take``. Spans without the window attribute are buffered
 under "" and taken with ``take("")``.
 """
@@ -41,8 +41,8 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from swarmscope import __version__
-from swarmscope.errors import ResultsError
-from swarmscope.sys import otel
+from swarmscope.core.errors import ResultsError
+from swarmscope.core.sys import otel
 
 WINDOW_ATTR = "swarmscope.window_id"
 # Span limits of a WindowSpans provider: a neighbor window's probe span carries one event per

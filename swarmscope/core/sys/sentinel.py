@@ -1,6 +1,6 @@
 """The one sentinel-exec helper: numbered, recognisable execs that tell a tracer's output is live.
 
-    from swarmscope.sys.sentinel import Sentinels, online_cpus
+    from swarmscope.core.sys.sentinel import Sentinels, online_cpus
     with Sentinels("/bin/true") as s:             # s.prefix == "ss-sync-3fa" (fresh per window)
         k = s.exec()                              # runs /bin/true as comm "ss-sync-3fa0"
         sent = {cpu: [s.exec(cpu)] for cpu in online_cpus()}   # one pinned to each CPU
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from swarmscope.errors import TracerError
+from swarmscope.core.errors import TracerError
 
 PREFIX = "ss-sync-"  # what tracer filters match on (e.g. bpftrace strncmp(comm, "ss-sync-", 8))
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
+from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
 
 PHASES = ("busy", "idle")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from swarmscope.controller.report import SectionHTML, register_section
+from swarmscope.controller.sections import SectionHTML, register_section
 from swarmscope.kinds.ebpf_cost.table import COLUMNS, cells, loop_line
 
 

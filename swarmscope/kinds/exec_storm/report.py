@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from swarmscope.controller.report import SectionHTML, register_section
+from swarmscope.controller.sections import SectionHTML, register_section
 
 
 @register_section("exec_storm")

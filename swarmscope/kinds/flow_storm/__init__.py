@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.config import Field, list_of
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
+from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
 from swarmscope.targets.flow_agent import AGENT_CHOICES
 

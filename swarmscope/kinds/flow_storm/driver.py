@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.errors import LoadGenError
-from swarmscope.node import node_host
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.node import node_host
 
 if TYPE_CHECKING:
     from swarmscope.kinds.flow_storm import FlowStormConfig

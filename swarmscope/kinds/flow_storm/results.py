@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
-from swarmscope.controller.report import SectionHTML, register_section, render_generic
+from swarmscope.controller.report import render_generic
+from swarmscope.controller.sections import SectionHTML, register_section
 from swarmscope.probes.flowdigest import DIGEST_BITS
 
 if TYPE_CHECKING:

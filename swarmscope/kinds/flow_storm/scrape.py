@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarmscope.controller.tracers.prometheus import Samples, scrape_all
-from swarmscope.errors import TracerError
+from swarmscope.core.errors import TracerError
 
 P = "netobserv_agent_"
 

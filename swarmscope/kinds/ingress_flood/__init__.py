@@ -22,9 +22,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmscope.config import Field
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.config import Field
+from swarmscope.core.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
 from swarmscope.kinds.ingress_flood.config import IngressConfig, backends_of
 

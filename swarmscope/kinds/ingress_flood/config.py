@@ -24,10 +24,10 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from swarmscope.config import Field, list_of
 from swarmscope.controller.faults import names as fault_names
 from swarmscope.controller.options import RunConfig
-from swarmscope.errors import ConfigError, Problem
+from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import ConfigError, Problem
 
 # Characters no URL of ours needs, and that URL parsers disagree on (whitespace, controls,
 # backslash): refused in host and path so every parser sees the same host.

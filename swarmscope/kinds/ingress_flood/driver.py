@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swarmscope.errors import SwarmscopeError
+from swarmscope.core.errors import SwarmscopeError
+from swarmscope.core.node import node_host
 from swarmscope.kinds.ingress_flood.config import IngressConfig
-from swarmscope.node import node_host
 from swarmscope.workers import spans
 from swarmscope.workers.http_stats import StepRecorder, downtime
 from swarmscope.workers.step_sync import share
@@ -78,7 +78,7 @@ class IngressDriver:
             self._set_up_target()
 
     def _set_up_target(self) -> None:
-        from swarmscope.errors import ConfigError, Problem
+        from swarmscope.core.errors import ConfigError, Problem
         from swarmscope.kinds.ingress_flood.config import host_allowed, preflight, target_url
 
         cfg = self.cfg

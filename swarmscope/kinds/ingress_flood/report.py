@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from swarmscope.controller.report import SectionHTML, register_section
+from swarmscope.controller.sections import SectionHTML, register_section
 
 PCTS = ("p10", "p25", "p50", "p75", "p90", "p95", "p99", "p99.9", "max")
 

@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.errors import LoadGenError
-from swarmscope.node import node_host
-from swarmscope.sys import owners
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.node import node_host
+from swarmscope.core.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.workers import spans
 from swarmscope.workers.offloop import off_loop
@@ -171,7 +171,7 @@ class NeighborDriver:
         return {self.name: res}
 
     def _point(self, p: Mapping[str, Any], start: int, count: int) -> dict[str, Any]:
-        from swarmscope.sys.bpf import fd_map_id
+        from swarmscope.core.sys.bpf import fd_map_id
         from swarmscope.targets.neighbors.server import start_server, stop
 
         xdp = self._datapath()
@@ -229,8 +229,8 @@ class NeighborDriver:
     ) -> dict[str, Any]:
         """The window on the control plane's Unix-socket fast path (fastpath.py), then the
         master side's own get/write latencies on the same control plane."""
+        from swarmscope.core.sys.bpf import fd_map_id
         from swarmscope.kinds.neighbor_writes import fastpath as F
-        from swarmscope.sys.bpf import fd_map_id
         from swarmscope.targets.neighbors.agent_proc import LocalAgent
 
         mode = p["mode"]

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import swarmscope.targets.neighbors as neighbors_pkg
-from swarmscope.errors import LoadGenError
-from swarmscope.sys import owners
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.ipc import IpcClient
 from swarmscope.targets.neighbors.server import TOKEN_ENV, ControlPlane

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from swarmscope.kinds.neighbor_writes.results import ARION_MASTER_US, ARION_US
+from swarmscope.kinds.neighbor_writes.arion import ARION_MASTER_US, ARION_US
 
 MEDIANS = (
     "total_ms",

@@ -24,10 +24,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from swarmscope.config import Field
-from swarmscope.errors import ProbeError
+from swarmscope.core.config import Field
+from swarmscope.core.errors import ProbeError
 
 # cgroup id -> counter name -> cumulative value since the program was loaded.
 Snapshot = dict[int, dict[str, int]]
@@ -104,7 +104,7 @@ class SampleSource(Protocol):
     """A program that gives per-event samples of a window, by node name.
 
     Called at CloseWindow with the window's wall-clock bounds (time.time_ns()). Raises
-    swarmscope.errors.IncompleteSamplesError (carrying what it has) when some are missing.
+    swarmscope.core.errors.IncompleteSamplesError (carrying what it has) when some are missing.
     """
 
     def window_samples(
@@ -112,106 +112,59 @@ class SampleSource(Protocol):
     ) -> dict[str, list[Sample]]: ...
 
 
-def _exec_count() -> Program:
-    # Imported here so importing the registry does not import BCC.
-    from swarmscope.probes.programs.exec_count import ExecCount
+@dataclass(frozen=True)
+class ProgramEntry:
+    """One program of the registry: ``module:factory`` under swarmscope.probes (the module also
+    declares the program's PARAMS / WINDOW_PARAMS next to its code), and a one-line description."""
 
-    return ExecCount()
+    spec: str  # "programs.exec_count:ExecCount" or "...:Class.from_env"
+    description: str
 
+    @property
+    def module(self) -> str:
+        return "swarmscope.probes." + self.spec.partition(":")[0]
 
-def _syscall_count() -> Program:
-    from swarmscope.probes.programs.syscall_count import SyscallCount
-
-    return SyscallCount.from_env()
-
-
-def _pkt_count() -> Program:
-    from swarmscope.probes.programs.pkt_count import PktCount
-
-    return PktCount.from_env()
-
-
-def _bpf_stats() -> Program:
-    from swarmscope.probes.bpfstats import BpfStats
-
-    return BpfStats()
+    def make(self) -> Program:
+        # Imported here, when a program is made: importing the registry imports neither BCC nor
+        # any program module (a light probe never imports BCC at all).
+        obj: Any = importlib.import_module(self.module)
+        for part in self.spec.partition(":")[2].split("."):
+            obj = getattr(obj, part)
+        return cast(Program, obj())
 
 
-def _map_update() -> Program:
-    from swarmscope.probes.programs.map_update import MapUpdateCount
-
-    return MapUpdateCount.from_env()
-
-
-def _neigh_events() -> Program:
-    from swarmscope.probes.programs.neigh_events import NeighEvents
-
-    return NeighEvents.from_env()
-
-
-def _neigh_netlink() -> Program:
-    from swarmscope.probes.programs.neigh_netlink import NeighNetlink
-
-    return NeighNetlink.from_env()
-
-
-def _flow_count() -> Program:
-    from swarmscope.probes.programs.flow_count import FlowCount
-
-    return FlowCount.from_env()
-
-
-def _procstat() -> Program:
-    from swarmscope.probes.programs.procstat import ProcStat
-
-    return ProcStat.from_env()
-
-
-# The only programs a probe will load. Add an entry when a new bpf/<name>.bpf.c ships.
-PROGRAMS: dict[str, Callable[[], Program]] = {
-    "exec_count": _exec_count,
-    "syscall_count": _syscall_count,
-    "pkt_count": _pkt_count,
-    "bpf_stats": _bpf_stats,
-    "map_update": _map_update,
-    "neigh_events": _neigh_events,
-    "neigh_netlink": _neigh_netlink,
-    "procstat": _procstat,
-    "flow_count": _flow_count,
+# The only programs a probe will load. Add an entry when a new bpf/probe/<name>.bpf.c ships.
+REGISTRY: dict[str, ProgramEntry] = {
+    "exec_count": ProgramEntry("programs.exec_count:ExecCount", "execs per cgroup"),
+    "syscall_count": ProgramEntry("programs.syscall_count:SyscallCount.from_env", "syscalls per cgroup"),
+    "pkt_count": ProgramEntry("programs.pkt_count:PktCount.from_env", "packets/bytes per interface (XDP)"),
+    "bpf_stats": ProgramEntry("bpfstats:BpfStats", "run count/time of every eBPF program on the node"),
+    "map_update": ProgramEntry(
+        "programs.map_update:MapUpdateCount.from_env",
+        "BPF map-update calls/entries per pid, cmd, map id; per-call samples",
+    ),
+    "neigh_events": ProgramEntry(
+        "programs.neigh_events:NeighEvents.from_env", "neighbor create/update per device (tracepoints)"
+    ),
+    "neigh_netlink": ProgramEntry(
+        "programs.neigh_netlink:NeighNetlink.from_env", "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2)"
+    ),
+    "procstat": ProgramEntry(
+        "programs.procstat:ProcStat.from_env", "gauges: CPU %, RSS, faults/s of chosen processes"
+    ),
+    "flow_count": ProgramEntry(
+        "programs.flow_count:FlowCount.from_env",
+        "packets/bytes per IPv4 5-tuple on chosen interfaces (XDP); per-flow histogram",
+    ),
 }
-
-# One line per program for --help (what it counts); its settings are its module's PARAMS.
-DESCRIPTIONS: dict[str, str] = {
-    "exec_count": "execs per cgroup",
-    "syscall_count": "syscalls per cgroup",
-    "pkt_count": "packets/bytes per interface (XDP)",
-    "bpf_stats": "run count/time of every eBPF program on the node",
-    "map_update": "BPF map-update calls/entries per pid, cmd, map id; per-call samples",
-    "neigh_events": "neighbor create/update per device (tracepoints)",
-    "neigh_netlink": "RTM_NEWNEIGH/DELNEIGH per interface (pyroute2)",
-    "procstat": "gauges: CPU %, RSS, faults/s of chosen processes",
-    "flow_count": "packets/bytes per IPv4 5-tuple on chosen interfaces (XDP); per-flow histogram",
-}
-
-# Where each program's PARAMS / WINDOW_PARAMS are declared (next to its code). Importing these
-# modules does not import BCC.
-PARAM_MODULES: dict[str, str] = {
-    "exec_count": "swarmscope.probes.programs.exec_count",
-    "syscall_count": "swarmscope.probes.programs.syscall_count",
-    "pkt_count": "swarmscope.probes.programs.pkt_count",
-    "bpf_stats": "swarmscope.probes.bpfstats",
-    "map_update": "swarmscope.probes.programs.map_update",
-    "neigh_events": "swarmscope.probes.programs.neigh_events",
-    "neigh_netlink": "swarmscope.probes.programs.neigh_netlink",
-    "procstat": "swarmscope.probes.programs.procstat",
-    "flow_count": "swarmscope.probes.programs.flow_count",
-}
+PROGRAMS: dict[str, Callable[[], Program]] = {name: e.make for name, e in REGISTRY.items()}
+DESCRIPTIONS: dict[str, str] = {name: e.description for name, e in REGISTRY.items()}
 
 
 def _param_module(name: str) -> Any:
-    if name not in PARAM_MODULES:
-        raise ProbeError(f"unknown program {name!r} (known: {', '.join(sorted(PROGRAMS))})")
-    return importlib.import_module(PARAM_MODULES[name])
+    if name not in REGISTRY:
+        raise ProbeError(f"unknown program {name!r} (known: {', '.join(sorted(REGISTRY))})")
+    return importlib.import_module(REGISTRY[name].module)
 
 
 def program_params(name: str) -> list[Field]:

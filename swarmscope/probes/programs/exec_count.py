@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes import bcc_env
 from swarmscope.probes.programs.base import NodeLike, Sample, Snapshot
 

@@ -33,8 +33,8 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from swarmscope.config import Field, list_of
-from swarmscope.errors import ProbeError
+from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes import bcc_env
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import NodeLike, Snapshot

@@ -27,7 +27,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes import pinned
 from swarmscope.probes.neigh_events import KINDS, NeighEventCounter, NeighKey, NeighTotal
 from swarmscope.probes.programs.base import PROGRAMS, NodeLike, Program, Snapshot
@@ -226,7 +226,7 @@ def light_factory(programs: Iterable[str]) -> Callable[[str], Program]:
 
     ConfigError naming every program the light probe does not carry; SetupError for what the
     loader would miss (root, BCC, kernel headers, tracefs), checked without importing BCC."""
-    from swarmscope.errors import ConfigError, Problem
+    from swarmscope.core.errors import ConfigError, Problem
     from swarmscope.probes import bcc_env
 
     problems = [

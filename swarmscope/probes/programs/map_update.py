@@ -41,12 +41,12 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from swarmscope.config import Field, list_of
-from swarmscope.errors import IncompleteSamplesError, ProbeError
+from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import IncompleteSamplesError, ProbeError
+from swarmscope.core.sys.bpf import fd_map_id
 from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer
 from swarmscope.probes.programs.base import NodeLike, Sample, Snapshot
 from swarmscope.probes.programs.params import startup_values
-from swarmscope.sys.bpf import fd_map_id
 
 ENV_PIDS = "SWARMSCOPE_MAP_UPDATE_PIDS"
 CMD_NAMES = {CMD_UPDATE_ELEM: "elem", CMD_UPDATE_BATCH: "batch"}

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmscope.config import Field
-from swarmscope.errors import ProbeError
+from swarmscope.core.config import Field
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes.neigh_events import NeighEventCounter
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.probes.programs.params import startup_values

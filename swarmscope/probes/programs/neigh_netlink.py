@@ -32,8 +32,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from swarmscope.config import Field
-from swarmscope.errors import ProbeError
+from swarmscope.core.config import Field
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.probes.programs.neigh_events import ENV_FAMILY
 from swarmscope.probes.programs.params import startup_values

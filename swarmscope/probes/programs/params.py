@@ -6,7 +6,7 @@
     window_options({"map_update.pids": "7"}, ["map_update"], loaded)  # {"map_update": {...: [7]}}
     print(describe_program_params())       # every program, its params, env vars, defaults
 
-Each program module declares ``PARAMS`` (:class:`swarmscope.config.Field`, key
+Each program module declares ``PARAMS`` (:class:`swarmscope.core.config.Field`, key
 ``<program>.<param>``; the Field's env var is the start-up source) and ``WINDOW_PARAMS`` (the keys
 its ``configure`` accepts per window; the others are start-up only). Caveats: an env var set to
 blank counts as unset; every problem names the key (and, at start-up, its env var).
@@ -19,8 +19,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from swarmscope.config import Field, _validate, coerce
-from swarmscope.errors import ConfigError, ProbeError, Problem
+from swarmscope.core.config import Field, _validate, coerce
+from swarmscope.core.errors import ConfigError, ProbeError, Problem
 
 
 def _value(f: Field, text: str) -> Any:

@@ -24,8 +24,8 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from swarmscope.config import Field, list_of
-from swarmscope.errors import ProbeError
+from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes import bcc_env
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.probes.programs.params import startup_values

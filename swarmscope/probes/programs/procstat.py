@@ -30,12 +30,12 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from swarmscope.config import Field, list_of
-from swarmscope.errors import ProbeError
+from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys.cgroups import cgroup2_mount, pid_cgroup_id
 from swarmscope.probes.procstat import ProcSampler, pids_by_name
 from swarmscope.probes.programs.base import NodeLike, Snapshot
 from swarmscope.probes.programs.params import startup_values
-from swarmscope.sys.cgroups import cgroup2_mount, pid_cgroup_id
 
 GAUGES = (
     "proc.cpu_pct",

@@ -32,7 +32,7 @@ import (
 	"swarmscope.dev/probereader/pb"
 )
 
-// eventLimit matches swarmscope.sys.otlpjson.EVENT_LIMIT: events beyond it are counted in
+// eventLimit matches swarmscope.core.sys.otlpjson.EVENT_LIMIT: events beyond it are counted in
 // swarmscope.bpf.events_dropped.
 const eventLimit = 1024
 

@@ -56,7 +56,7 @@ func joinErrors(m map[string]string) string {
 }
 
 // cgroup2Mount: where cgroup v2 is mounted, the shortest such path (/sys/fs/cgroup, or
-// /sys/fs/cgroup/unified on a hybrid host), as swarmscope.sys.cgroups.cgroup2_mount.
+// /sys/fs/cgroup/unified on a hybrid host), as swarmscope.core.sys.cgroups.cgroup2_mount.
 func cgroup2Mount() (string, error) {
 	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
@@ -76,7 +76,7 @@ func cgroup2Mount() (string, error) {
 }
 
 // resolveCgroup: the id (inode) of a cgroup path, absolute under the v2 mount or relative to
-// it; one that leaves the mount is refused (swarmscope.sys.cgroups.resolve_cgroup_id).
+// it; one that leaves the mount is refused (swarmscope.core.sys.cgroups.resolve_cgroup_id).
 func resolveCgroup(p string) (uint64, error) {
 	base, err := cgroup2Mount()
 	if err != nil {

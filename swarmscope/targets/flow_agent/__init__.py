@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 
 
 class AgentProcess:

@@ -28,7 +28,7 @@ from netflow.ipfix import IPFIXTemplateNotRecognized
 from netflow.utils import parse_packet
 from netflow.v9 import V9TemplateNotRecognized
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 
 SO_RCVBUFFORCE = 33  # <asm-generic/socket.h>; not in the socket module
 RCVBUF = 64 << 20

@@ -44,7 +44,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 from swarmscope.targets.flow_agent.collector import Collector
 
 ETH_HLEN = 14  # Ethernet II header on the veth: frame bytes = IPv4 total length + 14

@@ -38,8 +38,8 @@ from types import TracebackType
 
 import psutil
 
-from swarmscope.errors import SetupError
-from swarmscope.sys import owners
+from swarmscope.core.errors import SetupError
+from swarmscope.core.sys import owners
 
 log = logging.getLogger(__name__)
 

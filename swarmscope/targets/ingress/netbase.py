@@ -25,8 +25,8 @@ import subprocess
 import time
 from typing import Any
 
-from swarmscope.errors import SetupError
-from swarmscope.sys import owners
+from swarmscope.core.errors import SetupError
+from swarmscope.core.sys import owners
 
 IPERF3 = shutil.which("iperf3") or "/usr/bin/iperf3"
 PORT = 5201  # inside our own namespace: nothing else listens there but nginx (80, 8081…)

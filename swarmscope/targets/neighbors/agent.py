@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from swarmscope.sys import bpf
+from swarmscope.core.sys import bpf
 from swarmscope.targets.neighbors.server import connect
 from swarmscope.v1 import neighbors_pb2 as pb
 from swarmscope.v1 import neighbors_pb2_grpc as pbg

@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any
 
-from swarmscope.errors import LoadGenError
-from swarmscope.sys import bpf, owners
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.sys import bpf, owners
 
 
 def _open(map_id: int) -> int:

@@ -35,13 +35,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from swarmscope import auth
-from swarmscope.errors import LoadGenError
+from swarmscope.core import auth
+from swarmscope.core.errors import LoadGenError
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.shmlog import LogFull, LogWriter
 
 if TYPE_CHECKING:
-    from swarmscope.grpcauth import RateLimit
+    from swarmscope.core.grpcauth import RateLimit
     from swarmscope.targets.neighbors.store import Store
 
 FRAME = struct.Struct("<IB")

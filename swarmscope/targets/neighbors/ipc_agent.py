@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from swarmscope.errors import BpfError
-from swarmscope.sys.bpf import map_update_batch_at
+from swarmscope.core.errors import BpfError
+from swarmscope.core.sys.bpf import map_update_batch_at
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.ipc import IpcClient
 from swarmscope.targets.neighbors.shmlog import HEADER_SIZE, LogReader, Record
@@ -151,7 +151,7 @@ class IpcAgent:
             args = self.native_args(1)
             self.native.fn(*args[:3], 0, *args[4:])
         if self._fd is not None:
-            from swarmscope.sys.bpf import map_lookup_elem, map_update_batch
+            from swarmscope.core.sys.bpf import map_lookup_elem, map_update_batch
 
             map_lookup_elem(self._fd, bytes(R.KEY_SIZE), R.VALUE_SIZE)
             if scratch_fd is not None:

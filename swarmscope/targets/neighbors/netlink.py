@@ -19,7 +19,7 @@ import socket
 import struct
 import time
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 from swarmscope.targets.neighbors import records as R
 
 RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29

@@ -18,8 +18,8 @@ import subprocess
 import sys
 from types import TracebackType
 
-from swarmscope.errors import SetupError
-from swarmscope.sys import owners
+from swarmscope.core.errors import SetupError
+from swarmscope.core.sys import owners
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@
     cp = start_server("/tmp/n.db")        # the same as a subprocess with a fresh token
     stub = pbg.NeighborStoreStub(connect(cp.address, cp.token))
 
-Authentication is the probe fleet's (``swarmscope.grpcauth.Guard``: the shared token on every
+Authentication is the probe fleet's (``swarmscope.core.grpcauth.Guard``: the shared token on every
 call; the token from ``$SWARMSCOPE_NEIGHBORS_TOKEN`` or ``--token-file``, never the command
 line). Limits, so a client cannot take the server down: messages up to ``MAX_MESSAGE_BYTES``
 both ways, at most ``MAX_BATCH_ENTRIES`` entries per message and ``MAX_PAGE`` per List page,
@@ -36,10 +36,10 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from swarmscope import auth
-from swarmscope.errors import LoadGenError, SwarmscopeError
-from swarmscope.grpcauth import Guard, RateLimit, token_channel
-from swarmscope.sys import owners
+from swarmscope.core import auth
+from swarmscope.core.errors import LoadGenError, SwarmscopeError
+from swarmscope.core.grpcauth import Guard, RateLimit, token_channel
+from swarmscope.core.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.store import DURABILITY, Compacted, Store
 from swarmscope.v1 import neighbors_pb2 as pb

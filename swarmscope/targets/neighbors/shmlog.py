@@ -28,7 +28,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from swarmscope.errors import SwarmscopeError
+from swarmscope.core.errors import SwarmscopeError
 from swarmscope.targets.neighbors import records as R
 
 MAGIC = b"SSNLOG01"

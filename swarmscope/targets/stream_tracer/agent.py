@@ -38,7 +38,7 @@ from typing import Any
 
 import grpc
 
-from swarmscope.errors import SwarmscopeError
+from swarmscope.core.errors import SwarmscopeError
 from swarmscope.probes.bcc_env import load_program, percpu_sum
 from swarmscope.v1 import stream_pb2 as pb
 from swarmscope.v1 import stream_pb2_grpc as pb_grpc
