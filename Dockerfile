@@ -25,8 +25,8 @@ COPY --from=golang:1.26-bookworm /usr/local/go /usr/local/go
 WORKDIR /src
 COPY constraints.txt /src/
 COPY tools/go.sh tools/go_build.sh tools/native-stage.sh tools/build_relayd.sh tools/build_probe_reader.sh /src/tools/
-COPY controller/relayd /src/controller/relayd/
-COPY probes/reader /src/probes/reader/
+COPY swarmscope/controller/relayd /src/swarmscope/controller/relayd/
+COPY swarmscope/probes/reader /src/swarmscope/probes/reader/
 COPY proto /src/proto/
 RUN tools/native-stage.sh out
 

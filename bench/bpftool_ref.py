@@ -19,7 +19,7 @@ import json
 import subprocess
 from typing import Any
 
-from swarmscope.sys import bpf
+from swarmscope.core.sys import bpf
 
 
 def own(fds: list[int]) -> tuple[list[int], int, int]:

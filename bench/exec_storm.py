@@ -85,8 +85,8 @@ def prog_stats(fd: int) -> tuple[int, int]:
 
 
 def probe_cost(tools: NativeTools, node: SimNode, duration_s: float, concurrency: int) -> dict[str, Any]:
+    from swarmscope.core.sys.bpf import enable_stats
     from swarmscope.probes.bcc_env import load_program, percpu_sum
-    from swarmscope.sys.bpf import enable_stats
 
     b = load_program("exec_count")
     stats_fd = enable_stats()

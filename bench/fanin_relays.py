@@ -26,7 +26,7 @@ from fanin_windows import measure_windows, window_figures
 from simprobes import SimProbes
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.errors import FleetError
+from swarmscope.core.errors import FleetError
 
 
 def _start_relays(
@@ -39,7 +39,7 @@ def _start_relays(
     procs = []
     for i in range(k):  # all at once: one by one, 16 starts took 8 minutes on a loaded machine
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "swarmscope.cli", "relay", "--upstream", upstream, "--bind", "127.0.0.1:0",
+            [sys.executable, "-m", "swarmscope", "relay", "--upstream", upstream, "--bind", "127.0.0.1:0",
              "--relay-id", f"relay-{i}", "--heartbeat", str(heartbeat_s),
              "--liveness", str(max(30.0, 6 * heartbeat_s)), "--window-timeout", str(timeout_s - 10),
              "--engine", engine],

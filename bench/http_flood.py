@@ -270,7 +270,7 @@ def swarmscope_path(
 ) -> dict[str, Any] | None:
     out = tmp / f"ss-{engine}"
     dur = _duration(args)
-    cmd = [sys.executable, "-m", "swarmscope.cli", "run", str(ROOT / "scenarios" / "ingress_flood.yaml"),
+    cmd = [sys.executable, "-m", "swarmscope", "run", str(ROOT / "scenarios" / "ingress_flood.yaml"),
            "--out", str(out), "--set", f"host={target.t.url}", "--set", f"steps={args.users}",
            "--set", f"step_duration={dur}", "--set", f"engine={engine}"]  # fmt: skip
     # The generator: the swarmscope process itself (Locust users run in it), or k6 alone; the

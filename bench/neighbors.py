@@ -5,7 +5,7 @@
     .venv/bin/python bench/neighbors.py --arion     # the quick Arion table: both modes at
                                                     # Arion's N, 3 repeats, then the os table at N = 5, 100
 
-Runs ``swarmscope run`` of the neighbor_writes kind (swarmscope.run.run_scenario): per worker a
+Runs ``swarmscope run`` of the neighbor_writes kind (swarmscope.app.run.run_scenario): per worker a
 control plane, an agent process programming the worker's XDP map, every map-update call timed
 by the probe's map_update program (the kernel-side clock). Each (mode, N) is repeated
 (``repeats``, default 5 here) and the table prints the medians next to Arion's published
@@ -90,8 +90,8 @@ def clock_cost(calls: int = 20000, rounds: int = 5) -> dict[str, Any]:
     minus without. The machine is shared, so on and off alternate (``rounds`` pairs, the two
     tracepoints detached and attached again between them) and the added cost is the median of
     the pairs' differences: a load change between the halves does not land on one side only."""
+    from swarmscope.core.sys import bpf
     from swarmscope.probes.map_update import MapUpdateTracer
-    from swarmscope.sys import bpf
     from swarmscope.targets.neighbors import records as R
 
     fd = bpf.map_create(1, "ss_clock_cost", R.KEY_SIZE, R.VALUE_SIZE, 1024)
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     if ns.os_neighbors is None:  # --arion: Arion's small write+watch points, like for like
         ns.os_neighbors = "5,100" if ns.arion else "5,100,1000"
+    from swarmscope.app.run import run_scenario
     from swarmscope.kinds import load_scenario
-    from swarmscope.run import run_scenario
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench.disk_sync import format_costs, sync_costs
@@ -228,8 +228,8 @@ def durability_os(ns: argparse.Namespace, scenario: str) -> list[dict[str, Any]]
     beside it because it is the like-for-like durability: ArionMaster writes to Hazelcast, in
     memory, with no persistence configured (docs/neighbors.md), so its acknowledged write
     survives neither a power cut nor the loss of its DB member. Printed after the comparison."""
+    from swarmscope.app.run import run_scenario
     from swarmscope.kinds import load_scenario
-    from swarmscope.run import run_scenario
 
     sets = [
         "repeats=5",

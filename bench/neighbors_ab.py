@@ -37,8 +37,8 @@ def _cpu() -> float:
 
 
 def list_ab(n: int, rounds: int) -> dict[str, Any]:
+    from swarmscope.core.sys import bpf
     from swarmscope.kinds.neighbor_writes.fastpath import agent_lib
-    from swarmscope.sys import bpf
     from swarmscope.targets.neighbors import records as R
     from swarmscope.targets.neighbors.agent_proc import _MapTarget
     from swarmscope.targets.neighbors.ipc import IpcClient

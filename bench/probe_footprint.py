@@ -36,8 +36,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from swarmscope.controller.fleet import Fleet
+from swarmscope.core.sys import bpf, cgroups, otlpjson, owners
 from swarmscope.probes import native
-from swarmscope.sys import bpf, cgroups, otlpjson, owners
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "footprint-bench-token"
@@ -86,7 +86,7 @@ def _fd_maps(pid: int) -> set[int]:
 
 
 def _start(address: str, node: str, mode: str, reader: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", address, "--node", node]
+    cmd = [sys.executable, "-m", "swarmscope", "probe", "--controller", address, "--node", node]
     cmd += ["--programs", "exec_count", "--mode", mode]
     env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN, **{native.ENV_READER: reader})
     return subprocess.Popen(

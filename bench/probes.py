@@ -37,13 +37,13 @@ from typing import Any
 
 from bpftool_ref import bracket, own
 
+from swarmscope.core.sys import bpf
 from swarmscope.probes import bcc_env
 from swarmscope.probes.programs.base import Program
 from swarmscope.probes.programs.exec_count import ExecCount
 from swarmscope.probes.programs.pkt_count import PktCount
 from swarmscope.probes.programs.syscall_count import SyscallCount
 from swarmscope.probes.selfmetrics import bcc_of
-from swarmscope.sys import bpf
 from swarmscope.workers.exec_storm import run_burst
 from swarmscope.workers.native import ensure_built
 from swarmscope.workers.nodes import create_sim_nodes, destroy_sim_nodes

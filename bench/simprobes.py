@@ -28,8 +28,8 @@ from typing import Any
 
 import grpc
 
-from swarmscope import auth
-from swarmscope.sys.limits import raise_nofile
+from swarmscope.core import auth
+from swarmscope.core.sys.limits import raise_nofile
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 

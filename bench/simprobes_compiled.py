@@ -27,8 +27,8 @@ from typing import Any
 
 from simprobes import Registering, SimProbes
 
-from swarmscope.errors import SetupError
-from swarmscope.sys.gobuild import go_binary
+from swarmscope.core.errors import SetupError
+from swarmscope.core.sys.gobuild import go_binary
 
 BUILD = Path(__file__).resolve().parent.parent / "tools" / "build_simprobes.sh"
 SIMS = ("go", "python")

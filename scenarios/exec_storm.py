@@ -6,7 +6,7 @@ what the workers generated, what the kernel counted and what the tracer under te
 (``--ss-tracer bpftrace``). Options: ``locust -f scenarios/exec_storm.py --help`` (``--ss-*``).
 """
 
-from swarmscope import plugin
+from swarmscope.app import plugin
 from swarmscope.workers.exec_user import ExecStormUser
 
 plugin.install("exec_storm")

@@ -7,7 +7,7 @@ Options: ``locust -f scenarios/flow_storm.py --help`` (``--ss-*``, e.g. ``--ss-f
 A burst still sending at test stop is stopped and counted exactly (tests/test_flow_storm_locust.py).
 """
 
-from swarmscope import plugin
+from swarmscope.app import plugin
 from swarmscope.workers.flow_user import FlowStormUser
 
 plugin.install("flow_storm")

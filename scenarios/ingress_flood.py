@@ -12,7 +12,7 @@ master and the report (per-step rows, faults, the nginx log check) goes in the r
 Options: ``--help`` lists every ``--ss-*`` option of the scenario kind.
 """
 
-from swarmscope import plugin
+from swarmscope.app import plugin
 from swarmscope.workers.http_users import FloodUser, StepShape
 
 plugin.install("ingress_flood")

@@ -6,7 +6,7 @@ HdrHistogram, merged exactly on the master at test stop (``--master`` / ``--work
 Options: ``locust -f scenarios/neighbor_writes.py --help`` (``--ss-*``, e.g. ``--ss-batch-size``).
 """
 
-from swarmscope import plugin
+from swarmscope.app import plugin
 from swarmscope.workers.neighbor_user import NeighborWriterUser
 
 plugin.install("neighbor_writes")

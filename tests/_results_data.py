@@ -18,7 +18,7 @@ from swarmscope.controller.model import (
     RunInfo,
     WindowInfo,
 )
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 T0 = 1_790_000_000_000_000_000  # a fixed start (ns) so reports are reproducible
 LOSS_BY_NODES = {2: 0.0, 5: 0.04, 11: 0.35}

@@ -19,8 +19,8 @@ from concurrent import futures
 
 import grpc
 
-from swarmscope import auth
-from swarmscope.errors import ProbeError
+from swarmscope.core import auth
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.v1 import probe_pb2 as pb

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from swarmscope import auth
+from swarmscope.core import auth
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 

@@ -5,11 +5,11 @@
     assert res.ok, res.problems        # acknowledged windows kept, run marked, nothing left
 
 A run is started in its own session; its process tree (pids with start times), the owner
-claims it makes (swarmscope.sys.owners: netns, links), its simulated-node cgroup groups and
+claims it makes (swarmscope.core.sys.owners: netns, links), its simulated-node cgroup groups and
 the BPF programs its processes hold are sampled while it runs. Once ``after_windows``
 iterations are stored (plus a random delay below ``jitter_s``), the part named by the case is
 sent the signal. Then the controller is waited for (it goes on alone when a child part died),
-the next run's start-of-run sweep is done (swarmscope.lifecycle.sweep_stale), and the audit
+the next run's start-of-run sweep is done (swarmscope.app.lifecycle.sweep_stale), and the audit
 checks: every iteration stored before the kill is still stored; the run's status is not
 ``running`` (``interrupted`` when the controller itself was signalled); no process of the tree
 lives; no cgroup group, netns or link it made exists; no BPF program it held is loaded.
@@ -100,16 +100,14 @@ CASES: dict[str, Case] = {
     "controller": Case("controller", "exec_storm", (), ""),
     "controller-neighbor": Case("controller", "neighbor_writes", (), ""),
     "controller-ingress": Case("controller", "ingress_flood", (), ""),
-    "worker": Case("worker", "exec_storm", (), "swarmscope.cli worker", distributed=True),
-    "probe": Case("probe", "exec_storm", (), "swarmscope.cli probe"),
+    "worker": Case("worker", "exec_storm", (), "-m swarmscope worker", distributed=True),
+    "probe": Case("probe", "exec_storm", (), "-m swarmscope probe"),
     "tracer": Case("tracer", "exec_storm", ("--set", "tracer=bpftrace"), "bpftrace"),
     "neighbor-control-plane": Case(
         "neighbor control plane", "neighbor_writes", (), "swarmscope.targets.neighbors.server"
     ),
     # The agent lives in the worker process that programs its XDP map (kinds/neighbor_writes).
-    "neighbor-agent": Case(
-        "neighbor agent", "neighbor_writes", (), "swarmscope.cli worker", distributed=True
-    ),
+    "neighbor-agent": Case("neighbor agent", "neighbor_writes", (), "-m swarmscope worker", distributed=True),
     "nginx": Case("nginx", "ingress_flood", (), "nginx: master"),
 }
 
@@ -214,7 +212,7 @@ def leftovers(w: _Watch) -> list[str]:
             left.append(f"link {name} (with its XDP program)")
         if kind == "pindir" and (OWNERS / kind / name).exists():
             left.append(f"pinned dir {name}")
-    from swarmscope.sys import cgroups
+    from swarmscope.core.sys import cgroups
 
     for g in sorted(w.groups):
         if (cgroups.cgroup2_mount() / "swarmscope" / g).exists():
@@ -230,7 +228,7 @@ def run_fault(
     rng: random.Random | None = None, timeout_s: float = 240.0,
 ) -> FaultResult:  # fmt: skip
     """One run of ``case`` with ``sig`` sent to its part; see the module doc for the audit."""
-    from swarmscope.lifecycle import sweep_stale
+    from swarmscope.app.lifecycle import sweep_stale
 
     rng = rng or random.Random()
     res = FaultResult(case.target if case.kind == "exec_storm" else f"{case.target} ({case.kind})", sig.name)

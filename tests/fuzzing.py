@@ -33,9 +33,9 @@ import psutil
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmscope import auth
-from swarmscope.errors import ConfigError
-from swarmscope.grpcauth import token_channel
+from swarmscope.core import auth
+from swarmscope.core.errors import ConfigError
+from swarmscope.core.grpcauth import token_channel
 from swarmscope.targets.neighbors.server import MAX_MESSAGE_BYTES, start_server, stop
 from swarmscope.v1 import neighbors_pb2 as npb
 from swarmscope.v1 import neighbors_pb2_grpc as npbg
@@ -159,7 +159,7 @@ def fuzz_scenarios(cases: int) -> dict[str, int]:
 # -- servers in their own processes -------------------------------------------------------------
 _FLEET_MAIN = """
 import sys
-from swarmscope import auth
+from swarmscope.core import auth
 from swarmscope.controller.fleet import Fleet
 fleet = Fleet(token=auth.load_token(), bind="127.0.0.1:0")
 print(fleet.start(), flush=True)

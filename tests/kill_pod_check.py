@@ -19,7 +19,7 @@ import pytest
 from realnode import wait_for as wait  # the same bounded poll
 
 from swarmscope.controller.faults import make_fault
-from swarmscope.errors import SwarmscopeError
+from swarmscope.core.errors import SwarmscopeError
 
 SELECTOR = "app.kubernetes.io/component=controller"  # KillPod's default
 

@@ -83,8 +83,8 @@ def main() -> int:
 
     monkey.patch_all()  # first, as the CLI's run does
 
-    from swarmscope import cli
-    from swarmscope.process import SwarmscopeProcess
+    from swarmscope.app import cli
+    from swarmscope.app.process import SwarmscopeProcess
 
     found: list[dict[str, Any]] = []
     make_controller = SwarmscopeProcess._make_controller

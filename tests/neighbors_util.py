@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from swarmscope import auth
+from swarmscope.core import auth
 from swarmscope.targets.neighbors.server import TOKEN_ENV, connect, start_server, stop
 from swarmscope.v1 import neighbors_pb2_grpc as pbg
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from swarmscope.sys import cgroups
+from swarmscope.core.sys import cgroups
 
 # Moves itself into cgroup $1, then runs /bin/true exactly $2 times. Everything else it uses
 # (echo, [, $((...))) is a dash/bash builtin, so the only execs inside the cgroup are the
@@ -29,7 +29,7 @@ EXEC_LOOP = (
 def temp_cgroup(
     name: str, parent: pathlib.Path | None = None
 ) -> contextlib.AbstractContextManager[pathlib.Path]:
-    """A throw-away child cgroup named after this test process (see swarmscope.sys.cgroups)."""
+    """A throw-away child cgroup named after this test process (see swarmscope.core.sys.cgroups)."""
     return cgroups.temp_cgroup(f"swarmscope-test-{os.getpid()}-{name}", parent)
 
 
@@ -41,7 +41,7 @@ def exec_in_cgroup(cg: pathlib.Path, n: int) -> None:
 def probe_cli(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """``swarmscope probe ARGS`` as a process (stderr piped; ``env`` on top of ours), killed if
     still running at the end."""
-    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", *args]
+    cmd = [sys.executable, "-m", "swarmscope", "probe", *args]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
     try:
         yield proc

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import pytest
 from net_helpers import send, veth_pair
 
+from swarmscope.core.sys import bpf
 from swarmscope.probes import bpfstats
 from swarmscope.probes.bpfstats import BpfStats, parse_btf_names
 from swarmscope.probes.programs.base import delta_by_node, get_program
 from swarmscope.probes.programs.pkt_count import PktCount
-from swarmscope.sys import bpf
 
 SWARMSCOPE = [str(pathlib.Path(sys.executable).parent / "swarmscope")]
 

@@ -17,10 +17,10 @@ import time
 import pytest
 from net_helpers import send, veth_pair
 
+from swarmscope.core.sys import bpf
 from swarmscope.probes import bpfstats
 from swarmscope.probes.bpfstats import BpfStats
 from swarmscope.probes.programs.pkt_count import PktCount
-from swarmscope.sys import bpf
 
 SWARMSCOPE = [str(pathlib.Path(sys.executable).parent / "swarmscope")]
 pytestmark = [pytest.mark.root, pytest.mark.bpf]

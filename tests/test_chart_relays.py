@@ -21,7 +21,7 @@ from test_chart_security import _secret_files
 from test_relay import ENGINES, relayd
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.tls import TLSFiles, channel_credentials, channel_options
+from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 
 ON = ("--set", "relays.enabled=true", "--set", "relays.replicas=3")
@@ -151,7 +151,7 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engi
         [
             sys.executable,
             "-m",
-            "swarmscope.cli",
+            "swarmscope",
             "relay",
             "--upstream",
             fleet.address,

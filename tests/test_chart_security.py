@@ -16,7 +16,7 @@ from fakeprobe import FakeProbe
 from test_chart import CHART, by_kind, docs, helm_template, one, tools  # noqa: F401  (tools: fixture)
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.tls import TLSFiles, channel_credentials, channel_options
+from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 
 pytestmark = [pytest.mark.slow]

@@ -14,7 +14,7 @@ import pytest
 from helpers import BIN, ROOT, is_root, load_report, only_run_dir, run_cli
 
 from swarmscope.controller.checks import EXIT_CODE, evaluate_one, item_lines, parse_check, parse_checks
-from swarmscope.errors import ConfigError
+from swarmscope.core.errors import ConfigError
 
 
 def _point(index: int, params: dict, gen: int, kern: int, rep: int | None, loss_max: float | None) -> dict:

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
 
-from swarmscope.sys.cgroups import cgroup2_mount
-from swarmscope.sys.otlpjson import spans_of
+from swarmscope.core.sys.cgroups import cgroup2_mount
+from swarmscope.core.sys.otlpjson import spans_of
 
 pytestmark = [
     pytest.mark.root,

@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from swarmscope.config import Field, Schema, list_of
-from swarmscope.errors import ConfigError
+from swarmscope.core.config import Field, Schema, list_of
+from swarmscope.core.errors import ConfigError
 
 SCHEMA = Schema(
     [

@@ -12,7 +12,7 @@ import re
 import pytest
 from helpers import is_root, only_run_dir, run_cli
 
-from swarmscope.console import IterationPrinter, kind_summary, text_table
+from swarmscope.app.console import IterationPrinter, kind_summary, text_table
 from swarmscope.controller.model import IterationResult, NodeCount, WindowInfo
 
 STEP = {"step": 0, "users": 10, "requests": 500, "latency_ms": {"p50": 1.234, "p90": 2.0, "p99": 9.999},

@@ -40,7 +40,7 @@ def _start(tmp: Path, run_id: str, ports: dict[str, int], log: str) -> subproces
     }
     # No worker ever comes: the run waits for it (--expect-workers), i.e. it is under way.
     return subprocess.Popen(
-        [sys.executable, "-m", "swarmscope.cli", "controller", "--scenario", str(sfile),
+        [sys.executable, "-m", "swarmscope", "controller", "--scenario", str(sfile),
          *[a for k, v in ports.items() for a in (f"--{k}-port", str(v))], "--run-once", run_id,
          "--", "--headless", "--expect-workers", "1"],
         cwd=ROOT, env=env, stdout=open(tmp / log, "wb"), stderr=subprocess.STDOUT,
@@ -123,7 +123,7 @@ def test_run_once_needs_headless(tmp_path: Path) -> None:
     sfile = tmp_path / "scenario.yaml"
     sfile.write_text("scenario: exec_storm\n")
     r = subprocess.run(
-        [sys.executable, "-m", "swarmscope.cli", "controller", "--scenario", str(sfile), "--run-once", "x"],
+        [sys.executable, "-m", "swarmscope", "controller", "--scenario", str(sfile), "--run-once", "x"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode != 0 and "--run-once is for headless runs" in r.stderr, r.stderr

@@ -128,7 +128,7 @@ def test_swarmscope_run_ebpf_cost(tmp_path: pathlib.Path) -> None:
 
 
 def test_embedded_only() -> None:
-    from swarmscope.errors import ConfigError
+    from swarmscope.core.errors import ConfigError
     from swarmscope.kinds import get_kind
 
     with pytest.raises(ConfigError, match="runs embedded"):

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from bpftool_check import check_against_bpftool
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.sys import cgroups
+from swarmscope.core.sys.cgroups import cgroup2_mount
 from swarmscope.probes.bcc_env import load_program, percpu_sum
-from swarmscope.sys import cgroups
-from swarmscope.sys.cgroups import cgroup2_mount
 from swarmscope.workers import native, nodes
 from swarmscope.workers.exec_storm import BurstResult, check_bounds, run_burst, start_burst
 from swarmscope.workers.native import NativeTools, ensure_built

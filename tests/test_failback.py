@@ -19,9 +19,9 @@ from test_probe_native import _native, reader  # noqa: F401  (reader: the fixtur
 from test_relay import ENGINES, start_relay
 
 from swarmscope.controller.fleet import Fleet
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.probes.failback import Failback
-from swarmscope.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "native-probe-token-0123"  # test_probe_native's: its _native helper passes it

@@ -58,7 +58,7 @@ def test_sigkill_at_point_k_keeps_every_finished_point(tmp_path: pathlib.Path) -
     interrupted; `swarmscope report` reads it back with those windows."""
     out = tmp_path / "results"
     p = subprocess.Popen(
-        [sys.executable, "-m", "swarmscope.cli", "run", "scenarios/exec_storm.yaml",
+        [sys.executable, "-m", "swarmscope", "run", "scenarios/exec_storm.yaml",
          "--set", "nodes=1,2,3", "--set", "iterations=2", "--set", "burst_s=0.3", "--set", "pause_s=0.2",
          "--out", str(out)],
         cwd=pathlib.Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL,
@@ -81,7 +81,7 @@ def test_sigkill_at_point_k_keeps_every_finished_point(tmp_path: pathlib.Path) -
         stored = c.execute("SELECT point, iteration FROM iterations ORDER BY point, iteration").fetchall()
     assert len(stored) >= k
     assert stored[:3] == [(0, 1), (0, 2), (1, 1)]  # point 0 finished, point 1 under way
-    from swarmscope.lifecycle import sweep_stale
+    from swarmscope.app.lifecycle import sweep_stale
 
     swept = sweep_stale()
     assert len(swept.get("run", [])) >= 1
@@ -96,10 +96,10 @@ def test_sigkill_at_point_k_keeps_every_finished_point(tmp_path: pathlib.Path) -
 def test_sweep_removes_what_a_dead_owner_left(tmp_path: pathlib.Path) -> None:
     """Claims of a SIGKILLed process (a netns with a process in it, a veth, a `running` run)
     are swept; a live owner's are not."""
+    from swarmscope.app.lifecycle import sweep_stale
     from swarmscope.controller.model import RunInfo
     from swarmscope.controller.store import ResultStore
-    from swarmscope.lifecycle import sweep_stale
-    from swarmscope.sys import owners
+    from swarmscope.core.sys import owners
 
     tag = os.urandom(3).hex()
     ns, link, run_id, db = f"ss-lc-{tag}", f"sslc{tag}h", f"lc-{tag}", str(tmp_path / "s.sqlite")
@@ -107,7 +107,7 @@ def test_sweep_removes_what_a_dead_owner_left(tmp_path: pathlib.Path) -> None:
         store.save_run(RunInfo(run_id, "exec_storm", "exec", {}, time.time_ns(), str(tmp_path)))
     child = f"""
 import subprocess, time
-from swarmscope.sys import owners
+from swarmscope.core.sys import owners
 owners.claim("netns", "{ns}"); owners.claim("link", "{link}"); owners.claim("run", "{run_id}", db="{db}")
 subprocess.run(["ip", "netns", "add", "{ns}"], check=True)
 subprocess.run(["ip", "link", "add", "{link}", "type", "veth", "peer", "name", "{link[:-1]}p"], check=True)
@@ -137,7 +137,7 @@ print("READY", flush=True); time.sleep(600)
 def test_children_die_with_a_sigkilled_parent() -> None:
     parent = """
 import subprocess, sys, time
-from swarmscope.sys import owners
+from swarmscope.core.sys import owners
 c = subprocess.Popen(["sleep", "600"], preexec_fn=owners.die_with_parent)
 print(c.pid, flush=True); time.sleep(600)
 """
@@ -162,8 +162,8 @@ def _state(pid: int) -> str:
 def test_status_rule_no_kernel_count_anywhere_is_not_ok() -> None:
     """A run whose every node lacks its kernel count because a source was missing is not ok;
     a kind with no kernel column (ingress: kernel None, nothing missing) is."""
+    from swarmscope.app.process import kernel_missing_everywhere
     from swarmscope.controller.model import IterationResult, NodeCount
-    from swarmscope.process import kernel_missing_everywhere
 
     def it(*nodes: NodeCount) -> IterationResult:
         return IterationResult("r", 0, {}, 1, "w", 0, 1, list(nodes))
@@ -178,8 +178,8 @@ def test_status_rule_no_kernel_count_anywhere_is_not_ok() -> None:
 def test_final_status_an_ok_run_with_no_window_is_failed() -> None:
     """`locust -f … -t 3s` whose probes came late ended with no window and said "ok" (seen on
     the real node): an empty run is failed; a measured one stays ok; other statuses stand."""
+    from swarmscope.app.process import final_status
     from swarmscope.controller.model import IterationResult, NodeCount
-    from swarmscope.process import final_status
 
     measured = [IterationResult("r", 0, {}, 1, "w", 0, 1, [NodeCount("n1", 5, 5)])]
     gone = [IterationResult("r", 0, {}, 1, "w", 0, 1, [NodeCount("n1", 5, None, missing=["probe"])])]

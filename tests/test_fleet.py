@@ -8,9 +8,9 @@ import grpc
 import pytest
 from fakeprobe import FakeProbe
 
-from swarmscope import auth
 from swarmscope.controller.fleet import Fleet
-from swarmscope.errors import FleetError
+from swarmscope.core import auth
+from swarmscope.core.errors import FleetError
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 

@@ -20,7 +20,7 @@ from helpers import ROOT
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.controller.fleet_proc import FleetProcess, make_fleet
-from swarmscope.errors import FleetError
+from swarmscope.core.errors import FleetError
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "aio-token"

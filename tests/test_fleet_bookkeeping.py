@@ -13,8 +13,8 @@ import grpc
 import pytest
 from fakeprobe import FakeProbe
 
-from swarmscope import auth
 from swarmscope.controller.fleet import Fleet
+from swarmscope.core import auth
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "bookkeeping-token"
@@ -157,7 +157,7 @@ def test_reconnects_land_in_the_window_result(fleet: Fleet) -> None:
     points[].iterations[].extra.probe_reconnects)."""
     from swarmscope.controller.model import IterationResult, PointInfo, RunInfo
     from swarmscope.controller.role import ControllerRole
-    from swarmscope.events import RunEvents
+    from swarmscope.core.events import RunEvents
 
     run = RunInfo("run-1", "exec_storm", "exec", {}, time.time_ns())
     ctl = ControllerRole(

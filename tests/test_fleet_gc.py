@@ -20,11 +20,11 @@ import grpc
 import pytest
 from fakeprobe import FakeProbe
 
-from swarmscope import auth
 from swarmscope.controller import fleet_loop
 from swarmscope.controller.fleet import Fleet
 from swarmscope.controller.fleet_gc import gc_held, gc_holds
-from swarmscope.errors import FleetError
+from swarmscope.core import auth
+from swarmscope.core.errors import FleetError
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 

@@ -14,10 +14,10 @@ from probe_helpers import exec_in_cgroup, temp_cgroup
 from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.errors import FleetError
+from swarmscope.core.errors import FleetError
+from swarmscope.core.sys.cgroups import cgroup_id
+from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.probes.agent import ProbeAgent
-from swarmscope.sys.cgroups import cgroup_id
-from swarmscope.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "real-probe-token-0123"

@@ -226,7 +226,7 @@ def test_killed_flow_storm_leaves_namespaces_that_the_next_run_sweeps() -> None:
     import subprocess
     import sys
 
-    from swarmscope import lifecycle
+    from swarmscope.app import lifecycle
 
     code = (
         "import sys, time\n"

@@ -1,4 +1,4 @@
-"""swarmscope.sys.heap: a worker's setup heap is frozen out of full collections, once.
+"""swarmscope.core.sys.heap: a worker's setup heap is frozen out of full collections, once.
 
 In a subprocess: freezing is process-wide and permanent, not something to do to pytest's own."""
 
@@ -11,7 +11,7 @@ import sys
 SCRIPT = """
 import gc, json
 import locust, gevent, grpc, numpy  # what a worker has imported before its first window
-from swarmscope.sys.heap import freeze_setup_heap
+from swarmscope.core.sys.heap import freeze_setup_heap
 
 n = freeze_setup_heap()
 print(json.dumps({"n": n, "again": freeze_setup_heap(), "count": gc.get_freeze_count(),

@@ -21,9 +21,9 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from helpers import free_port, load_report, only_run_dir, run_cli
 
-from swarmscope.config import Config
 from swarmscope.controller.faults import make_fault, names
-from swarmscope.errors import ConfigError
+from swarmscope.core.config import Config
+from swarmscope.core.errors import ConfigError
 from swarmscope.kinds.ingress_flood import KIND
 from swarmscope.kinds.ingress_flood.config import preflight
 from swarmscope.probes.procstat import ProcSampler
@@ -422,7 +422,7 @@ def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> No
 
 def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from swarmscope.controller.faults import KillPod
-    from swarmscope.errors import SwarmscopeError
+    from swarmscope.core.errors import SwarmscopeError
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -103,7 +103,7 @@ def test_locustfile_timed_steps_reload_onto_each_steps_backends(tmp_path: pathli
 
 def test_network_baseline_takes_whole_seconds_only() -> None:
     """iperf3 reads -t 0.5 as 0, "until killed": refused before anything starts."""
-    from swarmscope.errors import ConfigError, SetupError
+    from swarmscope.core.errors import ConfigError, SetupError
     from swarmscope.kinds.ingress_flood import KIND
     from swarmscope.targets.ingress.netbase import network_baseline
 
@@ -143,7 +143,7 @@ def test_iperf3_without_totals_is_retried_then_a_setup_error(tmp_path: pathlib.P
     used to die on a KeyError. Each try is made again, then the run gets our SetupError."""
     import subprocess
 
-    from swarmscope.errors import SetupError
+    from swarmscope.core.errors import SetupError
     from swarmscope.targets.ingress import netbase
 
     calls = tmp_path / "calls"

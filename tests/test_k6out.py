@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
 from swarmscope.targets.ingress.local import LocalIngress
 from swarmscope.workers.http_stats import StepRecorder
 from swarmscope.workers.k6 import POINTS_HEADER, SCRIPT, fold_points, k6_binary, run_k6

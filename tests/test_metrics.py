@@ -6,7 +6,7 @@ import urllib.request
 
 from swarmscope.controller.metrics import RunMetrics
 from swarmscope.controller.model import IterationResult, NodeCount, RunInfo
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 
 def test_metrics_count_every_window_and_serve_them() -> None:

@@ -11,9 +11,9 @@ import pytest
 from helpers import load_report, only_run_dir
 from neighbors_util import check_neighbor_points, check_recount, needs_root, run_with_recount
 
+from swarmscope.core.sys import bpf
 from swarmscope.probes.map_update import CMD_UPDATE_BATCH, CMD_UPDATE_ELEM, MapUpdateTracer
 from swarmscope.probes.neigh_events import NeighEventCounter
-from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.agent import KernelTarget, XdpTarget
 from swarmscope.targets.neighbors.netns import VethNetns

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from neighbors_util import agent_cmd, control_plane, needs_root, pin_dir
 
-from swarmscope.sys import bpf
+from swarmscope.core.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.v1 import neighbors_pb2 as pb
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from neighbors_util import TOKEN, needs_root
 
-from swarmscope.errors import LoadGenError
+from swarmscope.core.errors import LoadGenError
+from swarmscope.core.sys import bpf
 from swarmscope.probes.map_update import MapUpdateTracer
-from swarmscope.sys import bpf
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.agent_proc import AgentProcess, _MapTarget, digest
 from swarmscope.targets.neighbors.ipc import IpcClient

@@ -18,7 +18,7 @@ import sys
 import pytest
 from helpers import ROOT, is_root
 
-from swarmscope.sys import cgroups
+from swarmscope.core.sys import cgroups
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")]
 

@@ -15,7 +15,7 @@ from helpers import ROOT
 from test_relay import ENGINES, TOKEN, start_relay
 
 from swarmscope.controller.fleet import Fleet
-from swarmscope.sys.limits import raise_nofile
+from swarmscope.core.sys.limits import raise_nofile
 
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -39,7 +39,7 @@ def test_raise_nofile_lifts_soft_to_hard_in_a_fresh_process() -> None:
     if hard == resource.RLIM_INFINITY or hard <= LOW:
         pytest.skip(f"hard RLIMIT_NOFILE {hard}: nothing to raise to")
     code = (
-        "import resource; from swarmscope.sys.limits import raise_nofile; "
+        "import resource; from swarmscope.core.sys.limits import raise_nofile; "
         "print(resource.getrlimit(resource.RLIMIT_NOFILE), raise_nofile(), "
         "resource.getrlimit(resource.RLIMIT_NOFILE))"
     )

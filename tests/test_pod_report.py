@@ -13,7 +13,7 @@ from _results_data import make_run, sweep
 from swarmscope.controller.reconcile import name_pods
 from swarmscope.controller.report import render_console, write_report
 from swarmscope.controller.store import ResultStore
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 POD = "ssrn/rn-swarmscope-workers-7dc6884d9f-xl2n7/worker"
 

@@ -17,11 +17,11 @@ import pytest
 from agent_helpers import TOKEN, AgentThread, serve_controller
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
+from swarmscope.core.sys.otlpjson import attributes, spans_of, to_json
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.probes.bpfstats import ProgStats
 from swarmscope.probes.pods import PodIndex, PodRef, parse_cgroup_path
 from swarmscope.probes.top_ebpf import name_pods
-from swarmscope.sys.otlpjson import attributes, spans_of, to_json
 from swarmscope.v1 import probe_pb2 as pb
 
 UID = "0c1d2e3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f"

@@ -20,9 +20,9 @@ from agent_helpers import (
 )
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
-from swarmscope.errors import FleetError
+from swarmscope.core.errors import FleetError
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.agent import ProbeAgent
-from swarmscope.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 
@@ -266,7 +266,7 @@ def test_reconnects_when_controller_restarts() -> None:
 def test_probe_cli_without_an_address_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from swarmscope import cli
+    from swarmscope.app import cli
 
     monkeypatch.delenv("SWARMSCOPE_CONTROLLER", raising=False)
     assert cli.main(["probe", "--controller", ",", "--node", "n"]) == 2

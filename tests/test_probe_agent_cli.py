@@ -23,8 +23,8 @@ from agent_helpers import (
 )
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.agent import ProbeAgent
-from swarmscope.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 
 
@@ -74,7 +74,7 @@ def otlp_sink() -> Iterator[OtlpSink]:
 
 
 def _probe_cmd(addr: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "swarmscope.cli", "probe", "--controller", addr, *extra]
+    return [sys.executable, "-m", "swarmscope", "probe", "--controller", addr, *extra]
 
 
 @pytest.mark.root

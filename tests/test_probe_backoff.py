@@ -12,7 +12,7 @@ import random
 import pytest
 from agent_helpers import TOKEN, FakeProgram, _free_port, fake_factory
 
-from swarmscope.errors import FleetError
+from swarmscope.core.errors import FleetError
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.probes.backoff import Backoff
 

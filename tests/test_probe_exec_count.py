@@ -18,11 +18,17 @@ from dataclasses import dataclass
 import pytest
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
-from swarmscope import cli
-from swarmscope.errors import ProbeError, SetupError
+from swarmscope.app import cli
+from swarmscope.core.errors import ProbeError, SetupError
+from swarmscope.core.sys.cgroups import (
+    cgroup2_mount,
+    cgroup_id,
+    cgroup_paths,
+    pid_cgroup_path,
+    resolve_cgroup_id,
+)
 from swarmscope.probes.programs.base import Sample, delta_by_cgroup, delta_by_node, get_program
 from swarmscope.probes.programs.exec_count import SERIES, ExecCount, window_times
-from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, cgroup_paths, pid_cgroup_path, resolve_cgroup_id
 
 
 @dataclass
@@ -113,7 +119,7 @@ def test_probe_once_json_sees_a_busy_cgroup() -> None:
         busy = subprocess.Popen(["/bin/sh", "-c", loop])
         try:
             out = subprocess.run(
-                [sys.executable, "-m", "swarmscope.cli", "probe", "--once", "--seconds", "1", "--json"],
+                [sys.executable, "-m", "swarmscope", "probe", "--once", "--seconds", "1", "--json"],
                 capture_output=True,
                 text=True,
                 timeout=60,

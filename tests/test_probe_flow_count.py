@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.flow_count import FlowCount, flow_gauges, parse_target

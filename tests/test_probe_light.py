@@ -17,9 +17,9 @@ import pytest
 from agent_helpers import TOKEN, TestController, serve_controller
 from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
 
-from swarmscope import lifecycle
-from swarmscope.sys import bpf, owners
-from swarmscope.sys.cgroups import cgroup_id
+from swarmscope.app import lifecycle
+from swarmscope.core.sys import bpf, owners
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 
 
@@ -133,7 +133,7 @@ def test_killed_light_probe_leaves_pins_that_the_next_run_sweeps(controller) -> 
 
 @pytest.mark.root
 def test_failed_load_leaves_no_pin_dir_and_no_claim() -> None:
-    from swarmscope.errors import ProbeError
+    from swarmscope.core.errors import ProbeError
     from swarmscope.probes import pinned
 
     before = {n for n, d in owners.claims("pindir") if d.get("pid") == os.getpid()}
@@ -144,7 +144,7 @@ def test_failed_load_leaves_no_pin_dir_and_no_claim() -> None:
 
 
 def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
-    from swarmscope.errors import ConfigError
+    from swarmscope.core.errors import ConfigError
     from swarmscope.probes.programs.light import NOT_LIGHT, light_factory
 
     with pytest.raises(ConfigError) as e:
@@ -158,7 +158,7 @@ def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
 @pytest.mark.bpf
 def test_probe_once_in_light_mode_counts_a_cgroup_and_leaves_no_pins() -> None:
     with temp_cgroup("once") as cg:
-        cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--once", "--seconds", "6", "--json"]
+        cmd = [sys.executable, "-m", "swarmscope", "probe", "--once", "--seconds", "6", "--json"]
         proc = subprocess.Popen([*cmd, "--mode", "light"], stdout=subprocess.PIPE, text=True)
         try:
             # The window starts once the loader is done (the claim comes before it): wait for

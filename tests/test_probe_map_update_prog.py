@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from probe_helpers import temp_cgroup
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, get_program
 from swarmscope.probes.programs.map_update import MapUpdateCount
-from swarmscope.sys.cgroups import cgroup_id
 
 # argv: cgroup dir, N element updates, M batch entries. Prints "<pid> <map id>", then keeps
 # the map fd open until stdin closes (the pump resolves fd -> map id while it is open).
 CHILD = """
 import os, struct, sys
-from swarmscope.sys import bpf
+from swarmscope.core.sys import bpf
 open(sys.argv[1] + "/cgroup.procs", "w").write("0")
 n, m = int(sys.argv[2]), int(sys.argv[3])
 fd = bpf.map_create(bpf.BPF_MAP_TYPE_HASH, "ss_test", 4, 8, 4096)
@@ -106,7 +106,7 @@ def test_nodes_mode_records_the_window_nodes_cgroups_only(monkeypatch: pytest.Mo
     updates, outside that cgroup, are not recorded at all."""
     from types import SimpleNamespace
 
-    from swarmscope.sys import bpf
+    from swarmscope.core.sys import bpf
 
     monkeypatch.delenv("SWARMSCOPE_MAP_UPDATE_PIDS", raising=False)
     n, m = 11, 300

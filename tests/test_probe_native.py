@@ -25,10 +25,10 @@ from test_relay import ENGINES, start_relay
 from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
+from swarmscope.core.sys import bpf, otlpjson, owners
+from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_id
+from swarmscope.core.tls import TLSFiles
 from swarmscope.probes import native, pinned
-from swarmscope.sys import bpf, otlpjson, owners
-from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id
-from swarmscope.tls import TLSFiles
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "native-probe-token-0123"
@@ -321,7 +321,16 @@ def test_native_pkt_count_counts_packets_exactly_and_detaches_at_exit(reader: st
 
 
 def test_native_mode_refuses_what_it_does_not_carry_naming_each() -> None:
-    cmd = [sys.executable, "-m", "swarmscope.cli", "probe", "--mode", "native", "--controller", "127.0.0.1:1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "swarmscope",
+        "probe",
+        "--mode",
+        "native",
+        "--controller",
+        "127.0.0.1:1",
+    ]
     cmd += ["--programs", "exec_count,neigh_events,map_update,flow_count", "--metrics-port", "9"]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SWARMSCOPE_TOKEN": TOKEN})
     assert p.returncode != 0

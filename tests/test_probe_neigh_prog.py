@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from probe_helpers import temp_cgroup
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, get_program
 from swarmscope.probes.programs.neigh_events import NeighEvents
 from swarmscope.probes.programs.neigh_netlink import NeighNetlink
-from swarmscope.sys.cgroups import cgroup_id
 
 # $1 cgroup dir, $2 netns, $3 device, $4 count, $5 "add" or "del": moves itself into the
 # cgroup, then writes (or deletes) 10.77.0.10 .. 10.77.0.(9+count) with `ip neigh`.

@@ -17,10 +17,10 @@ from probe_helpers import temp_cgroup
 from test_probe_agent import TOKEN, AgentThread, TestController, _serve
 from test_probe_procstat_prog import busy
 
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.probes.programs.base import Program, get_program
 from swarmscope.probes.programs.procstat import GAUGES, ProcStat
-from swarmscope.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 
 # argv: cgroup dir, K element updates, B batch entries. Creates a hash map, prints
@@ -28,7 +28,7 @@ from swarmscope.v1 import probe_pb2 as pb
 # the fd open until stdin closes (the probe resolves fd -> map id while it is open).
 UPDATER = """
 import os, struct, sys
-from swarmscope.sys import bpf
+from swarmscope.core.sys import bpf
 open(sys.argv[1] + "/cgroup.procs", "w").write("0")
 k, b = int(sys.argv[2]), int(sys.argv[3])
 fd = bpf.map_create(1, "ss_opts_test", 4, 8, 4096)  # BPF_MAP_TYPE_HASH, key 4, value 8

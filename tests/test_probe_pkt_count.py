@@ -13,7 +13,7 @@ import time
 import pytest
 from net_helpers import send, veth_pair
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
 from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.pkt_count import PktCount
 

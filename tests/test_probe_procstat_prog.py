@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import pytest
 from probe_helpers import temp_cgroup
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_id
 from swarmscope.probes.procstat import ProcSampler
 from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.procstat import GAUGES, PER_PROCESS_MAX, PER_PROCESS_MEAN, ProcStat
-from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id
 
 # argv: cgroup dir ("" = stay), seconds. Touches 40 MiB, prints "ready", then alternates
 # 10 ms of spinning with 10 ms of sleep until the time is up.
@@ -73,7 +73,7 @@ def test_probe_help_lists_every_registry_program() -> None:
     from swarmscope.probes.programs.base import DESCRIPTIONS, PROGRAMS, all_program_params
 
     out = subprocess.run(
-        [sys.executable, "-m", "swarmscope.cli", "probe", "--help"],
+        [sys.executable, "-m", "swarmscope", "probe", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

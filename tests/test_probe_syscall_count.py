@@ -8,10 +8,10 @@ import sys
 import pytest
 from probe_helpers import temp_cgroup
 
-from swarmscope.errors import ProbeError
+from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.syscall_count import SyscallCount, counter_name, syscall_nr
-from swarmscope.sys.cgroups import cgroup_id
 
 # Moves itself into cgroup argv[1], then calls getppid (x86_64 nr 110) argv[2] times through
 # syscall(2) directly (glibc might cache or skip a wrapper); nothing else in it calls getppid.

@@ -2,7 +2,7 @@
 machine, probes started for the run) sends Shutdown and the probe's run_forever returns;
 ``keep`` (what `swarmscope controller`, the chart's command, sets) only ends the sessions, so a
 long-lived probe stays up and keeps dialling for the next controller. A real controller process
-object (swarmscope.process) with its fleet on loopback, the real probe agent with a stand-in
+object (swarmscope.app.process) with its fleet on loopback, the real probe agent with a stand-in
 program; and the chart command's own arguments.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from agent_helpers import FakeProgram, fake_factory
 
-from swarmscope.commands.roles import controller_argv, sweep_sets
+from swarmscope.app.commands.roles import controller_argv, sweep_sets
+from swarmscope.app.process import SwarmscopeProcess
 from swarmscope.kinds import get_kind
 from swarmscope.probes.agent import ProbeAgent
-from swarmscope.process import SwarmscopeProcess
 
 TOKEN = "probes-at-exit-token-0123"
 pytestmark = pytest.mark.timeout(120)

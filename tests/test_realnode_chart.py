@@ -34,7 +34,7 @@ from imagebuild import build_swarmscope_image
 from jaegerapi import fetch_trace, span_tree
 from realnode import RealNode, build_node_tools, wait_for
 
-from swarmscope.sys.otlpjson import spans_of
+from swarmscope.core.sys.otlpjson import spans_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
 

@@ -64,7 +64,7 @@ def start_relay(
         [
             sys.executable,
             "-m",
-            "swarmscope.cli",
+            "swarmscope",
             "relay",
             "--upstream",
             upstream,
@@ -247,8 +247,8 @@ def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(
     from fakeprobe import FakeProbe
     from tls_helpers import make_pki
 
+    from swarmscope.core.tls import TLSFiles
     from swarmscope.probes.agent import ProbeAgent
-    from swarmscope.tls import TLSFiles
 
     pki = make_pki(tmp_path / "pki")
     fleet = Fleet(
@@ -309,7 +309,7 @@ def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(
 
 
 def test_relay_cli_reports_every_bad_setting_at_once(monkeypatch, capsys) -> None:
-    from swarmscope.cli import main
+    from swarmscope.app.cli import main
 
     for var in ("SWARMSCOPE_RELAY_UPSTREAM", "SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY"):
         monkeypatch.delenv(var, raising=False)

@@ -11,16 +11,10 @@ import pytest
 from _results_data import LOSS_BY_NODES, T0, expected_iteration_json, fire_run, make_run, sweep
 
 from swarmscope.controller.plots import Plot
-from swarmscope.controller.report import (
-    SectionHTML,
-    attach_report_writer,
-    build_report,
-    register_section,
-    render_console,
-    write_report,
-)
+from swarmscope.controller.report import attach_report_writer, build_report, render_console, write_report
+from swarmscope.controller.sections import SectionHTML, register_section
 from swarmscope.controller.store import ResultStore, run_dir_for
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 RUN_ID = "run-20261122-1"
 

@@ -11,14 +11,14 @@ from _results_data import fire_run, make_run
 
 from swarmscope.controller.report import attach_report_writer
 from swarmscope.controller.store import ResultStore, default_db_path, run_dir_for
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 RUN_ID = "run-20261122-1"
 
 
 def swarmscope(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "swarmscope.cli", *map(str, args)],
+        [sys.executable, "-m", "swarmscope", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,

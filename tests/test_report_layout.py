@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from swarmscope.controller.plots import loss_vs_nodes_plot, percent_axis
 from swarmscope.controller.report import write_report
 from swarmscope.controller.store import ResultStore, run_dir_for
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 CHROMIUM = shutil.which("chromium")
 RUN_ID = "run-20261122-1"

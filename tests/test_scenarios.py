@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from swarmscope.config import Field
+from swarmscope.core.config import Field
 from swarmscope.kinds import KINDS, get_kind, load_scenario
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swarmscope.config import MAX_LIST_ITEMS, Field
-from swarmscope.errors import ConfigError
+from swarmscope.core.config import MAX_LIST_ITEMS, Field
+from swarmscope.core.errors import ConfigError
 from swarmscope.kinds import KINDS, get_kind, load_scenario
 
 NOT_FINITE = ("nan", "NaN", "inf", "-inf", "Infinity", "1e999")

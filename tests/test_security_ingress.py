@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmscope.errors import ConfigError
+from swarmscope.core.errors import ConfigError
 from swarmscope.kinds.ingress_flood import KIND
 from swarmscope.kinds.ingress_flood.config import host_allowed, preflight, target_url
 from swarmscope.targets.ingress.local import LocalIngress, own_networks

@@ -16,7 +16,7 @@ import grpc
 import pytest
 from neighbors_util import TOKEN, control_plane
 
-from swarmscope.grpcauth import token_channel
+from swarmscope.core.grpcauth import token_channel
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.server import MAX_MESSAGE_BYTES, MAX_WATCHERS, connect, serve
 from swarmscope.targets.neighbors.store import Compacted, Store

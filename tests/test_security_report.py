@@ -16,7 +16,7 @@ from pathlib import Path
 from _results_data import fire_run, make_run
 
 from swarmscope.controller.store import ResultStore, default_db_path, run_dir_for
-from swarmscope.events import RunEvents
+from swarmscope.core.events import RunEvents
 
 RUN_ID = "run-20261122-1"
 
@@ -57,7 +57,7 @@ def test_crafted_database_runs_no_code(tmp_path: Path) -> None:
 
     env = {**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "swarmscope.cli", "report", str(run_dir)],
+        [sys.executable, "-m", "swarmscope", "report", str(run_dir)],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

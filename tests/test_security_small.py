@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from swarmscope.errors import ConfigError, SetupError
+from swarmscope.core.errors import ConfigError, SetupError
+from swarmscope.core.sys.cgroups import cgroup2_mount, pid_cgroup_rel, resolve_cgroup_id
 from swarmscope.kinds import get_kind
-from swarmscope.sys.cgroups import cgroup2_mount, pid_cgroup_rel, resolve_cgroup_id
 from swarmscope.workers import native
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another user)")
@@ -86,7 +86,7 @@ def test_bad_master_bind_is_a_config_error() -> None:
 
 def test_unwritable_out_is_one_error_not_a_traceback(tmp_path: pathlib.Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "swarmscope.cli", "run", str(ROOT / "scenarios" / "exec_storm.yaml"),
+        [sys.executable, "-m", "swarmscope", "run", str(ROOT / "scenarios" / "exec_storm.yaml"),
          "--out", "/proc/ss-no-such-dir", "--set", "nodes=1", "--set", "iterations=1"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -104,7 +104,7 @@ def _bound_to(port: int) -> set[str]:
 
 def test_metrics_servers_bind_loopback_by_default() -> None:
     from swarmscope.controller.metrics import RunMetrics
-    from swarmscope.events import RunEvents
+    from swarmscope.core.events import RunEvents
     from swarmscope.probes.selfmetrics import ProbeSelfMetrics, serve
 
     m = RunMetrics.attach(RunEvents(), metric="exec")

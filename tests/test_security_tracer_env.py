@@ -10,7 +10,7 @@ import pytest
 
 from swarmscope.controller.tracers.base import NodeKey, tracer_env
 from swarmscope.controller.tracers.command import CommandTracer
-from swarmscope.errors import TracerError
+from swarmscope.core.errors import TracerError
 
 NODES = [NodeKey("n1", cgroup_id=4711)]  # attributed by cgroup
 

@@ -15,8 +15,8 @@ from _results_data import expected_iteration_json, fire_run, make_run, sweep
 
 from swarmscope.controller.model import IterationResult
 from swarmscope.controller.store import ResultStore, default_db_path, run_dir_for
-from swarmscope.errors import ResultsError
-from swarmscope.events import RunEvents
+from swarmscope.core.errors import ResultsError
+from swarmscope.core.events import RunEvents
 
 
 def test_round_trip_through_events(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_crash_keeps_everything_written(tmp_path: Path) -> None:
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from _results_data import make_run, sweep
         from swarmscope.controller.store import ResultStore
-        from swarmscope.events import RunEvents
+        from swarmscope.core.events import RunEvents
         events = RunEvents()
         store = ResultStore({str(db)!r})
         store.attach(events)

@@ -19,13 +19,13 @@ from concurrent import futures
 import grpc
 import pytest
 
-from swarmscope.config import Schema
 from swarmscope.controller.tracers import TRACER_FIELDS, NodeKey, make_tracer, tracer_cross_check
 from swarmscope.controller.tracers.base import TracerConfig
 from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.controller.tracers.stream import Collector, StreamTracer, attribute
-from swarmscope.errors import ConfigError, SetupError, TracerError
-from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
+from swarmscope.core.config import Schema
+from swarmscope.core.errors import ConfigError, SetupError, TracerError
+from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
 from swarmscope.v1 import stream_pb2 as pb
 from swarmscope.v1 import stream_pb2_grpc as pb_grpc
 from swarmscope.workers.native import ensure_built

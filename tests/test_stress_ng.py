@@ -18,7 +18,7 @@ import pytest
 import test_exec_storm as exec_storm_tests
 from helpers import is_root, load_report, only_run_dir, run_cli
 
-from swarmscope.errors import ConfigError, LoadGenError
+from swarmscope.core.errors import ConfigError, LoadGenError
 from swarmscope.kinds import get_kind
 from swarmscope.workers.nodes import create_sim_nodes
 from swarmscope.workers.stress_ng import STARTUP_EXECS, StressNg, check_bounds, parse_yaml_metrics

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from swarmscope.errors import ConfigError
+from swarmscope.core.errors import ConfigError
 from swarmscope.probes.bpfstats import ProgRate, ProgStats
 from swarmscope.probes.top_ebpf import COLUMNS, SORT_KEYS, format_table, parse_output, register, sparkline
 

@@ -15,8 +15,8 @@ import pytest
 from helpers import is_root, load_report
 from trace_helpers import distributed_exec_run, read_spans, run_without_otlp, tree_lines
 
+from swarmscope.core.sys import otlpjson
 from swarmscope.kinds.neighbor_writes.results import entry_latencies, percentile
-from swarmscope.sys import otlpjson
 
 
 def root_only(fn: Any) -> Any:

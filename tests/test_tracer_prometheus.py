@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from swarmscope.controller.tracers import NodeKey, make_tracer
 from swarmscope.controller.tracers.base import tracer_config
-from swarmscope.errors import ConfigError, TracerError
+from swarmscope.core.errors import ConfigError, TracerError
 from swarmscope.kinds import get_kind
 
 

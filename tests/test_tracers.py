@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from swarmscope.config import Schema
 from swarmscope.controller.tracers import (
     TRACER_FIELDS,
     NodeKey,
@@ -31,8 +30,9 @@ from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, command_argv,
 from swarmscope.controller.tracers.command import CommandTracer
 from swarmscope.controller.tracers.parse import LineParser, json_path
 from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
-from swarmscope.errors import ConfigError, SetupError, TracerError
-from swarmscope.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
+from swarmscope.core.config import Schema
+from swarmscope.core.errors import ConfigError, SetupError, TracerError
+from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
 
 NODES = [
     NodeKey("n1", cgroup_id=4711, comm="ss-n1"),

@@ -72,7 +72,7 @@ def test_missing_password_is_one_clear_error(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARMSCOPE_WEB_PASSWORD")}
     env["PYTHONPATH"] = str(ROOT)
     r = subprocess.run(
-        [sys.executable, "-m", "swarmscope.cli", "controller", "--scenario",
+        [sys.executable, "-m", "swarmscope", "controller", "--scenario",
          str(ROOT / "scenarios" / "exec_storm.yaml"), "--web-port", str(free_port())],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -95,7 +95,7 @@ def test_swarmscope_controller_binds_narrowly_behind_login(tmp_path: Path) -> No
     env["SWARMSCOPE_OUT"] = str(tmp_path / "results")
     log = open(tmp_path / "controller.log", "wb")
     p = subprocess.Popen(
-        [sys.executable, "-m", "swarmscope.cli", "controller",
+        [sys.executable, "-m", "swarmscope", "controller",
          "--scenario", str(ROOT / "scenarios" / "exec_storm.yaml"),
          *[a for k, v in ports.items() for a in (f"--{k}-port", str(v))]],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from swarmscope.app.webui import exec_rows, ingress_rows, live, neighbor_rows
 from swarmscope.controller.model import IterationResult, NodeCount, WindowInfo
-from swarmscope.webui import exec_rows, ingress_rows, live, neighbor_rows
 
 
 def _result(per_node: list[NodeCount], extra: dict, iteration: int = 1) -> IterationResult:

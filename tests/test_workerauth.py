@@ -14,7 +14,7 @@ import pytest
 import zmq
 from helpers import ROOT, free_port
 
-from swarmscope import workerauth
+from swarmscope.app import workerauth
 
 LOCUSTFILE = str(ROOT / "tests" / "data" / "workerauth_locustfile.py")
 TOKEN = "worker-token-for-the-test-0123"
@@ -140,8 +140,8 @@ def test_keys_are_derived_per_role_and_token() -> None:
 def test_swarmscope_run_worker_token_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     """swarmscope run, distributed: workers it starts get a fresh token; external workers on a
     non-loopback master need one set (one clear error otherwise)."""
-    from swarmscope import run
-    from swarmscope.errors import SetupError
+    from swarmscope.app import run
+    from swarmscope.core.errors import SetupError
 
     monkeypatch.setattr(workerauth, "install", lambda: True)  # do not patch Locust in this process
     for var in (workerauth.ENV_TOKEN, workerauth.ENV_TOKEN_FILE):

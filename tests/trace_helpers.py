@@ -7,7 +7,7 @@ import os
 import pathlib
 from typing import Any
 
-from swarmscope.sys.otlpjson import attributes, spans_of
+from swarmscope.core.sys.otlpjson import attributes, spans_of
 
 OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",

@@ -29,7 +29,7 @@ for a in "$@"; do
     *) echo "build_k6: unknown argument $a (--swarmscope, --path)" >&2; exit 2 ;;
   esac
 done
-SRC=$ROOT/workers/k6out
+SRC=$ROOT/swarmscope/workers/k6out
 if [ "$ours" = 1 ]; then
   hash=$(cd "$SRC" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort \
     | xargs cat | sha256sum | cut -c1-12)

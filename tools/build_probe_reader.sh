@@ -7,4 +7,4 @@
 #
 # Caveats: a cold build fetches the modules of go.mod through the Go module proxy.
 set -euo pipefail
-exec "$(dirname "$0")/go_build.sh" probes/reader probe-reader swarmscope-probe-reader swarmscope.dev/probereader
+exec "$(dirname "$0")/go_build.sh" swarmscope/probes/reader probe-reader swarmscope-probe-reader swarmscope.dev/probereader

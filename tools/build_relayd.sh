@@ -8,4 +8,4 @@
 #
 # Caveats: a cold build fetches go.mod's modules through the Go module proxy.
 set -euo pipefail
-exec "$(dirname "$0")/go_build.sh" controller/relayd relayd swarmscope-relayd swarmscope.dev/relayd
+exec "$(dirname "$0")/go_build.sh" swarmscope/controller/relayd relayd swarmscope-relayd swarmscope.dev/relayd

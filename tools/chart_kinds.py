@@ -36,7 +36,7 @@ _DECIMAL = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"  # a float a
 
 
 def _prop(f: Any) -> dict[str, Any]:
-    """The JSON schema of one config Field (swarmscope.config.Field)."""
+    """The JSON schema of one config Field (swarmscope.core.config.Field)."""
     t = f.type
     if isinstance(t, tuple):  # list_of(item)
         out: dict[str, Any] = {"type": "array", "items": {"type": _JSON[t[1]]}}

@@ -4,7 +4,7 @@ from typing import Any
 
 from locust import User, constant, events, task
 
-from swarmscope import weblogin
+from swarmscope.app import weblogin
 
 
 @events.init.add_listener

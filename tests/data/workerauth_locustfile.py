@@ -2,7 +2,7 @@
 
 from locust import User, constant, task
 
-from swarmscope import workerauth
+from swarmscope.app import workerauth
 
 workerauth.install()
 

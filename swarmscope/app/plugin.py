@@ -1,0 +1,314 @@
+"""swarmscope's Locust plug-in: options from the kind's schema, roles per runner, messages.
+
+    # scenarios/exec_storm.py (every locustfile in scenarios/ is such a shim)
+    from swarmscope.app import plugin
+    from swarmscope.workers.exec_user import ExecStormUser
+    plugin.install("exec_storm")
+
+``install`` registers swarmscope on Locust's events for one scenario kind, so
+``locust -f scenarios/<kind>.py`` behaves as Locust users expect (headless or web UI,
+``--master``/``--worker``) and additionally: at test start the controller sets up the workers
+(the kind's driver, made from the config the master sends: workers read no scenario file) and
+opens a measurement window on the probes; users count what they generate into it; at test stop
+workers send their exact results, the controller closes the window and reconciles with the
+kind's rule; at quit the report is written.
+
+Every option of the kind's schema is a Locust option ``--ss-<key>`` (help shows its env var
+``SWARMSCOPE_<KEY>``), generated from the schema, plus ``--ss-scenario-file``. The messages are
+in swarmscope.core.messages; ``register_messages`` wires them for ``swarmscope run`` too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from locust import events
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+from swarmscope.controller.model import PointInfo
+from swarmscope.core import messages as M
+from swarmscope.core.errors import SwarmscopeError
+from swarmscope.kinds import scenario_text
+from swarmscope.workers import spans as worker_spans
+
+log = logging.getLogger(__name__)
+
+_INSTALLED: dict[str, Any] = {}  # the kind this process's locustfile installed
+
+
+def option_name(key: str) -> str:
+    return "--ss-" + key.replace("_", "-").replace(".", "-")
+
+
+def option_dest(key: str) -> str:
+    return "ss_" + key.replace(".", "_").replace("-", "_")
+
+
+def install(kind_name: str) -> None:
+    """Register swarmscope's Locust hooks for scenario kind ``kind_name`` (once per process)."""
+    from swarmscope.kinds import get_kind
+
+    if _INSTALLED:
+        if _INSTALLED["kind"].name != kind_name:
+            raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
+        return
+    _INSTALLED["kind"] = get_kind(kind_name)
+    from swarmscope.app import locust_checks, webui, workerauth
+
+    workerauth.install()  # with a worker token set: Locust's master port admits only its workers
+    locust_checks.install()
+    webui.install(kind_name)
+    events.init_command_line_parser.add_listener(_add_options)
+    events.init.add_listener(_on_init)
+    events.test_start.add_listener(_on_test_start)
+    events.test_stop.add_listener(_on_test_stop)
+    events.quitting.add_listener(_on_quitting)
+
+
+def _add_options(parser: Any, **_: Any) -> None:
+    kind = _INSTALLED["kind"]
+    group = parser.add_argument_group("swarmscope", f"swarmscope options of scenario kind {kind.name}")
+    group.add_argument(
+        "--ss-scenario-file", default=None, help="swarmscope scenario YAML to read options from"
+    )
+    for f in kind.schema.fields.values():
+        if f.key == "scenario":
+            continue
+        group.add_argument(
+            option_name(f.key), dest=option_dest(f.key), default=None, help=f"{f.help} [{f.env_var}]"
+        )
+
+
+def _config(options: Any) -> Any:
+    """The kind's config: defaults < --ss-scenario-file < SWARMSCOPE_* env < --ss-* options."""
+    kind = _INSTALLED["kind"]
+    sets = [f"scenario={kind.name}"]
+    for key in kind.schema.fields:
+        v = getattr(options, option_dest(key), None) if options is not None else None
+        if v is not None and key != "scenario":
+            sets.append(f"{key}={v}")
+    path = getattr(options, "ss_scenario_file", None) if options is not None else None
+    return kind.schema.load(file=path, sets=sets, text=scenario_text(path) if path else None)
+
+
+def register_messages(proc: Any, runner: Any) -> None:
+    """Wire swarmscope's messages (swarmscope.core.messages) for ``proc``'s roles onto a runner."""
+    local = isinstance(runner, LocalRunner)
+    if proc.role in ("local", "worker"):
+
+        def on_setup(environment: Any, msg: Any, **_: Any) -> None:
+            d = msg.data
+            if proc.worker is None:  # a second test (web UI) keeps the nodes it made
+                sim = 0 if os.environ.get("NODE_NAME") else int(d["sim_nodes"])
+                proc.set_up_worker(d["cfg"], sim, d.get("prefix", ""))
+            runner.send_message(M.NODES, {"nodes": proc.worker.describe(), "info": proc.worker.info()})
+
+        def on_run(environment: Any, msg: Any, **_: Any) -> None:
+            d = msg.data
+            with worker_spans.window(d["window_id"], d.get("traceparent", "")) as spans:
+                per_node = proc.worker.run_window(
+                    d["window_id"], d["nodes"], d.get("payload", {}), environment
+                )
+            result = {"window_id": d["window_id"], "per_node": per_node, "spans": spans.take()}
+            runner.send_message(M.RESULT, result)
+
+        def on_window(environment: Any, msg: Any, **_: Any) -> None:
+            proc.worker.current_window = msg.data["window_id"]
+            worker_spans.begin(msg.data["window_id"], msg.data.get("traceparent", ""))
+
+        def on_stop(environment: Any, msg: Any, **_: Any) -> None:
+            if proc.worker is not None and proc.worker.current_window == msg.data["window_id"]:
+                environment.runner.stop()  # fires test_stop here, which sends the results
+
+        runner.register_message(M.SETUP, on_setup)
+        runner.register_message(M.RUN, on_run, concurrent=True)
+        if not local:
+            runner.register_message(M.WINDOW, on_window)
+            runner.register_message(M.STOP, on_stop)
+    if proc.controller is not None:
+        ctl = proc.controller
+
+        def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
+            ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
+
+        def on_result(environment: Any, msg: Any, **_: Any) -> None:
+            ctl.add_results(
+                msg.data["window_id"], msg.node_id, msg.data["per_node"], msg.data.get("spans", b"")
+            )
+
+        runner.register_message(M.RESULT, on_result)
+        runner.register_message(M.NODES, on_nodes)
+
+
+# -- free-running tests (locust -f) --------------------------------------------------------------
+class _FreeRun:
+    """State of a plain Locust test: each start/stop of the test is one window of point 0."""
+
+    def __init__(self, proc: Any):
+        self.proc = proc
+        self.point: PointInfo | None = None
+        self.iteration = 0
+        self.window: Any = None
+        self.shared: dict[str, Any] = {}
+        self.status = "ok"  # "interrupted" when quitting came with a window in flight
+
+
+def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
+    from swarmscope.app import locust_checks
+    from swarmscope.app.process import SwarmscopeProcess
+
+    if runner is None:
+        return
+    kind = _INSTALLED["kind"]
+    role = (
+        "local"
+        if isinstance(runner, LocalRunner)
+        else "master"
+        if isinstance(runner, MasterRunner)
+        else "worker"
+    )
+    if role != "worker":  # a worker sweeping here would miss the master's first messages
+        from swarmscope.app.lifecycle import sweep_stale
+
+        sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
+    try:
+        # A worker's config comes from the master (swarmscope:setup), not from its own options.
+        cfg = _config(environment.parsed_options) if role != "worker" else None
+        checks: list[Any] = []
+        if cfg is not None:
+            checks, cfg = locust_checks.load(cfg, environment.parsed_options)
+        proc = SwarmscopeProcess.make(cfg, kind, role=role)
+        from swarmscope.app import weblogin
+
+        weblogin.install(environment)  # --web-login: the UI behind Locust's login page
+    except SwarmscopeError as e:
+        print(f"swarmscope: {e}", file=sys.stderr)
+        runner.quit()
+        sys.exit(e.exit_code)
+    environment.swarmscope = proc
+    locust_checks.attach(environment, proc, checks)
+    environment.swarmscope_free = _FreeRun(proc)
+    if proc.printer is not None:
+        proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
+    if not isinstance(runner, WorkerRunner):
+        # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI
+        # mode (it can land in a greenlet of grpc's gevent integration); SIGTERM is Locust's
+        # orderly shutdown (quitting fires, the report is written).
+        import signal
+
+        import gevent
+
+        gevent.signal_handler(signal.SIGINT, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    register_messages(proc, runner)
+    # Registered after the runner's own quitting listener, so it runs first (quitting fires in
+    # reverse order): a master's would stop without telling its workers.
+    environment.events.quitting.add_listener(_on_quitting_first)
+    if not isinstance(runner, WorkerRunner):
+        import atexit
+
+        atexit.register(_on_exit_unreported, environment)
+
+
+def _on_exit_unreported(environment: Any) -> None:
+    """The process exits without Locust's quitting event: Locust's headless master that gives
+    up waiting for workers (--expect-workers-max-wait) calls sys.exit straight away. Write the
+    report anyway, "failed", with what was measured, so the run directory is never left
+    without report.json. Does nothing when quitting already closed the run."""
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None or free.proc.closed:
+        return
+    log.warning("the process is exiting without Locust's quitting event: writing the report")
+    free.status = "failed"
+    _on_quitting(environment)
+
+
+def _on_quitting_first(environment: Any, **_: Any) -> None:
+    """Quitting with a window in flight (Ctrl-C, SIGTERM, the web UI's quit): Locust fires
+    quitting *before* it stops the runner. Stop it now, so the window closes in order (users
+    and workers stop and send their counts, then the probes read); teardown comes after."""
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None or free.window is None or free.proc.controller is None:
+        return
+    free.status = "interrupted"
+    environment.runner.stop()  # fires test_stop, which closes the window
+    if free.window is not None and free.point is not None:  # no user had started: close it here
+        timeout_s = free.proc.cfg.window_timeout_s
+        free.proc.controller.close_window(free.window, free.point, timeout_s=timeout_s)
+        free.window = None
+
+
+def _on_test_start(environment: Any, **_: Any) -> None:
+    from swarmscope.controller.sweep import set_up_workers
+
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None or free.proc.controller is None:
+        return
+    proc, runner = free.proc, environment.runner
+    kind, cfg = proc.kind, proc.cfg
+    if cfg.probe == "external":
+        proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
+    workers = runner.worker_count if isinstance(runner, MasterRunner) else 1
+    infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
+    free.shared = kind.shared(cfg, infos)
+    names = sorted(proc.controller.nodes)
+    if free.point is None:
+        free.point = PointInfo(0, {"nodes": len(names)}, 0)
+        proc.events.point_started.fire(run=proc.run, point=free.point)
+    free.iteration += 1
+    free.point.iterations = free.iteration
+    free.window = proc.controller.open_window(
+        free.point, free.iteration, names, programs=kind.programs(cfg, free.shared)
+    )
+    if proc.worker is not None:
+        proc.worker.current_window = free.window.window_id
+        worker_spans.begin(free.window.window_id, free.window.traceparent)
+    else:  # the traceparent: the workers' spans of the window are children of its span
+        runner.send_message(
+            M.WINDOW, {"window_id": free.window.window_id, "traceparent": free.window.traceparent}
+        )
+
+
+def _on_test_stop(environment: Any, **_: Any) -> None:
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None:
+        return
+    proc, runner = free.proc, environment.runner
+    if proc.worker is not None and proc.worker.current_window:
+        window_id = proc.worker.current_window
+        proc.worker.current_window = ""
+        proc.worker.stop_window(window_id)
+        per_node = proc.worker.take(window_id)
+        spans = worker_spans.finish(window_id, per_node)
+        runner.send_message(M.RESULT, {"window_id": window_id, "per_node": per_node, "spans": spans})
+    if proc.controller is not None and free.window is not None and free.point is not None:
+        if isinstance(runner, MasterRunner):
+            # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
+            # ask them, so their users stop and they send what they generated.
+            runner.send_message(M.STOP, {"window_id": free.window.window_id})
+        proc.controller.close_window(free.window, free.point, timeout_s=proc.cfg.window_timeout_s)
+        free.window = None  # its line is printed by iteration_done; the report at quitting
+
+
+def _on_quitting(environment: Any, **_: Any) -> None:
+    free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
+    if free is None:
+        return
+    proc = free.proc
+    if free.point is not None and proc.run is not None:
+        proc.events.point_done.fire(run=proc.run, point=free.point, results=list(proc.controller.results))
+    report = proc.close(free.status)  # with the kind's report sections
+    if report is not None and proc.run is not None:
+        from swarmscope.app.console import kind_summary
+        from swarmscope.controller.report import render_console
+
+        print(render_console(report), file=sys.stderr)  # with the final status, not "running"
+        summary = kind_summary(report)  # the ingress steps / neighbor points, one screen
+        if summary:
+            print(summary, file=sys.stderr)
+        print(f"swarmscope: report in {proc.run.run_dir}", file=sys.stderr)
+
+
+__all__ = ["install", "option_name", "register_messages"]

@@ -1,0 +1,143 @@
+"""``swarmscope run`` of any kind: wires Locust, the process and its workers, then sweeps.
+
+    report = run_scenario(kind, cfg)      # mode embedded (default) or distributed
+
+- **embedded**: one process, Locust's LocalRunner; the kind's driver (simulated nodes n1..nN)
+  lives in this process, set up over the same messages as a remote worker.
+- **distributed**: this process is the Locust master; workers are separate processes that talk
+  to it only over the network (Locust's ZMQ) and get the run's config from it; probes talk
+  gRPC. With ``spawn_workers`` the workers are started here (one machine); without, the run
+  waits for ``workers`` external ones (a cluster).
+
+A worker or probe that dies mid-run leaves its nodes *missing* in the windows it missed; the
+run goes on and every other reading is kept. A failure keeps every finished window: the store
+has them, the kind's sections are built from them, and the report is written with status
+"failed" or "interrupted". SIGTERM and SIGINT stop it in that order (swarmscope.app.lifecycle);
+at start it sweeps what killed earlier runs left (docs/lifecycle.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+from swarmscope.controller.options import RunConfig
+from swarmscope.core.sys import owners
+
+
+def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(cfg.workers):
+        log = open(os.path.join(log_dir, f"worker-{i + 1}.log"), "ab")
+        # The worker gets its kind's locustfile and the master's address, nothing else: the
+        # run's config reaches it over the network (swarmscope:setup).
+        cmd = [
+            sys.executable, "-m", "swarmscope", "worker", "--controller", "127.0.0.1",
+            "--locust-port", str(port), "--kind", kind.name,
+        ]  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=owners.die_with_parent,  # a SIGKILLed master takes its workers
+            )
+        )
+        log.close()
+    return procs
+
+
+def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for w in workers:
+        if w.poll() is None:
+            w.terminate()
+    for w in workers:
+        try:
+            w.wait(15)
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
+def _worker_token(cfg: RunConfig, host: str) -> None:
+    """Workers authenticate to the master (CURVE, swarmscope.app.workerauth). Workers started here
+    inherit a fresh per-run token through the environment. External workers need the token set
+    on both sides; without one the master refuses to listen beyond loopback."""
+    from swarmscope.app import workerauth
+    from swarmscope.core import auth
+    from swarmscope.core.errors import SetupError
+
+    if not workerauth.load_token():
+        if cfg.spawn_workers:
+            os.environ[workerauth.ENV_TOKEN] = auth.new_token()
+        elif host not in ("127.0.0.1", "localhost", "::1"):
+            raise SetupError(
+                f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
+                f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
+            )
+        else:
+            print(
+                f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
+                "master and the workers); listening on loopback only",
+                file=sys.stderr,
+            )
+    workerauth.install()
+
+
+def run_scenario(
+    kind: Any, cfg: RunConfig, run_id: str | None = None, checks: list[Any] | None = None
+) -> dict[str, Any] | None:
+    import locust  # noqa: F401  (gevent monkey-patching before anything else starts threads)
+
+    from swarmscope.app.lifecycle import stop_on_signals, sweep_stale
+
+    sweep_stale()  # what a killed earlier run left (cgroups, netns, links, its `running` row)
+    with stop_on_signals() as sigs:
+        return _run(kind, cfg, run_id, sigs, checks)
+
+
+def _run(
+    kind: Any, cfg: RunConfig, run_id: str | None, sigs: Any, checks: list[Any] | None
+) -> dict[str, Any] | None:
+    from locust.env import Environment
+
+    from swarmscope.app.plugin import register_messages
+    from swarmscope.app.process import SwarmscopeProcess
+    from swarmscope.controller.sweep import Sweep
+
+    env = Environment(user_classes=[])
+    distributed = cfg.mode == "distributed"
+    runner: Any
+    if distributed:
+        host, port = cfg.master_bind.rsplit(":", 1)
+        _worker_token(cfg, host)
+        runner = env.create_master_runner(master_bind_host=host, master_bind_port=int(port))
+        proc = SwarmscopeProcess.make(cfg, kind, role="master", run_id=run_id)
+    else:
+        runner = env.create_local_runner()
+        proc = SwarmscopeProcess.make(cfg, kind, role="local", run_id=run_id)
+    env.swarmscope = proc  # type: ignore[attr-defined]
+    proc.checks = list(checks or [])
+    register_messages(proc, runner)
+    assert proc.run is not None and proc.controller is not None
+    print(f"swarmscope: run {proc.run.run_id} -> {proc.run.run_dir}", file=sys.stderr)
+    workers: list[subprocess.Popen[bytes]] = []
+    status = "failed"
+    try:
+        if distributed and cfg.spawn_workers:
+            workers = _spawn_workers(kind, cfg, int(port), proc.run.run_dir)
+        Sweep(proc, runner, distributed).run()
+        status = "ok"
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (stop_on_signals): the report is still written
+        status = "interrupted"
+        raise
+    finally:
+        sigs.disarm()  # the teardown below runs to its end whatever arrives now
+        try:
+            report = proc.close(status)  # builds the kind's sections from what was measured
+        finally:
+            runner.quit()
+            _stop_workers(workers)
+    return report

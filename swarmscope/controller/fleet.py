@@ -1,0 +1,573 @@
+"""The probe fleet: the controller's gRPC server that probes register with and stream into.
+
+    fleet = Fleet(token="...", bind="127.0.0.1:0")
+    port = fleet.start()
+    fleet.wait_for_probes(1, timeout_s=30)
+    fleet.open_window(run_id, window_id, nodes_by_host={"host-a": [NodeInfo(...)]},
+                      options={"procstat.pids": "123"})     # this window's program options
+    readings, missing = fleet.close_window(run_id, window_id, timeout_s=10)
+    readings[0].samples     # [ReadingSample("map_update.call", start_ns, end_ns, entries, labels)]
+
+Probes authenticate with the mutual challenge of swarmscope.core.auth (Hello, then Register: the
+token never crosses the wire); with ``tls`` the port speaks TLS, and with ``tls.ca`` only
+probes holding a certificate that CA signed get in (mTLS). One bidirectional Session per probe
+(see proto/swarmscope/v1/probe.proto): commands go down a per-probe queue, readings come up.
+
+Windows are tracked per probe (its ``probe_id``), not per session: a probe that reconnects
+mid-window (a new Register, same id) gets the commands its old session missed again (the open
+if unacknowledged, the close if unanswered) and keeps its reading; the reconnect is counted
+(``take_reconnects``). A window is closed when every probe that acknowledged its opening is in
+its ``done`` set — or at the timeout, or once every silent probe is gone (disconnected for
+longer than ``reconnect_grace_s``, or silent for its liveness): the silent ones are returned in
+``missing`` and every reading that did arrive is kept. A reading counts only for a node the
+window asked that probe for, once per node; probes gone for ``prune_s`` are forgotten (the rules:
+controller/fleet_live.py). Each probe is handed ``heartbeat_s``, or longer in a fleet of more
+than ``heartbeat_budget * heartbeat_s`` direct sessions (``fleet_state.pace``: the fleet's
+heartbeats stay near the budget), and a liveness of ``liveness_s`` scaled by the same factor:
+per probe, fixed at its Register.
+``options`` are checked by each probe against its programs' declared params: a bad key or
+value comes back as that host's problem.
+Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
+node), so the server accepts messages up to ``MAX_MESSAGE_BYTES``.
+
+The server is grpc.aio on an event loop of its own thread (controller/fleet_loop.py): a task
+per stream, not a thread. Caveat: grpc.aio does not run in a gevent-patched process (every
+Locust one): there ``controller.fleet_proc.make_fleet`` runs this Fleet in a child process.
+``fleet_loop.grpc_for_gevent`` (for the sync grpc servers that do run there, e.g. the stream tracer's)
+needs calling before any such server exists, once, and only when gevent has patched threading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+
+from swarmscope.controller import fleet_live, relay_routes
+from swarmscope.controller.fleet_gc import collect_young, gc_held, spare_gc
+from swarmscope.controller.fleet_loop import (
+    AioServerThread,
+    gevent_patched,
+    parse_request,
+    probe_control_handlers,
+    read_loop,
+)
+from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, poll_s, put_all, to_reading
+from swarmscope.controller.model import ProbeReading
+from swarmscope.controller.options import HEARTBEAT_BUDGET
+from swarmscope.core import auth
+from swarmscope.core.errors import FleetError
+from swarmscope.core.sys.limits import raise_nofile
+from swarmscope.core.tls import TLSFiles, server_credentials
+from swarmscope.v1 import probe_pb2 as pb
+from swarmscope.v1 import probe_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+# One WindowDone carries every reading of a probe, samples included (~100 bytes each): gRPC's
+# 4 MiB default would refuse a window of a few tens of thousands of map-update calls.
+MAX_MESSAGE_BYTES = 512 * 2**20
+
+# Hello is unauthenticated: its one-time server nonces are bounded in number and lifetime.
+MAX_PENDING_HELLOS = 100_000
+HELLO_TTL_S = 30.0
+
+
+class Fleet(pb_grpc.ProbeControlServicer):
+    """gRPC server (grpc.aio, on a loop thread of its own) + registry of probes + window bookkeeping.
+
+    The bookkeeping is shared by the loop (the handlers) and the callers' threads under one
+    ``threading.Condition``, held briefly and never across an ``await``.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        bind: str = "127.0.0.1:0",
+        heartbeat_s: float = 1.0,
+        liveness_s: float = 5.0,
+        max_workers: int = 0,  # unused since the server is grpc.aio (kept for callers)
+        *,
+        tls: TLSFiles | None = None,
+        reconnect_grace_s: float | None = None,
+        prune_s: float | None = None,
+        heartbeat_budget: float = HEARTBEAT_BUDGET,
+        expect_probes: int = 0,
+    ):
+        self.token = token
+        self.bind = bind
+        self.heartbeat_s = heartbeat_s
+        self.liveness_s = liveness_s
+        # Heartbeats/s from all direct sessions (controller/options.py), and the fleet size
+        # expected (0: unknown), so that the first probes of a big fleet get its interval too.
+        self.heartbeat_budget = heartbeat_budget
+        self.expect_probes = expect_probes
+        self.max_workers = max_workers
+        self.tls = tls if tls is not None and tls.enabled else None
+        # How long a disconnected probe may take to come back before its windows stop waiting.
+        self.reconnect_grace_s = liveness_s if reconnect_grace_s is None else reconnect_grace_s
+        self.prune_s = max(60.0, 10 * liveness_s) if prune_s is None else prune_s
+        self.port = 0
+        self._aio = AioServerThread("fleet")
+        self._lock = threading.Condition()
+        self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
+        self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
+        self._direct: set[str] = set()  # ids in _probes with a session here (not via a relay)
+        self._hellos: OrderedDict[bytes, tuple[bytes, float]] = (
+            OrderedDict()
+        )  # server nonce -> (probe nonce, t)
+        self._windows: dict[str, Window] = {}
+        self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
+        self._closed_reconnects: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._seq = 0
+        self._pruned_at = 0.0
+        self.readings_received = 0
+        self.readings_rejected = 0  # for a node, window or probe the window did not ask for
+        # A relay's downstream fleet keeps readings as they came (Window.raw), to forward them.
+        self.keep_raw = False
+        # Called (under the lock) with a probe's state and True when its session starts, False
+        # when its current session ends: how a relay learns the roster it announces upstream.
+        self.watch: Callable[[ProbeState, bool], None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> int:
+        if gevent_patched():
+            raise FleetError(
+                "the fleet's grpc.aio server cannot run in a gevent-patched process: "
+                "use controller.fleet_proc.FleetProcess there"
+            )
+        spare_gc()
+        # One socket per probe (or per relay's connection): an inherited soft limit of 1,024
+        # would stop accepting there while probes past it retry for ever (sys/limits.py).
+        raise_nofile()
+        self.port = self._aio.start(
+            lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
+            self.bind,
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", 100000),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ],
+            credentials=server_credentials(self.tls) if self.tls is not None else None,
+        )
+        log.info("probe fleet listening on port %d (%s)", self.port, self._mode())
+        return self.port
+
+    def _mode(self) -> str:
+        if self.tls is None:
+            return "plaintext"
+        return "mTLS" if self.tls.ca else "TLS"
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        with self._lock:
+            self._send([(p, None) for p in self._probes.values()])
+        self._aio.stop(grace_s)
+
+    def _send(self, items: list[tuple[ProbeState, pb.Command | None]]) -> None:
+        """Queue commands on probes' streams: one hop to the loop for the whole batch."""
+        if items:
+            self._aio.post(put_all, relay_routes.route(self._probes, items))
+
+    @property
+    def address(self) -> str:
+        host = self.bind.rsplit(":", 1)[0] or "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    # -- queries -------------------------------------------------------------------------
+    def probes(self, alive_only: bool = True) -> list[ProbeState]:
+        with self._lock:
+            fleet_live.prune(self)
+            if alive_only:
+                return relay_routes.live(self)
+            return [p for p in self._probes.values() if not p.relay]
+
+    def wait_for_probes(self, count: int = 1, timeout_s: float = 60.0, hosts: set[str] | None = None) -> None:
+        """Block until ``count`` live probes (or probes for every host in ``hosts``) are connected."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            live = self.probes()
+            have = {p.host for p in live}
+            if (hosts is None and len(live) >= count) or (hosts is not None and hosts <= have):
+                collect_young()  # the join's survivors, before the first window (fleet_gc)
+                return
+            if time.monotonic() >= deadline:
+                want = f"probes for {few(hosts - have)}" if hosts else f"{count} probe(s)"
+                raise FleetError(
+                    f"timed out after {timeout_s:.0f}s waiting for {want}; connected: "
+                    f"{few(have) if have else 'none'}. Is `swarmscope probe --controller "
+                    f"{self.address}` running with the same token?"
+                )
+            # Each look walks every probe: with thousands, look less often, not less surely.
+            time.sleep(0.05 if len(live) < 500 else 0.5)
+
+    def take_reconnects(self, window_id: str) -> dict[str, int]:
+        """``{probe: reconnects}`` of probes that re-registered while the window was open (once)."""
+        with self._lock:
+            return self._closed_reconnects.pop(window_id, {})
+
+    # -- windows -------------------------------------------------------------------------
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def open_window(
+        self,
+        run_id: str,
+        window_id: str,
+        nodes_by_host: dict[str, list[pb.NodeInfo]],
+        programs: list[str] | None = None,
+        traceparent: str = "",
+        options: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ) -> dict[str, str]:
+        """Send OpenWindow to the live probe of every host that has nodes; wait for the acks.
+
+        ``options`` (``{"<program>.<param>": "<text value>"}``) apply to this window only; a
+        probe that rejects one (unknown key, bad value) fails its ack with the key named.
+
+        Returns ``{host: problem}`` for hosts whose window is not open (no live probe, no
+        acknowledgement in time, or the probe's error). Those nodes will have no kernel count;
+        the caller records them as missing and the run goes on.
+        """
+        with self._lock, gc_held():  # a burst of writes and acks: collect after it (fleet_gc)
+            win, hosts, problems = self.begin_open(
+                run_id, window_id, nodes_by_host, programs, traceparent, options
+            )
+            failed = self.wait_acks(win, set(hosts), time.monotonic() + timeout_s)
+            problems.update({hosts[pid]: why for pid, why in failed.items()})
+        if problems:
+            log.warning("window %s: %s", window_id, problems)
+        return problems
+
+    def begin_open(
+        self,
+        run_id: str,
+        window_id: str,
+        nodes_by_host: Mapping[str, list[pb.NodeInfo]],
+        programs: list[str] | None = None,
+        traceparent: str = "",
+        options: Mapping[str, str] | None = None,
+    ) -> tuple[Window, dict[str, str], dict[str, str]]:
+        """Send OpenWindow to the live probe of each host (caller holds the lock); no wait.
+
+        A window already open is widened: a relay gets the open of a probe that moved to it
+        mid-window, and, if the window is closing, that probe's close right after.
+        Returns (window, {probe id: host} sent to, {host: "no live probe"})."""
+        live = {p.host: p for p in self.probes()}
+        problems = {h: "no live probe" for h in nodes_by_host if h not in live}
+        hosts = {live[h].probe_id: h for h in nodes_by_host if h in live}
+        win = self._windows.get(window_id)
+        if win is None:
+            win = self._windows[window_id] = Window(run_id, window_id, nodes={}, opens={}, expected=set())
+        win.template = pb.OpenWindow(
+            run_id=run_id,
+            window_id=window_id,
+            traceparent=traceparent,
+            programs=list(programs or []),
+            options=dict(options or {}),
+        )
+        items: list[tuple[ProbeState, pb.Command | None]] = []
+        batches: dict[str, pb.Command] = {}  # relay id -> its one OpenWindow for all its hosts
+        for pid, host in hosts.items():
+            state = self._probes[pid]
+            win.node_info[pid] = nodes = nodes_by_host[host]
+            win.nodes[pid] = {n.name for n in nodes}
+            win.expected.add(pid)
+            win.opens.pop(pid, None)  # built when first needed (open_cmd): most never are
+            if not state.via:
+                items.append((state, self.open_cmd(win, pid)))
+                if win.closing:
+                    items.append((state, win.close))
+                continue
+            relay_routes.batch_open(self, batches, items, win, state, host)
+        self._send(items)
+        return win, hosts, problems
+
+    def open_cmd(self, win: Window, pid: str) -> pb.Command:
+        """The OpenWindow of one probe of a window (lock held): sent to a direct probe, and sent
+        again to a probe that reconnected or moved to another relay."""
+        cmd = win.opens.get(pid)
+        if cmd is None:
+            cmd = win.opens[pid] = pb.Command(seq=self._next_seq(), open=win.template)
+            cmd.open.nodes.extend(win.node_info[pid])
+        return cmd
+
+    def wait_acks(self, win: Window, pids: set[str], deadline: float) -> dict[str, str]:
+        """Wait (lock held) for the acks of ``pids``; return {probe id: problem} of those not open."""
+        while True:
+            # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
+            pending = relay_routes.not_gone(self, pids - win.acks.keys())
+            left = deadline - time.monotonic()
+            if not pending or left <= 0 or win.closing:
+                break
+            self._lock.wait(min(left, poll_s(len(pending))))
+        if win.closing:  # widened while closing (a relay): the close accounts for every probe
+            return {}
+        problems = {}
+        for pid in pids:
+            ack = win.acks.get(pid)
+            if ack is None or not ack.ok:
+                problems[pid] = f"window not opened: {ack.error if ack else 'no acknowledgement'}"
+                win.expected.discard(pid)
+        return problems
+
+    def close_window(
+        self, run_id: str, window_id: str, timeout_s: float = 30.0
+    ) -> tuple[list[ProbeReading], list[str]]:
+        """Send CloseWindow; return (readings, probes that did not finish) after all or timeout."""
+        with self._lock, gc_held():  # a burst of writes and readings: collect after it
+            win = self._windows.get(window_id)
+            if win is None:
+                raise FleetError(f"close of unknown window {window_id}")
+            self.begin_close(win)
+            missing = self.finish_close(win, time.monotonic() + timeout_s)
+            return list(win.readings.values()), missing
+
+    def begin_close(self, win: Window) -> None:
+        """Send CloseWindow to every probe the window waits for (caller holds the lock)."""
+        win.closing = True
+        win.close = pb.Command(
+            seq=self._next_seq(), close=pb.CloseWindow(run_id=win.run_id, window_id=win.window_id)
+        )
+        self._aio.post(put_all, relay_routes.close_items(self, win))
+
+    def finish_close(self, win: Window, deadline: float) -> list[str]:
+        """Wait (lock held) until every probe is done, gone, or lost below a relay, or the
+        deadline; forget the window; return the names of the probes that did not finish."""
+        while not win.expected <= win.done:
+            pending = win.expected - win.done
+            if all(fleet_live.gone(self, pid) or pid in win.lost for pid in pending):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._lock.wait(min(left, poll_s(len(pending))))
+        missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
+        if self._windows.get(win.window_id) is win:
+            del self._windows[win.window_id]
+        if win.reconnects:
+            self._closed_reconnects[win.window_id] = {
+                self._probe_name(p): n for p, n in win.reconnects.items()
+            }
+            while len(self._closed_reconnects) > 1024:  # nobody took them: do not grow forever
+                self._closed_reconnects.popitem(last=False)
+        return missing
+
+    def take_spans(self, window_id: str) -> list[bytes]:
+        """The spans probes sent with a window's readings (OTLP request bytes), removed here."""
+        with self._lock:
+            return self._spans.pop(window_id, [])
+
+    def shutdown_probes(self, reason: str = "run finished") -> None:
+        with self._lock:
+            self._send(
+                [
+                    (p, pb.Command(seq=self._next_seq(), shutdown=pb.Shutdown(reason=reason)))
+                    for p in self._probes.values()
+                ]
+            )
+
+    def _probe_name(self, probe_id: str) -> str:
+        p = self._probes.get(probe_id)
+        return f"{p.probe_id}@{p.host}" if p else probe_id
+
+    # -- gRPC service --------------------------------------------------------------------
+    async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
+        if len(request.probe_nonce) < 16:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
+        server_nonce = auth.new_nonce()
+        now = time.monotonic()
+        with self._lock:
+            while self._hellos and (
+                len(self._hellos) >= MAX_PENDING_HELLOS
+                or now - next(iter(self._hellos.values()))[1] > HELLO_TTL_S
+            ):
+                self._hellos.popitem(last=False)
+            self._hellos[server_nonce] = (bytes(request.probe_nonce), now)
+        proof = auth.controller_proof(self.token, request.probe_nonce, server_nonce)
+        return pb.HelloReply(server_nonce=server_nonce, proof=proof)
+
+    async def Register(
+        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterReply:
+        with self._lock:
+            hello = self._hellos.pop(bytes(request.server_nonce), None)  # one use only
+        fresh = hello is not None and time.monotonic() - hello[1] <= HELLO_TTL_S
+        expected = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
+        if not fresh or hello is None or hello[0] != request.nonce or not auth.check(expected, request.proof):
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
+            )
+        sid = uuid.uuid4().hex
+        # One hold of the lock from counting the sessions to adding this one: registrations that
+        # arrive together are paced by distinct sizes, as if one by one.
+        with self._lock:
+            n = len(self._direct) + (request.probe_id not in self._direct)  # this one included
+            # A relay is paced by the sessions here only: expect_probes counts the probes behind it.
+            size = n if request.relay else max(n, self.expect_probes)
+            interval, liveness = pace(self.heartbeat_s, self.liveness_s, size, self.heartbeat_budget)
+            state = ProbeState(
+                probe_id=request.probe_id,
+                session_id=sid,
+                hostname=request.hostname,
+                node_name=request.node_name,
+                kernel_release=request.kernel_release,
+                programs=list(request.programs),
+                version=request.version,
+                registered_ns=time.time_ns(),
+                last_seen=time.monotonic(),
+                relay=request.relay,
+                heartbeat_s=interval,
+                liveness_s=liveness,
+            )
+            # A probe that re-registers replaces its old session (same probe id); its windows stay.
+            old = self._probes.get(request.probe_id)
+            if old is not None:
+                if not old.via:  # a relayed one has no stream here (relay_routes._NO_OUTBOX)
+                    old.outbox.put_nowait(None)  # on the loop: Register is a handler
+                state.reconnects = old.reconnects + 1
+                for win in self._windows.values():
+                    if request.probe_id in win.expected:
+                        win.reconnects[request.probe_id] = win.reconnects.get(request.probe_id, 0) + 1
+            self._probes[request.probe_id] = state
+            self._direct.add(request.probe_id)
+            self._sessions[sid] = state
+            fleet_live.prune(self)
+            self._lock.notify_all()
+        log.info(
+            "probe %s registered for node %s (kernel %s, heartbeat %.3gs)%s",
+            request.probe_id,
+            state.host,
+            request.kernel_release,
+            interval,
+            f", reconnect {state.reconnects}" if state.reconnects else "",
+        )
+        return pb.RegisterReply(session_id=sid, heartbeat_interval_s=interval)
+
+    async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        # A coroutine handler (context.write); reads in a task of their own, by context.read()
+        # (never mixed with request_iterator: one async-generator step less per message).
+        try:
+            raw = await context.read()
+        except (grpc.RpcError, grpc.aio.UsageError, asyncio.CancelledError):
+            return
+        if raw is grpc.aio.EOF:
+            return
+        first = await parse_request(pb.ProbeMessage, raw, context)
+        with self._lock:
+            state = self._sessions.get(first.session_id)
+            if state is not None and self._probes.get(state.probe_id) is not state:
+                state = None  # a replaced session cannot be resumed
+        if state is None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first"
+            )
+            return
+        with self._lock:
+            state.connected = True
+            state.last_seen = time.monotonic()
+            self._resend(state)
+            if self.watch is not None:
+                self.watch(state, True)
+            self._lock.notify_all()
+        self._handle(state, first)
+        bad: list[str] = []  # a message that did not parse ends the stream as INVALID_ARGUMENT
+
+        def hung_up() -> None:  # the probe hung up: end the writer too
+            self._ended(state)
+            state.outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read_loop(context, lambda msg: self._handle(state, msg), bad, hung_up))
+        outbox, write = state.outbox, context.write
+        try:
+            while True:
+                data = await outbox.get()
+                if data is None:  # after a Shutdown too (put_all)
+                    if bad:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
+                    return
+                await write(data)
+        finally:
+            reader.cancel()
+            self._ended(state)
+
+    def _resend(self, state: ProbeState) -> None:
+        """A new session of a probe: the commands of its open windows that its old one missed."""
+        for win in self._windows.values():
+            pid = state.probe_id
+            if pid not in win.expected:
+                continue
+            if win.closing and win.close is not None and pid not in win.done:
+                put_all([(state, win.close)])  # on the loop: called from Session
+            elif not win.closing and pid not in win.acks:
+                put_all([(state, self.open_cmd(win, pid))])
+
+    def _ended(self, state: ProbeState) -> None:
+        with self._lock:
+            if state.connected:
+                state.connected = False
+                state.disconnected_at = time.monotonic()
+                if self.watch is not None and self._probes.get(state.probe_id) is state:
+                    self.watch(state, False)
+            self._lock.notify_all()
+
+    def _handle(self, state: ProbeState, msg: pb.ProbeMessage) -> None:
+        kind = msg.WhichOneof("kind")
+        pid = state.probe_id
+        with self._lock:
+            state.last_seen = time.monotonic()
+            if kind == "heartbeat":
+                state.cpu_percent = msg.heartbeat.cpu_percent
+                state.rss_bytes = msg.heartbeat.rss_bytes
+            elif state.relay and kind in ("ack", "done", "roster"):
+                relay_routes.handle(self, state, msg)
+            elif kind == "ack":
+                win = self._windows.get(msg.ack.window_id)
+                if win is not None and pid in win.expected and not win.closing:
+                    win.acks[pid] = msg.ack
+                    # Wake the waiter only when the last ack is in: with a thousand probes,
+                    # waking it per message makes a window O(N^2).
+                    if len(win.acks) >= len(win.expected):
+                        self._lock.notify_all()
+            elif kind == "reading":
+                self._take(state, msg.reading.window_id, [msg.reading])
+            elif kind == "done":
+                win = self._take(state, msg.done.window_id, list(msg.done.batch))
+                if win is not None:
+                    if msg.done.trace and pid not in win.done:  # once per probe, resends aside
+                        self._spans.setdefault(win.window_id, []).append(msg.done.trace)
+                    win.done.add(pid)
+                    if win.expected <= win.done:
+                        self._lock.notify_all()
+
+    def _take(self, state: ProbeState, window_id: str, readings: list[Any]) -> Window | None:
+        """Keep the readings a window asked this probe for (caller holds the lock)."""
+        win = self._windows.get(window_id)
+        if win is None or state.probe_id not in win.expected:
+            self.readings_rejected += len(readings)
+            return None
+        for r in readings:
+            self.accept(win, state.probe_id, r)
+        return win
+
+    def accept(self, win: Window, probe_id: str, r: Any) -> None:
+        """Keep one reading if the window asked ``probe_id`` for its node (lock held)."""
+        if r.node not in win.nodes.get(probe_id, ()) or r.run_id != win.run_id:
+            self.readings_rejected += 1
+            log.warning(
+                "probe %s sent a reading for node %r, not asked in window %s", probe_id, r.node, win.window_id
+            )
+            return
+        # Keyed by node: a close answered twice (on both sides of a reconnect) counts once.
+        if self.keep_raw:
+            win.raw[(probe_id, r.node)] = r
+        else:
+            win.readings[(probe_id, r.node)] = to_reading(r, probe_id)
+        self.readings_received += 1

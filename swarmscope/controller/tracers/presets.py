@@ -1,0 +1,131 @@
+"""Ready-made command tracers: Debian's bpftrace and Inspektor Gadget's ``ig`` v0.35.
+
+    tracer = make_tracer({"tracer": "bpftrace"})   # exec tracer filtered to the window's cgroups
+    tracer = make_tracer({"tracer": "ig"})         # builds ig once (tools/build_ig.sh, cached)
+
+Both are the ``command`` adapter with a command line and a way to attribute lines; any
+``tracer_command`` / ``tracer_match`` / ``tracer_json_field`` in the scenario overrides the
+preset's. The bpftrace preset's program is written at each window's ``start()`` with an
+in-kernel filter: the window's node cgroups (or comms, for a node without a cgroup id) and
+this window's sentinels. Its "Lost N events" is then about those execs only, so
+``reported + lost - sentinels_lost == kernel`` holds exactly even on a busy host; without the
+filter every other process's exec could fill its buffers and be counted as lost. ig traces
+the whole host (v0.35 has no cgroup filter for exec).
+
+Caveats: ig v0.35's exec event carries no cgroup id, so it is attributed by ``comm`` — the
+node's exec storm must exec its binary under the node's own name (``NodeKey.comm``). ig needs
+its own pid namespace here (``unshare --pid --fork --mount-proc``: reading /proc/1/ns/mnt is
+denied otherwise, docs/platform.md#tracers-and-lost-events).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from swarmscope.controller.tracers.base import NodeKey, TracerConfig, register_tracer
+from swarmscope.controller.tracers.command import CommandTracer, build_command
+from swarmscope.core.errors import SetupError
+from swarmscope.core.paths import TOOLS
+
+IG_VERSION = os.environ.get("SWARMSCOPE_IG_VERSION", "v0.35.0")
+
+BPFTRACE_PROGRAM = 'tracepoint:sched:sched_process_exec { printf("%s %llu\\n", comm, cgroup); }'
+# comm may contain spaces; the cgroup id is the last field.
+BPFTRACE_MATCH = r"^(?P<comm>.*) (?P<cgroup>\d+)$"
+IG_JSON_FIELD = "comm"
+
+
+def bpftrace_binary() -> str:
+    path = shutil.which("bpftrace")
+    if not path:
+        raise SetupError("bpftrace is not installed: run tools/setup.sh (Debian package bpftrace)")
+    return path
+
+
+def ig_binary(build: bool = True) -> Path:
+    """The cached ``ig`` binary; built by tools/build_ig.sh when missing (2-4 min, once)."""
+    cache = Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope"))
+    path = cache / "tools" / f"ig-{IG_VERSION}" / "ig"
+    if path.is_file() and os.access(path, os.X_OK):
+        return path
+    if not build:
+        raise SetupError(f"ig {IG_VERSION} is not built: run tools/build_ig.sh")
+    script = TOOLS / "build_ig.sh"
+    try:
+        out = subprocess.run(
+            [str(script)],
+            env={**os.environ, "IG_VERSION": IG_VERSION},
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        tail = getattr(e, "stderr", "") or ""
+        raise SetupError(f"building ig {IG_VERSION} with {script} failed: {e}\n{tail[-2000:]}") from e
+    built = Path(out.stdout.strip().splitlines()[-1])
+    if not built.is_file():
+        raise SetupError(f"{script} did not produce {built}")
+    return built
+
+
+def bpftrace_argv() -> list[str]:
+    # -B line: bpftrace must flush each event, or the readiness sentinel waits in its buffer.
+    return [bpftrace_binary(), "-B", "line", "-e", BPFTRACE_PROGRAM]
+
+
+def bpftrace_filter(nodes: list[NodeKey], sentinel_prefix: str) -> str:
+    """The predicate: an exec in one of the nodes' cgroups (by comm when a node has no
+    cgroup id; the kernel keeps 15 characters of it) or one of this window's sentinels."""
+    terms = []
+    for n in nodes:
+        if n.cgroup_id is not None:
+            terms.append(f"cgroup == {int(n.cgroup_id)}")
+        elif n.comm:
+            terms.append(f'comm == "{_bpftrace_str(n.comm[:15])}"')
+    p = _bpftrace_str(sentinel_prefix)
+    terms.append(f'strncmp(comm, "{p}", {len(sentinel_prefix)}) == 0')
+    return " || ".join(terms)
+
+
+def _bpftrace_str(s: str) -> str:
+    if not s.isprintable() or '"' in s or "\\" in s:
+        raise SetupError(f"cannot put {s!r} in a bpftrace string literal")
+    return s
+
+
+def bpftrace_window_argv(nodes: list[NodeKey], sentinel_prefix: str) -> list[str]:
+    """bpftrace for one window, its program filtered in the kernel (see the module docstring)."""
+    prog = (
+        f"tracepoint:sched:sched_process_exec /{bpftrace_filter(nodes, sentinel_prefix)}/ "
+        '{ printf("%s %llu\\n", comm, cgroup); }'
+    )
+    return [bpftrace_binary(), "-B", "line", "-e", prog]
+
+
+def ig_argv(ig: Path | None = None) -> list[str]:
+    ig = ig or ig_binary()
+    return ["unshare", "--pid", "--fork", "--mount-proc", str(ig), "trace", "exec", "--host", "-o", "json"]
+
+
+@register_tracer("bpftrace")
+def bpftrace_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
+    if cfg.tracer_command:  # the scenario's own command wins, run as given
+        return build_command(cfg, sentinel, name="bpftrace", match=BPFTRACE_MATCH)
+    return build_command(
+        cfg,
+        sentinel,
+        name="bpftrace",
+        argv=bpftrace_argv(),
+        match=BPFTRACE_MATCH,
+        argv_for=bpftrace_window_argv,
+    )
+
+
+@register_tracer("ig")
+def ig_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
+    argv = None if cfg.tracer_command else ig_argv()
+    return build_command(cfg, sentinel, name="ig", argv=argv, json_field=IG_JSON_FIELD)

@@ -1,0 +1,128 @@
+"""The ``prometheus`` tracer under test: a counter the system exposes, before and after the window.
+
+    tracer: prometheus
+    tracer_prom_url: http://127.0.0.1:9100/metrics
+    tracer_prom_metric: gadget_exec_events_total     # a counter (or any monotonic sample)
+    tracer_prom_label: node                           # label whose value names the node
+
+Reported per node = the counter's increase over the window, summed over the samples whose
+``tracer_prom_label`` value is the node's name, comm or cgroup id. Without a label every sample
+counts for the window's only node (a tracer that exports one total). A counter that goes down
+(the tracer restarted) is an error, never a negative count. Losses: if ``tracer_prom_lost_metric``
+is given, its increase is ``lost``; otherwise the tracer cannot say (None).
+
+Caveat: a scrape is a snapshot; a tracer that exports with a delay (batching, a push gateway)
+must be given ``tracer_prom_settle_s`` to catch up before the closing scrape.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
+from swarmscope.core.errors import TracerError
+
+Samples = dict[tuple[tuple[str, str], ...], float]
+
+
+def scrape_all(url: str, timeout_s: float = 5.0) -> dict[str, Samples]:
+    """Every sample ``url`` serves, by sample name (``x_total``, not the family ``x``):
+    {name: {labels: value}}. The one Prometheus text parse of the project (the flow storm
+    scrapes its agent with it too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            text = r.read().decode("utf-8", "replace")
+    except OSError as e:
+        raise TracerError(f"cannot scrape {url}: {e}") from e
+    out: dict[str, Samples] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
+    except ValueError as e:
+        raise TracerError(f"{url} did not serve Prometheus text: {e}") from e
+    return out
+
+
+def scrape(url: str, metric: str, timeout_s: float = 5.0) -> Samples:
+    """Every sample of ``metric`` (a counter's ``_total`` included) as {labels: value}."""
+    names = {metric, metric.removesuffix("_total"), metric + "_total"}
+    out: Samples = {}
+    for name, samples in scrape_all(url, timeout_s).items():
+        if name in names:
+            out.update(samples)
+    return out
+
+
+class PrometheusTracer:
+    name = "prometheus"
+
+    def __init__(self, url: str, metric: str, label: str | None, lost_metric: str | None, settle_s: float):
+        self.url, self.metric, self.label = url, metric, label
+        self.lost_metric, self.settle_s = lost_metric, settle_s
+        self._nodes: list[NodeKey] = []
+        self._before: Samples = {}
+        self._lost_before: Samples = {}
+
+    def start(self, window_id: str, nodes: list[NodeKey]) -> None:
+        if self.label is None and len(nodes) != 1:
+            raise TracerError(
+                f"tracer_prom_label is needed to split {self.metric} over {len(nodes)} nodes "
+                "(without it the counter is one total, for a single node)"
+            )
+        self._nodes = list(nodes)
+        self._before = scrape(self.url, self.metric)
+        self._lost_before = scrape(self.url, self.lost_metric) if self.lost_metric else {}
+
+    def _node_of(self, labels: tuple[tuple[str, str], ...]) -> str | None:
+        if self.label is None:
+            return self._nodes[0].name
+        value = dict(labels).get(self.label)
+        for n in self._nodes:
+            if value in (n.name, n.comm, str(n.cgroup_id) if n.cgroup_id else None):
+                return n.name
+        return None
+
+    def stop(self) -> TracerResult:
+        if self.settle_s:
+            time.sleep(self.settle_s)
+        try:
+            after = scrape(self.url, self.metric)
+            lost_after = scrape(self.url, self.lost_metric) if self.lost_metric else {}
+        except TracerError as e:
+            return TracerResult({n.name: 0 for n in self._nodes}, None, 0, 0, [], error=str(e))
+        per_node = {n.name: 0 for n in self._nodes}
+        other, errors = 0, []
+        for labels, value in after.items():
+            delta = value - self._before.get(labels, 0.0)
+            if delta < 0:
+                errors.append(
+                    f"{self.metric}{dict(labels)} went down ({self._before[labels]} -> {value}): restarted?"
+                )
+                continue
+            node = self._node_of(labels)
+            if node is None:
+                other += int(delta)
+            else:
+                per_node[node] += int(delta)
+        lost = None
+        if self.lost_metric:
+            lost = int(sum(v - self._lost_before.get(k, 0.0) for k, v in lost_after.items()))
+        return TracerResult(
+            per_node, lost, 0, len(after), errors[:5], error="; ".join(errors[:1]), other=other
+        )
+
+
+@register_tracer("prometheus")
+def _make(cfg: TracerConfig, sentinel: str | None) -> PrometheusTracer:
+    del sentinel  # scraped, not exec-triggered: no sentinel
+    return PrometheusTracer(
+        url=cfg.tracer_prom_url,
+        metric=cfg.tracer_prom_metric,
+        label=cfg.tracer_prom_label or None,
+        lost_metric=cfg.tracer_prom_lost_metric or None,
+        settle_s=float(cfg.tracer_prom_settle_s or 0.0),
+    )

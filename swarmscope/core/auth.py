@@ -1,0 +1,83 @@
+"""Shared-token authentication: a mutual challenge in which the token never crosses the wire.
+
+    pn = new_nonce()                                   # probe -> Hello(pn)
+    sn = new_nonce(); cp = controller_proof(tok, pn, sn)   # controller -> (sn, cp)
+    check(controller_proof(tok, pn, sn), cp)           # probe: the controller holds the token
+    pp = probe_proof(tok, sn, pn, probe_id)            # probe -> Register(pn, sn, pp) only now
+    check(probe_proof(tok, sn, pn, probe_id), pp)      # controller: the probe holds it
+
+The probe answers nothing keyed by the token until the controller has proven itself, so an
+impostor controller learns a random nonce and nothing it can reuse; the controller takes each
+server nonce once, so a captured answer cannot be replayed. The labels keep a controller proof
+from ever passing as a probe proof. ``proof``/``verify``/``token_matches`` are the older
+single-direction helpers (kept for other services). Tokens come from a file or an env var
+(never a CLI argument, which other users can read in /proc).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+
+from swarmscope.core.errors import SetupError
+
+TOKEN_HEADER = "x-swarmscope-token"
+TOKEN_ENV = "SWARMSCOPE_TOKEN"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def new_nonce() -> bytes:
+    return secrets.token_bytes(16)
+
+
+def proof(token: str, nonce: bytes) -> bytes:
+    return hmac.new(token.encode(), nonce, hashlib.sha256).digest()
+
+
+def verify(token: str, nonce: bytes, given: bytes) -> bool:
+    return hmac.compare_digest(proof(token, nonce), given)
+
+
+CONTROLLER_LABEL = b"swarmscope/v1 controller"
+PROBE_LABEL = b"swarmscope/v1 probe"
+
+
+def controller_proof(token: str, probe_nonce: bytes, server_nonce: bytes) -> bytes:
+    return hmac.new(token.encode(), CONTROLLER_LABEL + probe_nonce + server_nonce, hashlib.sha256).digest()
+
+
+def probe_proof(token: str, server_nonce: bytes, probe_nonce: bytes, probe_id: str) -> bytes:
+    msg = PROBE_LABEL + server_nonce + probe_nonce + probe_id.encode()
+    return hmac.new(token.encode(), msg, hashlib.sha256).digest()
+
+
+def check(expected: bytes, given: bytes) -> bool:
+    return hmac.compare_digest(expected, given)
+
+
+def token_matches(expected: str, given: str | None) -> bool:
+    return given is not None and hmac.compare_digest(expected.encode(), given.encode())
+
+
+def read_secret(path: str | None, env: str, what: str) -> str:
+    """A secret from the file ``path`` if given, else from ``$env``, stripped; "" if neither has one."""
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError as e:
+            raise SetupError(f"cannot read {what} file {path}: {e.strerror}") from e
+    return os.environ.get(env, "").strip()
+
+
+def load_token(path: str | None = None, env: str = TOKEN_ENV) -> str:
+    """Read the token from ``path`` if given, else from ``$SWARMSCOPE_TOKEN``."""
+    tok = read_secret(path, env, "token")
+    if not tok:
+        raise SetupError(f"no token: pass --token-file or set {env}")
+    return tok

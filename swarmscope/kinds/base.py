@@ -1,0 +1,138 @@
+"""The scenario-kind plug-in interface: what a kind declares so one pipeline can run it.
+
+    class ExecStorm(Kind):
+        name, metric = "exec_storm", "exec"
+        def fields(self): return [Field("nodes", list_of(int), [2], "...")]
+        def points(self, cfg): ...
+        def payload(self, cfg, point, iteration, shared): ...
+
+Every run, whatever its kind, goes the same way (docs/architecture.md): the controller loads
+the typed config (:attr:`Kind.schema`, validated once), sets up the workers over Locust's
+messages (:meth:`make_driver` runs there, with the config the master sent), then per point and
+iteration opens a window on the probes with the kind's programs and options, sends the kind's
+payload to the workers, closes the window when their exact results are back and reconciles
+with the kind's rule. At the end the kind turns its windows into its report sections.
+
+A kind is an *app-layer* plug-in: it may use both the controller side (reconcile, report
+sections) and the worker side (its driver, its Locust users), which never import each other.
+Registered by name in :mod:`swarmscope.kinds` (one place). Caveat: a kind's driver runs in a
+Locust worker process, gevent-patched; blocking calls there must be gevent-friendly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import Any, ClassVar, Generic, TypeVar
+
+from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.options import COMMON_FIELDS, RunConfig
+from swarmscope.core.config import Config, Field, Schema
+
+C = TypeVar("C", bound=RunConfig)  # a kind's config class
+
+CrossCheck = Callable[[dict[str, Any]], list[tuple[str, str]]]
+
+
+class Kind(Generic[C]):
+    """Base class of a scenario kind. Override what differs; the defaults fit a counted load."""
+
+    name: ClassVar[str] = ""
+    metric: ClassVar[str] = ""  # what is counted: "exec", "requests", "neighbors"
+    description: ClassVar[str] = ""
+    config_cls: ClassVar[type[Config]] = RunConfig  # the typed class of cfg (one per kind)
+
+    # -- typed config ---------------------------------------------------------------------
+    def fields(self) -> list[Field]:
+        """The kind's own options (and those of the plug-ins it composes: tracers, faults)."""
+        return []
+
+    def cross_checks(self) -> list[CrossCheck]:
+        """Checks across fields; each returns [(key, reason)] (every problem at once)."""
+        return []
+
+    @cached_property
+    def schema(self) -> Schema:
+        return Schema([*COMMON_FIELDS, *self.fields()], self.cross_checks(), self.config_cls)
+
+    # -- controller side ------------------------------------------------------------------
+    def programs(self, cfg: C, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        """Probe programs of a window and their options (``OpenWindow.options``, per program)."""
+        return {}
+
+    def points(self, cfg: C) -> list[PointInfo]:
+        """The sweep: one point per swept value, each with its iterations (= windows)."""
+        return [PointInfo(0, {}, 1)]
+
+    def sim_nodes(self, cfg: C) -> int:
+        """Simulated nodes the whole run needs on one machine (split across workers)."""
+        return 1
+
+    def window_nodes(self, cfg: C, point: PointInfo, ordered: list[str]) -> list[str]:
+        """The nodes a point's windows measure, from all nodes spread round-robin over workers."""
+        return ordered
+
+    def shared(self, cfg: C, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """What every window needs from the workers' set-up replies (e.g. the target's URL)."""
+        return {}
+
+    def payload(self, cfg: C, point: PointInfo, iteration: int, shared: Mapping[str, Any]) -> dict[str, Any]:
+        """What the workers get for one window (plain types: it crosses the network)."""
+        return {}
+
+    def window_timeout_s(self, cfg: C, point: PointInfo) -> float:
+        """How long the controller waits for the workers' results of one window."""
+        return float(cfg.window_timeout_s)
+
+    def pause_s(self, cfg: C) -> float:
+        """Seconds to wait between windows (0: none)."""
+        return 0.0
+
+    def expected_per_node(self, cfg: C) -> float | None:
+        """What a paced generator was asked for per node and window (None: unpaced); a node
+        under 95 % of it is flagged generator-saturated."""
+        return None
+
+    def reconcile(
+        self,
+        cfg: C,
+        window: WindowInfo,
+        point: PointInfo,
+        results: dict[str, dict[str, Any]],
+        readings: list[ProbeReading],
+        tracer: Any,
+        missing_probes: list[str],
+    ) -> IterationResult:
+        """One window's three numbers per node (generated / kernel / reported) and its data."""
+        from swarmscope.controller.reconcile import reconcile
+
+        return reconcile(
+            window,
+            point=point.index,
+            params=point.params,
+            metric=self.metric,
+            generated=results,
+            readings=readings,
+            tracer=tracer,
+            missing_probes=missing_probes,
+            expected_per_node=self.expected_per_node(cfg),
+        )
+
+    def sections(self, cfg: C, results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
+        """Report sections of the kind (name -> JSON data), built from every window's result.
+
+        Called once at the end of a run, also a failed one (with what was measured)."""
+        return {}
+
+    def register_renderers(self) -> None:
+        """Register the HTML renderers of the kind's sections (controller.report)."""
+
+    # -- worker side ----------------------------------------------------------------------
+    def make_driver(self, cfg: C, sim_nodes: int, prefix: str) -> Any:
+        """The worker-side driver (workers.driver.Driver) with ``sim_nodes`` simulated nodes,
+        or the real node this worker runs on when ``sim_nodes`` is 0 (a cluster)."""
+        raise NotImplementedError
+
+    def free_run_nodes(self, cfg: C) -> int:
+        """Simulated nodes per worker in a plain ``locust -f`` run."""
+        return 1

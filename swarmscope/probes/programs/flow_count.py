@@ -1,0 +1,241 @@
+"""Packets and bytes per IPv4 5-tuple, counted by XDP (``bpf/flow_count.bpf.c``): flow truth.
+
+    prog = FlowCount()
+    prog.load()
+    prog.configure({"flow_count.targets": ["4242:ss-fs-ab12-dst:fsab12d"], "flow_count.max_flows": 2**18})
+    prog.snapshot()      # {4242: {"flow.packets": n, "flow.bytes": b, "flow.flows", ".drops", ".other",
+                         #         "flow.dev.fsab12cdd.packets": n, ...}}
+    prog.window_gauges(t0, t1, nodes)   # per node: flows seen, packets-per-flow histogram, per-flow
+                                        # digest (flow_digest); drained
+    prog.take_flows()    # {("10.98.0.1", "10.200.0.0", 40000, 20000, 17): (packets, bytes), ...}
+    prog.close()
+
+A target is ``<cgroup id>:<netns>:<interface>``: the interface (in that ``ip netns`` namespace)
+gets its own loaded object, and its counts are keyed by the cgroup id of the node that drives
+it (the worker's), so the agent maps them to nodes like every other program; every counter and
+gauge is also given per interface (``flow.dev.<ifname>.<name>``), since workers on one
+machine may share a cgroup. Targets are set
+per window (the flow storm's workers make their namespaces at set-up) and attached once; a
+window with other targets detaches the old ones. A target whose namespace is not on this
+machine is skipped (in a distributed run each probe sees every worker's targets).
+
+The flow table is drained at every window's close (``window_gauges``), so each window's flows
+are its own; the totals (``snapshot``) are cumulative, as counters must be. Caveats: XDP sees
+received packets only (put the target on the receiving side); generic (skb) mode; ``close()``
+must run to detach.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import ProbeError
+from swarmscope.probes import bcc_env
+from swarmscope.probes.flowdigest import flow_digest
+from swarmscope.probes.programs.base import NodeLike, Snapshot
+from swarmscope.probes.programs.params import startup_values
+from swarmscope.probes.programs.pkt_count import XDP_FLAGS_SKB_MODE, in_netns
+
+TOTALS = ("packets", "bytes", "flows", "drops", "other")
+COUNTERS = tuple(f"flow.{f}" for f in TOTALS)
+DEFAULT_MAX_FLOWS = 1 << 18
+FlowKey = tuple[str, str, int, int, int]
+
+PARAMS = [
+    Field(
+        "flow_count.targets",
+        list_of(str),
+        None,
+        "interfaces to count flows on: <cgroup id>:<netns>:<interface> (comma list)",
+        "SWARMSCOPE_FLOW_TARGETS",
+        nullable=True,
+    ),
+    Field(
+        "flow_count.max_flows",
+        int,
+        DEFAULT_MAX_FLOWS,
+        "flow table size per interface; an insert into a full table is a counted drop",
+        "SWARMSCOPE_FLOW_MAX_FLOWS",
+        min=16,
+        max=1 << 24,
+    ),
+]
+WINDOW_PARAMS: frozenset[str] = frozenset({"flow_count.targets", "flow_count.max_flows"})
+
+
+def parse_target(text: str) -> tuple[int, str, str]:
+    """``"4242:ns:dev"`` -> (4242, "ns", "dev")."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[2]:
+        raise ProbeError(f"flow_count: target {text!r} is not <cgroup id>:<netns>:<interface>")
+    return int(parts[0]), parts[1], parts[2]
+
+
+class _Attached:
+    """One interface with its own loaded object."""
+
+    def __init__(self, cgroup: int, netns: str, dev: str, max_flows: int) -> None:
+        self.cgroup, self.netns, self.dev = cgroup, netns, dev
+        self.bpf = bcc_env.load_program("flow_count", cflags=[f"-DFLOW_MAX={int(max_flows)}"])
+        try:
+            import bcc
+
+            fn = self.bpf.load_func(b"flow_count_xdp", bcc.BPF.XDP)
+            with in_netns(netns or None):
+                self.bpf.attach_xdp(dev.encode(), fn, XDP_FLAGS_SKB_MODE)
+        except Exception as e:  # BCC raises bare Exception; OSError for an unknown name
+            self.bpf.cleanup()
+            raise ProbeError(f"flow_count: attaching XDP to {netns}/{dev} failed: {e}") from e
+
+    def totals(self) -> dict[str, int]:
+        out = dict.fromkeys(COUNTERS, 0)
+        for per_cpu in self.bpf[b"flow_tot"].values():
+            for v in per_cpu:
+                for f in TOTALS:
+                    out[f"flow.{f}"] += int(getattr(v, f))
+        return out
+
+    def drain(self) -> dict[FlowKey, tuple[int, int]]:
+        """Every flow in the table, removed from it (one batch syscall loop, not per key)."""
+        table = self.bpf[b"flows"]
+        out: dict[FlowKey, tuple[int, int]] = {}
+        with contextlib.suppress(StopIteration):
+            for k, v in table.items_lookup_and_delete_batch():
+                key = (_ip(k.saddr), _ip(k.daddr), int(k.sport), int(k.dport), int(k.proto))
+                out[key] = (int(v.packets), int(v.bytes))
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception), in_netns(self.netns or None):  # the netns may be gone
+            self.bpf.remove_xdp(self.dev.encode(), XDP_FLAGS_SKB_MODE)
+        self.bpf.cleanup()
+
+
+def _ip(v: int) -> str:
+    return socket.inet_ntoa(struct.pack("<I", int(v)))  # stored as the wire's bytes
+
+
+def _netns_here(name: str) -> bool:
+    import os
+
+    return not name or os.path.exists(f"/var/run/netns/{name}")
+
+
+class FlowCount:
+    name: str = "flow_count"
+    counters: tuple[str, ...] = COUNTERS
+
+    def __init__(self, targets: Iterable[str] = (), max_flows: int = DEFAULT_MAX_FLOWS) -> None:
+        self._startup = (tuple(targets), int(max_flows))
+        self._want = self._startup
+        self._have: tuple[tuple[str, ...], int] | None = None
+        self._attached: list[_Attached] = []
+        self._loaded = False
+        self._last: dict[FlowKey, tuple[int, int]] = {}
+
+    @classmethod
+    def from_env(cls) -> FlowCount:
+        v = startup_values("flow_count", PARAMS)
+        return cls(v["flow_count.targets"] or (), v["flow_count.max_flows"])
+
+    def configure(self, options: Mapping[str, Any]) -> None:
+        unknown = set(options) - WINDOW_PARAMS
+        if unknown:
+            raise ProbeError(f"flow_count: not per-window options: {', '.join(sorted(unknown))}")
+        if options:
+            targets = tuple(options.get("flow_count.targets") or ())
+            self._want = (targets, int(options.get("flow_count.max_flows", DEFAULT_MAX_FLOWS)))
+        else:
+            self._want = self._startup
+        if self._loaded:
+            self._apply()
+
+    def _apply(self) -> None:
+        if self._have == self._want:
+            return
+        self._detach()
+        targets, max_flows = self._want
+        parsed = [parse_target(t) for t in targets]
+        try:
+            for cg, ns, dev in parsed:
+                if _netns_here(ns):
+                    self._attached.append(_Attached(cg, ns, dev, max_flows))
+        except BaseException:
+            self._detach()
+            raise
+        self._have = self._want
+
+    def load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            self._apply()
+
+    def snapshot(self) -> Snapshot:
+        if not self._loaded:
+            raise ProbeError("flow_count: snapshot before load()")
+        out: Snapshot = {}
+        try:
+            for a in self._attached:
+                tot = out.setdefault(a.cgroup, dict.fromkeys(COUNTERS, 0))
+                for c, v in a.totals().items():
+                    tot[c] += v
+                    # Per interface too: workers on one machine may share a cgroup.
+                    tot[f"flow.dev.{a.dev}.{c[len('flow.') :]}"] = v
+        except Exception as e:  # BCC map reads raise bare Exception / OSError
+            raise ProbeError(f"flow_count: reading the totals failed: {e}") from e
+        return out
+
+    def window_gauges(
+        self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
+    ) -> dict[str, dict[str, float]]:
+        """Per node: flows in the table, and ``flow.hist.<k>`` = flows that had exactly k
+        packets (the per-flow check of a run: a generator sending p packets to every flow
+        expects {p: flows}). Drains the tables; ``take_flows`` returns what was drained."""
+        if not self._loaded:
+            raise ProbeError("flow_count: window_gauges before load()")
+        drained: list[tuple[_Attached, dict[FlowKey, tuple[int, int]]]] = []
+        try:
+            for a in self._attached:
+                drained.append((a, a.drain()))
+        except Exception as e:
+            raise ProbeError(f"flow_count: reading the flow table failed: {e}") from e
+        self._last = {k: v for _a, flows in drained for k, v in flows.items()}
+        out: dict[str, dict[str, float]] = {}
+        for n in nodes:
+            cg = int(n.cgroup_id)
+            mine = [(a, f) for a, f in drained if cg in (0, a.cgroup)]
+            g = flow_gauges({k: v for _a, f in mine for k, v in f.items()})
+            for a, f in mine:  # per interface too (workers on one machine may share a cgroup)
+                g.update({f"flow.dev.{a.dev}.{k[len('flow.') :]}": v for k, v in flow_gauges(f).items()})
+            out[n.name] = g
+        return out
+
+    def take_flows(self) -> dict[FlowKey, tuple[int, int]]:
+        """The flows of the last drain (tests compare them, flow by flow, with the generator)."""
+        last, self._last = self._last, {}
+        return last
+
+    def _detach(self) -> None:
+        while self._attached:
+            self._attached.pop().close()
+        self._have = None
+
+    def close(self) -> None:
+        self._detach()
+        self._loaded = False
+
+
+def flow_gauges(flows: Mapping[FlowKey, tuple[int, int]]) -> dict[str, float]:
+    g: dict[str, float] = {
+        "flow.seen": float(len(flows)),
+        "flow.digest": float(flow_digest((k, p, b) for k, (p, b) in flows.items())),
+    }
+    for p, _b in flows.values():
+        key = f"flow.hist.{p}"
+        g[key] = g.get(key, 0.0) + 1
+    return g

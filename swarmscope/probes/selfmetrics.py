@@ -1,0 +1,199 @@
+"""The probe's own Prometheus metrics (``swarmscope probe --metrics-port 9647``) and the small
+HTTP server (``/metrics``, ``/healthz``) it and ``top-ebpf --prometheus`` share.
+
+    m = ProbeSelfMetrics(lambda: agent.programs)     # agent = ProbeAgent(..., metrics=m)
+    server = serve(m.registry, 9647)                 # background thread; server.shutdown()
+
+Metric names (labels in braces):
+
+- ``swarmscope_probe_windows_opened_total`` / ``swarmscope_probe_windows_closed_total``
+- ``swarmscope_probe_readings_sent_total`` — Readings queued to the controller
+- ``swarmscope_probe_program_run_count_total{program,func}`` — runs of each loaded BPF function
+- ``swarmscope_probe_program_run_time_seconds_total{program,func}`` — their run time (BPF stats)
+- ``swarmscope_probe_map_entries{program,map}`` / ``swarmscope_probe_map_max_entries{program,map}``
+- ``swarmscope_probe_map_fill_ratio{program,map}`` — entries / max_entries
+- ``swarmscope_probe_ringbuf_events_total{program,outcome}`` — per-event ring buffer records,
+  ``outcome`` = delivered | dropped
+- ``swarmscope_probe_ringbuf_map_ratio{program}`` — ring-buffer events / events counted in maps
+- ``swarmscope_probe_feature_available{feature}`` — 1 when a reading works, 0 when the probe
+  dropped it for a missing capability (``program_stats``: BPF_ENABLE_STATS needs CAP_SYS_ADMIN)
+
+The ring buffer families are always present (HELP/TYPE, no samples) so dashboards can be built
+before a program uses one; a program opts in with a ``ringbuf_stats() -> (delivered, dropped,
+counted_in_map)`` method. Caveats: run counts grow only while BPF statistics are on (the probe
+turns them on with ``--metrics-port``); counting a hash map's entries walks its keys (one
+syscall each) on every scrape, capped at ``MAX_WALK``; array maps are always full.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from swarmscope.core.errors import BpfError, ProbeError
+from swarmscope.core.sys import bpf
+from swarmscope.probes import bpfstats
+
+
+def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve ``/metrics`` (the registry) and ``/healthz`` on a daemon thread; port 0 picks one."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+            elif path == "/healthz":
+                body, ctype, code = b"ok\n", "text/plain", 200
+            else:
+                body, ctype, code = b"not found\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:  # scrapes every few seconds: keep logs quiet
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
+
+
+def bcc_of(program: Any) -> Any:
+    """The BCC object behind one of our programs (they keep it in ``_bpf``), or None."""
+    return getattr(program, "_bpf", None)
+
+
+class ProbeSelfMetrics:
+    def __init__(self, programs: Callable[[], Mapping[str, Any]] = dict) -> None:
+        self.registry = CollectorRegistry()
+        self._programs = programs
+        self.windows_opened = Counter(
+            "swarmscope_probe_windows_opened", "windows opened on this probe", registry=self.registry
+        )
+        self.windows_closed = Counter(
+            "swarmscope_probe_windows_closed", "windows closed on this probe", registry=self.registry
+        )
+        self.readings_sent = Counter(
+            "swarmscope_probe_readings_sent", "readings queued to the controller", registry=self.registry
+        )
+        self.features = Gauge(
+            "swarmscope_probe_feature_available",
+            "1 if the reading works here, 0 if dropped for a missing capability",
+            ["feature"],
+            registry=self.registry,
+        )
+        self.registry.register(_ProgramCollector(self))  # type: ignore[arg-type]
+
+    # The agent calls these (see ProbeAgent(metrics=...)).
+    def window_opened(self) -> None:
+        self.windows_opened.inc()
+
+    def window_closed(self, readings: int) -> None:
+        self.windows_closed.inc()
+        self.readings_sent.inc(readings)
+
+    def set_programs(self, programs: Callable[[], Mapping[str, Any]]) -> None:
+        self._programs = programs
+
+    def programs(self) -> Mapping[str, Any]:
+        return self._programs()
+
+
+def held_map_fds(b: Any) -> dict[int, int]:
+    """{map id: fd} of the maps a BCC module holds (libbcc's own table list)."""
+    if b is None or getattr(b, "module", None) is None:
+        return {}
+    from bcc.libbcc import lib
+
+    # libbcc exports these two without the Python binding declaring them: declare them here,
+    # or ctypes passes the module pointer as a C int.
+    lib.bpf_num_tables.argtypes, lib.bpf_num_tables.restype = [ctypes.c_void_p], ctypes.c_size_t
+    lib.bpf_table_name.argtypes, lib.bpf_table_name.restype = (
+        [ctypes.c_void_p, ctypes.c_size_t],
+        ctypes.c_char_p,
+    )
+    out: dict[int, int] = {}
+    for i in range(int(lib.bpf_num_tables(b.module))):
+        name = lib.bpf_table_name(b.module, i)
+        fd = int(lib.bpf_table_fd(b.module, name)) if name else -1
+        if fd >= 0:
+            out[int(bpf.map_info(fd).id)] = fd
+    return out
+
+
+def _fill_by_id(map_id: int) -> bpfstats.MapFill | None:
+    """A map the module does not hold: by id, which needs CAP_SYS_ADMIN (skipped without)."""
+    try:
+        return bpfstats.map_fill(map_id)
+    except BpfError as e:
+        if e.errno == errno.EPERM:
+            return None
+        raise
+
+
+class _ProgramCollector:
+    def __init__(self, owner: ProbeSelfMetrics) -> None:
+        self.owner = owner
+
+    def collect(self) -> Iterator[Any]:
+        pl = ["program", "func"]
+        runs = CounterMetricFamily(
+            "swarmscope_probe_program_run_count", "runs of the probe's BPF functions", labels=pl
+        )
+        secs = CounterMetricFamily(
+            "swarmscope_probe_program_run_time_seconds", "run time of the probe's BPF functions", labels=pl
+        )
+        ml = ["program", "map"]
+        entries = GaugeMetricFamily("swarmscope_probe_map_entries", "entries in the map", labels=ml)
+        maxe = GaugeMetricFamily("swarmscope_probe_map_max_entries", "capacity of the map", labels=ml)
+        fill = GaugeMetricFamily("swarmscope_probe_map_fill_ratio", "entries / max_entries", labels=ml)
+        rb = CounterMetricFamily(
+            "swarmscope_probe_ringbuf_events",
+            "per-event ring buffer records by outcome",
+            labels=["program", "outcome"],
+        )
+        ratio = GaugeMetricFamily(
+            "swarmscope_probe_ringbuf_map_ratio",
+            "ring-buffer events / events counted in maps",
+            labels=["program"],
+        )
+        for pname, prog in self.owner.programs().items():
+            b = bcc_of(prog)
+            map_ids: set[int] = set()
+            held = held_map_fds(b)  # its own maps' fds: no CAP_SYS_ADMIN needed to read them
+            for fname, fn in dict(getattr(b, "funcs", {}) or {}).items():
+                try:
+                    info = bpf.prog_info(fn.fd)
+                except ProbeError:
+                    continue
+                label = [pname, fname.decode() if isinstance(fname, bytes) else str(fname)]
+                runs.add_metric(label, info.run_cnt)
+                secs.add_metric(label, info.run_time_ns / 1e9)
+                map_ids.update(bpfstats.prog_map_ids(fn.fd))
+            for mid in sorted(map_ids):
+                m = bpfstats.map_fill_fd(held[mid]) if mid in held else _fill_by_id(mid)
+                if m is None:
+                    continue
+                label = [pname, m.name]
+                entries.add_metric(label, m.entries)
+                maxe.add_metric(label, m.max_entries)
+                fill.add_metric(label, m.entries / m.max_entries if m.max_entries else 0.0)
+            stats = getattr(prog, "ringbuf_stats", None)
+            if callable(stats):
+                delivered, dropped, in_map = stats()
+                rb.add_metric([pname, "delivered"], delivered)
+                rb.add_metric([pname, "dropped"], dropped)
+                ratio.add_metric([pname], (delivered + dropped) / in_map if in_map else 0.0)
+        yield from (runs, secs, entries, maxe, fill, rb, ratio)
