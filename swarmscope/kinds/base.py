@@ -27,6 +27,13 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import COMMON_FIELDS, RunConfig
+from swarmscope.controller.tables import (
+    THREE_NUMBER_COLUMNS,
+    Columns,
+    Rows,
+    three_number_cells,
+    three_number_rows,
+)
 from swarmscope.core.config import Config, Field, Schema
 
 C = TypeVar("C", bound=RunConfig)  # a kind's config class
@@ -126,6 +133,32 @@ class Kind(Generic[C]):
 
     def register_renderers(self) -> None:
         """Register the HTML renderers of the kind's sections (controller.report)."""
+
+    # -- what a person sees (web UI tab, terminal) -------------------------------------------
+    live_columns: ClassVar[Columns] = THREE_NUMBER_COLUMNS
+    # Columns a progress line leaves out: its "[params iter i]" prefix already says them.
+    live_in_prefix: ClassVar[frozenset[str]] = frozenset()
+
+    def live_rows(self, results: Sequence[IterationResult]) -> Rows:
+        """The tab's rows (``live_columns``) of the windows reconciled so far."""
+        return three_number_rows(results)
+
+    def console_cells(self, result: IterationResult) -> str:
+        """A window's progress-line cells: by default generated / kernel / reported per node; a
+        kind with its own table gives that table's cells (its ``live_columns``)."""
+        if self.live_columns is THREE_NUMBER_COLUMNS:
+            return three_number_cells(result)
+        return " | ".join(
+            ", ".join(
+                f"{title} {row[key]}" for key, title in self.live_columns if key not in self.live_in_prefix
+            )
+            for row in self.live_rows([result])
+        )
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        """The one-screen table printed at the end of a run (from report.json's sections, so it
+        works on a stored report too); None when the per-window lines say it all."""
+        return None
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: C, sim_nodes: int, prefix: str) -> Any:

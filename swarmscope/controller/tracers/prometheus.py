@@ -18,43 +18,10 @@ must be given ``tracer_prom_settle_s`` to catch up before the closing scrape.
 from __future__ import annotations
 
 import time
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
 from swarmscope.core.errors import TracerError
-
-Samples = dict[tuple[tuple[str, str], ...], float]
-
-
-def scrape_all(url: str, timeout_s: float = 5.0) -> dict[str, Samples]:
-    """Every sample ``url`` serves, by sample name (``x_total``, not the family ``x``):
-    {name: {labels: value}}. The one Prometheus text parse of the project (the flow storm
-    scrapes its agent with it too)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            text = r.read().decode("utf-8", "replace")
-    except OSError as e:
-        raise TracerError(f"cannot scrape {url}: {e}") from e
-    out: dict[str, Samples] = {}
-    try:
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
-    except ValueError as e:
-        raise TracerError(f"{url} did not serve Prometheus text: {e}") from e
-    return out
-
-
-def scrape(url: str, metric: str, timeout_s: float = 5.0) -> Samples:
-    """Every sample of ``metric`` (a counter's ``_total`` included) as {labels: value}."""
-    names = {metric, metric.removesuffix("_total"), metric + "_total"}
-    out: Samples = {}
-    for name, samples in scrape_all(url, timeout_s).items():
-        if name in names:
-            out.update(samples)
-    return out
+from swarmscope.core.sys.promscrape import Samples, scrape
 
 
 class PrometheusTracer:

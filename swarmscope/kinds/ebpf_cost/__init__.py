@@ -152,6 +152,10 @@ class EbpfCost(Kind[EbpfCostConfig]):
     def register_renderers(self) -> None:
         import swarmscope.kinds.ebpf_cost.report  # noqa: F401  (registers "ebpf_cost")
 
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        text = ((report.get("sections") or {}).get("ebpf_cost") or {}).get("text")
+        return "\nebpf cost\n" + str(text) if text else None  # in the write-up's columns
+
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: EbpfCostConfig, sim_nodes: int, prefix: str) -> Any:
         from swarmscope.workers.ebpf_cost import CostDriver

@@ -23,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.tables import Rows
 from swarmscope.core.config import Field
 from swarmscope.core.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.ingress_flood import live
 from swarmscope.kinds.ingress_flood.config import IngressConfig, backends_of
 
 START_DELAY_S = 0.3  # a window starts this long after its payload is made: every worker at once
@@ -129,6 +131,15 @@ class IngressFlood(Kind[IngressConfig]):
 
     def register_renderers(self) -> None:
         from swarmscope.kinds.ingress_flood import report  # noqa: F401  (registers on import)
+
+    live_columns = live.COLUMNS
+    live_in_prefix = frozenset({"step", "load"})
+
+    def live_rows(self, results: Sequence[IterationResult]) -> Rows:
+        return live.rows(results)
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        return live.summary(report)
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: IngressConfig, sim_nodes: int, prefix: str) -> Any:

@@ -21,13 +21,15 @@ acknowledges after the table is written), and ``ip neigh`` lists what is reporte
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
 from swarmscope.controller.options import RunConfig
+from swarmscope.controller.tables import Rows
 from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.neighbor_writes import live
 
 MODES = ("list_program", "watch_only", "write_watch_program")
 
@@ -215,6 +217,15 @@ class NeighborWrites(Kind[NeighborConfig]):
 
     def register_renderers(self) -> None:
         import swarmscope.kinds.neighbor_writes.results  # noqa: F401  (registers "neighbors")
+
+    live_columns = live.COLUMNS
+    live_in_prefix = frozenset({"neighbors", "mode"})
+
+    def live_rows(self, results: Sequence[IterationResult]) -> Rows:
+        return live.rows(results)
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        return live.summary(report)
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: NeighborConfig, sim_nodes: int, prefix: str) -> Any:
