@@ -159,7 +159,7 @@ class SwarmscopeProcess:
             self.run,
             self.fleet,
             self.events,
-            reconcile=lambda *a: kind.reconcile(cfg, *a),
+            reconcile=lambda outcome: kind.reconcile(cfg, outcome),
             tracer=self.tracer,
             window_timeout_s=cfg.window_timeout_s,
         )

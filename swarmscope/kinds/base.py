@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import COMMON_FIELDS, RunConfig
 from swarmscope.controller.tables import (
     THREE_NUMBER_COLUMNS,
@@ -100,30 +100,11 @@ class Kind(Generic[C]):
         under 95 % of it is flagged generator-saturated."""
         return None
 
-    def reconcile(
-        self,
-        cfg: C,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: C, outcome: WindowOutcome) -> IterationResult:
         """One window's three numbers per node (generated / kernel / reported) and its data."""
         from swarmscope.controller.reconcile import reconcile
 
-        return reconcile(
-            window,
-            point=point.index,
-            params=point.params,
-            metric=self.metric,
-            generated=results,
-            readings=readings,
-            tracer=tracer,
-            missing_probes=missing_probes,
-            expected_per_node=self.expected_per_node(cfg),
-        )
+        return reconcile(outcome, self.metric, self.expected_per_node(cfg))
 
     def sections(self, cfg: C, results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
         """Report sections of the kind (name -> JSON data), built from every window's result.

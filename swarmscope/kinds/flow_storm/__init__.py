@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
@@ -175,19 +175,10 @@ class FlowStorm(Kind[FlowStormConfig]):
     def pause_s(self, cfg: FlowStormConfig) -> float:
         return float(cfg.pause_s)
 
-    def reconcile(
-        self,
-        cfg: FlowStormConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: FlowStormConfig, outcome: WindowOutcome) -> IterationResult:
         from swarmscope.kinds.flow_storm.results import reconcile
 
-        return reconcile(cfg, window, point, results, readings, missing_probes)
+        return reconcile(cfg, outcome)
 
     def sections(self, cfg: FlowStormConfig, results: Any, run_dir: str) -> dict[str, Any]:
         from swarmscope.kinds.flow_storm.results import sections

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.controller.tables import Rows
 from swarmscope.core.config import Field, list_of
@@ -196,19 +196,10 @@ class NeighborWrites(Kind[NeighborConfig]):
     def window_timeout_s(self, cfg: NeighborConfig, point: PointInfo) -> float:
         return float(cfg.point_timeout_s) + float(cfg.window_timeout_s)
 
-    def reconcile(
-        self,
-        cfg: NeighborConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
         from swarmscope.kinds.neighbor_writes.results import reconcile
 
-        return reconcile(cfg, window, point, results, readings, missing_probes)
+        return reconcile(cfg, outcome)
 
     def sections(self, cfg: NeighborConfig, results: Any, run_dir: str) -> dict[str, Any]:
         from swarmscope.kinds.neighbor_writes.results import sections
