@@ -48,6 +48,9 @@ class Kind(Generic[C]):
     metric: ClassVar[str] = ""  # what is counted: "exec", "requests", "neighbors"
     description: ClassVar[str] = ""
     config_cls: ClassVar[type[Config]] = RunConfig  # the typed class of cfg (one per kind)
+    # Why the Helm chart cannot run this kind ("": it can). The chart refuses the kind at install
+    # with this reason (tools/chart_kinds.py writes it into the chart).
+    not_in_cluster: ClassVar[str] = ""
 
     # -- typed config ---------------------------------------------------------------------
     def fields(self) -> list[Field]:

@@ -39,6 +39,7 @@ class EbpfCostConfig(RunConfig):
 
 
 class EbpfCost(Kind[EbpfCostConfig]):
+    not_in_cluster = "it runs embedded only: third-party eBPF tools started on the one machine it measures"
     name = "ebpf_cost"
     metric = "exec"
     description = "third-party eBPF tools' cost (run count, runtime, CPU, map memory), busy loop vs idle"

@@ -112,6 +112,10 @@ class FlowStorm(Kind[FlowStormConfig]):
     metric = "flow.packets"
     description = "UDP or TCP over N distinct 5-tuples between namespaces; per-flow kernel truth"
     config_cls = FlowStormConfig
+    not_in_cluster = (
+        "its worker makes network namespaces and attaches XDP on its own machine, and the chart has "
+        "no privileged worker for it yet: run it with swarmscope run (embedded or distributed)"
+    )
 
     def fields(self) -> list[Field]:
         return list(FLOW_FIELDS)
