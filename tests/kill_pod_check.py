@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from realnode import wait_for as wait  # the same bounded poll
 
-from swarmscope.controller.faults import make_fault
 from swarmscope.core.errors import SwarmscopeError
+from swarmscope.targets.faults import make_fault
 
 SELECTOR = "app.kubernetes.io/component=controller"  # KillPod's default
 

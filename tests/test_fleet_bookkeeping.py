@@ -161,7 +161,7 @@ def test_reconnects_land_in_the_window_result(fleet: Fleet) -> None:
 
     run = RunInfo("run-1", "exec_storm", "exec", {}, time.time_ns())
     ctl = ControllerRole(
-        run, fleet, RunEvents(), reconcile=lambda w, pt, g, r, t, m: IterationResult.for_window(w, pt, [])
+        run, fleet, RunEvents(), reconcile=lambda o: IterationResult.for_window(o.window, o.point, [])
     )
     ctl.add_nodes("worker-1", [{"name": "n1", "host": "host-a", "cgroup_id": 101}])
     a = FakeProbe(fleet.address, TOKEN, "host-a").start()

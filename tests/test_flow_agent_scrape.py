@@ -17,7 +17,7 @@ import sys
 from test_flow_exporters import _run
 from test_flow_storm import _exact, root
 
-from swarmscope.controller.tracers.prometheus import Samples
+from swarmscope.core.sys.promscrape import Samples
 from swarmscope.kinds.flow_storm.scrape import agent_metrics, window_metrics
 
 KEYS = ("evictions", "evicted_flows", "dropped_flows", "buffer_sizes", "ringbuf_hashmap_ratio")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers import free_port, is_root, load_report, only_run_dir, run_cli
 
-from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo, WindowOutcome
 from swarmscope.kinds import load_scenario
 from swarmscope.kinds.flow_storm.perflow import sent_digest
 from swarmscope.kinds.flow_storm.results import expected_hist, reconcile, shares
@@ -147,7 +147,10 @@ def test_reconcile_rule() -> None:
     sent = [(flow_key(i), 3 if i < 5 else 2, (3 if i < 5 else 2) * 128) for i in range(10)]
     assert d == flow_digest(sent) and 0 < d < 2**52
     ok = reconcile(
-        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5}, d)], []
+        cfg,
+        WindowOutcome(
+            _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5}, d)], []
+        ),
     )
     assert ok.flags == [] and ok.per_node[0].kernel == 25 and ok.extra["flows"]["n1"]["problems"] == []
     # Same totals and the same histogram, but flows 0 and 9 swapped counts: only the per-flow
@@ -156,22 +159,22 @@ def test_reconcile_rule() -> None:
     sw = flow_digest(swapped)
     bad_flow = reconcile(
         cfg,
-        _window(["n1"]),
-        point,
-        {"n1": gen},
-        [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5}, sw)],
-        [],
+        WindowOutcome(
+            _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 25, 3200, 10, 0, {3: 5, 2: 5}, sw)], []
+        ),
     )
     assert bad_flow.flags == ["harness-mismatch:n1"]
     assert bad_flow.extra["flows"]["n1"]["problems"] == [f"per-flow digest: sent {d}, kernel {sw}"]
     # Same totals, but one flow got a packet of another: the histogram tells.
     bad = reconcile(
         cfg,
-        _window(["n1"]),
-        point,
-        {"n1": gen},
-        [_reading("n1", "d1", 25, 3200, 10, 0, {3: 6, 2: 3, 1: 1}, d)],
-        [],
+        WindowOutcome(
+            _window(["n1"]),
+            point,
+            {"n1": gen},
+            [_reading("n1", "d1", 25, 3200, 10, 0, {3: 6, 2: 3, 1: 1}, d)],
+            [],
+        ),
     )
     assert bad.flags == ["harness-mismatch:n1"]
     assert bad.extra["flows"]["n1"]["problems"] == [
@@ -179,15 +182,21 @@ def test_reconcile_rule() -> None:
     ]
     # A full kernel table: drops are a failure, and the flows it could not hold are missing.
     full = reconcile(
-        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 20, 2560, 8, 5, {3: 4, 2: 4}, d)], []
+        cfg,
+        WindowOutcome(
+            _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d1", 20, 2560, 8, 5, {3: 4, 2: 4}, d)], []
+        ),
     )
     assert full.flags == ["kernel-drops:n1", "harness-mismatch:n1"]
     # Another interface's counts (a worker sharing the cgroup) are not this node's.
     other = reconcile(
-        cfg, _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d2", 25, 3200, 10, 0, {3: 5, 2: 5}, d)], []
+        cfg,
+        WindowOutcome(
+            _window(["n1"]), point, {"n1": gen}, [_reading("n1", "d2", 25, 3200, 10, 0, {3: 5, 2: 5}, d)], []
+        ),
     )
     assert other.per_node[0].kernel is None and other.flags == ["missing:n1:probe"]
-    missing = reconcile(cfg, _window(["n1", "n2"]), point, {"n1": gen}, [], ["p"])
+    missing = reconcile(cfg, WindowOutcome(_window(["n1", "n2"]), point, {"n1": gen}, [], ["p"]))
     assert missing.flags == ["missing:n1:probe", "missing:n2:worker,probe"]
     assert shares(5, ["b", "a"]) == {"a": [0, 3], "b": [3, 2]}
 

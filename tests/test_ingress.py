@@ -21,12 +21,12 @@ import pytest
 from hdrh.histogram import HdrHistogram
 from helpers import free_port, load_report, only_run_dir, run_cli
 
-from swarmscope.controller.faults import make_fault, names
 from swarmscope.core.config import Config
 from swarmscope.core.errors import ConfigError
 from swarmscope.kinds.ingress_flood import KIND
 from swarmscope.kinds.ingress_flood.config import preflight
 from swarmscope.probes.procstat import ProcSampler
+from swarmscope.targets.faults import make_fault, names
 from swarmscope.workers.http_stats import PERCENTILES, StepRecorder, downtime, new_histogram, pct_key
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -421,8 +421,8 @@ def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> No
 
 
 def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from swarmscope.controller.faults import KillPod
     from swarmscope.core.errors import SwarmscopeError
+    from swarmscope.targets.faults import KillPod
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

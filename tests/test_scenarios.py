@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from swarmscope.controller.tracers import TRACER_OPTIONS
 from swarmscope.core.config import Field
 from swarmscope.kinds import KINDS, get_kind, load_scenario
 
@@ -41,6 +42,10 @@ def test_config_class_declares_every_field_with_its_type(name: str) -> None:
     kind = get_kind(name)
     hints = typing.get_type_hints(kind.config_cls)
     hints.pop("sources"), hints.pop("_keys")
+    # Options a tracer declares next to its code are typed by its own class (TRACER_OPTIONS).
+    if any(k.startswith("tracer") for k in kind.schema.fields):
+        for cls in TRACER_OPTIONS.values():
+            hints |= {k: t for k, t in typing.get_type_hints(cls).items() if k not in ("sources", "_keys")}
     want = {k: _declared_type(f) for k, f in kind.schema.fields.items()}
     assert set(hints) == set(want), set(hints) ^ set(want)
     wrong = {k: (hints[k], t) for k, t in want.items() if hints[k] != t}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from swarmscope.app.webui import exec_rows, ingress_rows, live, neighbor_rows
+from swarmscope.app.webui import live
 from swarmscope.controller.model import IterationResult, NodeCount, WindowInfo
+from swarmscope.controller.tables import three_number_rows
+from swarmscope.kinds import get_kind
 
 
 def _result(per_node: list[NodeCount], extra: dict, iteration: int = 1) -> IterationResult:
@@ -16,7 +18,7 @@ def _result(per_node: list[NodeCount], extra: dict, iteration: int = 1) -> Itera
 
 def test_exec_rows() -> None:
     r = _result([NodeCount("n1", 4000, 4000, 3990), NodeCount("n2", 10, 11, None)], {})
-    assert exec_rows([r]) == [
+    assert three_number_rows([r]) == [
         {"window": "0.1", "node": "n1", "generated": "4000", "kernel": "4000", "reported": "3990",
          "loss": "0.2500", "harness": "yes"},
         {"window": "0.1", "node": "n2", "generated": "10", "kernel": "11", "reported": "-",
@@ -26,18 +28,19 @@ def test_exec_rows() -> None:
 
 def test_ingress_rows() -> None:
     steps = [
-        {"step": 0, "users": 10, "requests": 500, "latency_ms": {"p50": 1.234, "p90": 2.0, "p99": 9.999},
+        {"step": 0, "users": 10, "requests": 500, "rps": 50.0, "failures": 0,
+         "latency_ms": {"p50": 1.234, "p90": 2.0, "p99": 9.999},
          "proxy": {"cpu_pct": 12.345, "rss_kib_max": 18468.0}},
         {"step": 1, "rate": 200, "requests": 900, "latency_ms": {"p50": 3.0, "p90": 4.0, "p99": 5.0}},
     ]  # fmt: skip
     r = _result(
         [NodeCount("n1", 1400, None)], {"steps": steps, "proxy": {"cpu_pct": 7.0, "rss_kib_max": 100}}
     )
-    assert ingress_rows([r]) == [
-        {"step": "0", "load": "users=10", "requests": "500", "p50": "1.23", "p90": "2.00", "p99": "10.00",
-         "cpu": "12.3", "rss": "18468"},
-        {"step": "1", "load": "rate=200", "requests": "900", "p50": "3.00", "p90": "4.00", "p99": "5.00",
-         "cpu": "7.0", "rss": "100"},
+    assert get_kind("ingress_flood").live_rows([r]) == [
+        {"step": "0", "load": "users=10", "requests": "500", "rps": "50.0", "failures": "0", "p50": "1.23",
+         "p90": "2.00", "p99": "10.00", "cpu": "12.3", "rss": "18468"},
+        {"step": "1", "load": "rate=200", "requests": "900", "rps": "-", "failures": "-", "p50": "3.00",
+         "p90": "4.00", "p99": "5.00", "cpu": "7.0", "rss": "100"},
     ]  # fmt: skip
 
 
@@ -45,14 +48,16 @@ def test_neighbor_rows_and_open_window() -> None:
     pt = {"neighbors": 1000000, "mode": "list_program", "per_neighbor_us": 0.81234,
           "arion_per_neighbor_us": 1.0, "p99_us": 1234.56, "generated": 1000000}  # fmt: skip
     free = {"entries_written": 5000, "batch_latency_ms": {"p99": 3.25}}
-    rows = neighbor_rows([_result([], {"neighbors": pt}), _result([], {"locust": free}, 2)])
+    rows = get_kind("neighbor_writes").live_rows(
+        [_result([], {"neighbors": pt}), _result([], {"locust": free}, 2)]
+    )
     assert rows == [
         {"neighbors": "1000000", "mode": "list_program", "perneighbor": "0.812", "arion": "1.000",
          "p99": "1234.6", "entries": "1000000", "batchp99": "-"},
         {"neighbors": "-", "mode": "locust -f", "perneighbor": "-", "arion": "-", "p99": "-",
          "entries": "5000", "batchp99": "3.25"},
     ]  # fmt: skip
-    proc = SimpleNamespace(kind=SimpleNamespace(name="neighbor_writes"), controller=None, run=None)
+    proc = SimpleNamespace(kind=get_kind("neighbor_writes"), controller=None, run=None)
     data = live(proc, WindowInfo("r", "w9", 0, 3, []))
     assert data["open_window"] == "w9"
     rest = ("mode", "perneighbor", "arion", "p99", "entries", "batchp99")

@@ -137,7 +137,7 @@ class SwarmscopeProcess:
             self.metrics.serve(int(cfg.metrics_port), cfg.metrics_bind)
         # A progress line per window with "done/planned eta"; a free run (locust -f) sets
         # printer.total = 0: its windows follow the user's starts and stops, not a plan.
-        self.printer = IterationPrinter(kind.name, sum(p.iterations for p in kind.points(cfg)))
+        self.printer = IterationPrinter(kind, sum(p.iterations for p in kind.points(cfg)))
         self.events.iteration_done.add_listener(self.printer)
         if cfg.probe == "embedded":
             from swarmscope.controller.embedded import EmbeddedProbe
@@ -159,7 +159,7 @@ class SwarmscopeProcess:
             self.run,
             self.fleet,
             self.events,
-            reconcile=lambda *a: kind.reconcile(cfg, *a),
+            reconcile=lambda outcome: kind.reconcile(cfg, outcome),
             tracer=self.tracer,
             window_timeout_s=cfg.window_timeout_s,
         )

@@ -12,11 +12,10 @@ the results store on demand, so it works mid-run), ``/swarmscope/report.json`` a
 ``/swarmscope/trace.json``. Those links are also in Locust's "Download Data" tab
 (``extended_csv_files``).
 
-Rows per kind (from the windows reconciled so far; a window's row appears when it closes):
-exec storm — one per node and window: generated, kernel, reported, loss %; ingress flood — one
-per step: merged latency percentiles and the proxy's CPU % and RSS; neighbor writes — one per
-point: µs per neighbor next to Arion's figure (``locust -f`` windows: entries written and the
-batch latency). Numbers are shown as report.json has them (loss as a % with 4 decimals).
+Rows are the kind's (``Kind.live_columns`` / ``Kind.live_rows``, from the windows reconciled so
+far; a window's row appears when it closes): by default generated, kernel, reported and loss %
+per node and window; the ingress flood's per step, the neighbor sweep's per point. Numbers are
+shown as report.json has them (loss as a % with 4 decimals).
 """
 
 from __future__ import annotations
@@ -24,40 +23,9 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Callable, Sequence
 from typing import Any
 
 TAB_KEY = "swarmscope"
-Columns = list[tuple[str, str]]  # (row key, column title)
-
-EXEC_COLUMNS: Columns = [
-    ("window", "Window"),
-    ("node", "Node"),
-    ("generated", "Generated"),
-    ("kernel", "Kernel"),
-    ("reported", "Reported"),
-    ("loss", "Loss %"),
-    ("harness", "Generated = kernel"),
-]
-INGRESS_COLUMNS: Columns = [
-    ("step", "Step"),
-    ("load", "Load"),
-    ("requests", "Requests"),
-    ("p50", "p50 ms"),
-    ("p90", "p90 ms"),
-    ("p99", "p99 ms"),
-    ("cpu", "Proxy CPU %"),
-    ("rss", "Proxy RSS KiB"),
-]
-NEIGHBOR_COLUMNS: Columns = [
-    ("neighbors", "Neighbors"),
-    ("mode", "Mode"),
-    ("perneighbor", "µs / neighbor"),
-    ("arion", "Arion µs / neighbor"),
-    ("p99", "p99 µs"),
-    ("entries", "Entries written"),
-    ("batchp99", "Batch p99 ms"),
-]
 
 _KIND: list[str] = []
 
@@ -74,92 +42,13 @@ def install(kind_name: str) -> None:
     events.init.add_listener(_on_init)
 
 
-def _num(v: Any, digits: int | None = None) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and digits is not None:
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def _loss(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio * 100:.4f}"
-
-
-def exec_rows(results: Sequence[Any]) -> list[dict[str, str]]:
-    rows = []
-    for r in results:
-        for n in r.per_node:
-            ok = n.harness_ok
-            rows.append(
-                {
-                    "window": f"{r.point}.{r.iteration}",
-                    "node": n.node,
-                    "generated": _num(n.generated),
-                    "kernel": _num(n.kernel),
-                    "reported": _num(n.reported),
-                    "loss": _loss(n.loss_ratio),
-                    "harness": "-" if ok is None else ("yes" if ok else "MISMATCH"),
-                }
-            )
-    return rows
-
-
-def ingress_rows(results: Sequence[Any]) -> list[dict[str, str]]:
-    rows = []
-    for r in results:
-        for s in r.extra.get("steps", []):
-            lat = s.get("latency_ms") or {}
-            proxy = s.get("proxy") or r.extra.get("proxy") or {}
-            load = f"users={s['users']}" if "users" in s else f"rate={s.get('rate')}"
-            rows.append(
-                {
-                    "step": _num(s.get("step")),
-                    "load": load,
-                    "requests": _num(s.get("requests")),
-                    "p50": _num(lat.get("p50"), 2),
-                    "p90": _num(lat.get("p90"), 2),
-                    "p99": _num(lat.get("p99"), 2),
-                    "cpu": _num(proxy.get("cpu_pct"), 1),
-                    "rss": _num(proxy.get("rss_kib_max"), 0),
-                }
-            )
-    return rows
-
-
-def neighbor_rows(results: Sequence[Any]) -> list[dict[str, str]]:
-    rows = []
-    for r in results:
-        p = r.extra.get("neighbors") or {}
-        free = r.extra.get("locust") or {}
-        rows.append(
-            {
-                "neighbors": _num(p.get("neighbors")),
-                "mode": str(p.get("mode", "locust -f")),
-                "perneighbor": _num(p.get("per_neighbor_us"), 3),
-                "arion": _num(p.get("arion_per_neighbor_us"), 3),
-                "p99": _num(p.get("p99_us"), 1),
-                "entries": _num(free.get("entries_written", p.get("generated"))),
-                "batchp99": _num((free.get("batch_latency_ms") or {}).get("p99"), 2),
-            }
-        )
-    return rows
-
-
-KINDS: dict[str, tuple[Columns, Callable[[Sequence[Any]], list[dict[str, str]]]]] = {
-    "exec_storm": (EXEC_COLUMNS, exec_rows),
-    "ingress_flood": (INGRESS_COLUMNS, ingress_rows),
-    "neighbor_writes": (NEIGHBOR_COLUMNS, neighbor_rows),
-}
-
-
 def live(proc: Any, open_window: Any = None) -> dict[str, Any]:
     """What the tab shows now: the run, its links, the kind's columns and rows; the window
     measuring now (``open_window``, a WindowInfo) is a last row marked open until it closes."""
-    columns, rows_of = KINDS.get(proc.kind.name, (EXEC_COLUMNS, exec_rows))
+    columns = proc.kind.live_columns
     results = list(proc.controller.results) if proc.controller is not None else []
     run = proc.run
-    rows = rows_of(results)
+    rows = proc.kind.live_rows(results)
     if open_window is not None:
         first = f"{open_window.point}.{open_window.iteration} open"
         rows.append({k: first if i == 0 else "…" for i, (k, _) in enumerate(columns)})
@@ -207,7 +96,9 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         free = getattr(environment, "swarmscope_free", None)  # the plug-in's locust -f state
         return live(p, getattr(free, "window", None))
 
-    columns = KINDS.get(_KIND[0], (EXEC_COLUMNS, exec_rows))[0]
+    from swarmscope.kinds import get_kind
+
+    columns = get_kind(_KIND[0]).live_columns
     web_ui.template_args["extended_tabs"] = [{"title": "swarmscope", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
         {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in columns]}

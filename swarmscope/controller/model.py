@@ -219,3 +219,19 @@ class IterationResult:
             ],
             "extra": dict(self.extra),
         }
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """Everything one window gave back: what a kind's reconcile rule takes (``Kind.reconcile``).
+
+    ``results`` are the workers' exact results by node; ``readings`` the probes'; ``tracer`` is
+    the tracer under test's result, for the kinds that have one (None otherwise).
+    """
+
+    window: WindowInfo
+    point: PointInfo
+    results: dict[str, dict[str, Any]]
+    readings: list[ProbeReading]
+    missing_probes: list[str] = field(default_factory=list)
+    tracer: Any | None = None

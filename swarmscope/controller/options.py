@@ -15,7 +15,7 @@ from swarmscope.core.config import Config, Field, host_port, list_of
 HEARTBEAT_BUDGET = 500.0
 
 COMMON_FIELDS = [
-    Field("scenario", str, "", "scenario kind (exec_storm, ingress_flood, neighbor_writes)"),
+    Field("scenario", str, "", "scenario kind, one of the registry's (swarmscope.kinds.KINDS)"),
     Field(
         "out", str, "results", "results directory: <out>/swarmscope.sqlite and one <out>/<run-id>/ per run"
     ),

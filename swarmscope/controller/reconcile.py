@@ -1,7 +1,6 @@
 """Reconciliation: three numbers per node per window, and the flags that keep a run honest.
 
-    result = reconcile(window, metric="exec", generated={"n1": {...}}, readings=[...],
-                       tracer=tracer_result, missing_probes=[])
+    result = reconcile(WindowOutcome(window, point, {"n1": {...}}, readings), metric="exec")
 
 generated ≠ kernel means the harness is wrong, and the result says so loudly
 (``harness-mismatch``); a node whose worker, probe or tracer said nothing is kept with the
@@ -12,23 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, NodeCount, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, NodeCount, ProbeReading, WindowOutcome
 
 
-def reconcile(
-    window: WindowInfo,
-    point: int,
-    params: dict[str, Any],
-    metric: str,
-    generated: dict[str, dict[str, Any]],
-    readings: list[ProbeReading],
-    tracer: Any | None = None,
-    missing_probes: list[str] | None = None,
-    expected_per_node: float | None = None,
-) -> IterationResult:
+def reconcile(outcome: WindowOutcome, metric: str, expected_per_node: float | None = None) -> IterationResult:
     """Reconcile one window. ``expected_per_node`` is what a paced generator was asked for:
     a node that generated under 95 % of it is flagged ``generator-saturated`` (the machine,
     not the system under test, was the limit)."""
+    window, readings, tracer = outcome.window, outcome.readings, outcome.tracer
+    generated, missing_probes = outcome.results, outcome.missing_probes
+    point, params = outcome.point.index, outcome.point.params
     by_node: dict[str, list[ProbeReading]] = {}
     for r in readings:
         by_node.setdefault(r.node, []).append(r)

@@ -22,7 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, RunInfo, WindowInfo
+from swarmscope.controller.model import (
+    IterationResult,
+    PointInfo,
+    RunInfo,
+    WindowInfo,
+    WindowOutcome,
+)
 from swarmscope.controller.reconcile import name_pods
 from swarmscope.core.errors import FleetError
 from swarmscope.core.events import RunEvents
@@ -31,9 +37,7 @@ from swarmscope.v1 import probe_pb2 as pb
 log = logging.getLogger(__name__)
 
 # (window, point, results per node, readings, tracer result, hosts whose probe is missing)
-Reconcile = Callable[
-    [WindowInfo, PointInfo, dict[str, dict[str, Any]], list[ProbeReading], Any, list[str]], IterationResult
-]
+Reconcile = Callable[[WindowOutcome], IterationResult]  # the kind's rule, its config bound
 
 
 @dataclass
@@ -194,7 +198,7 @@ class ControllerRole:
             generated = self._generated.pop(win.window_id, {})
             self._reporters.pop(win.window_id, None)
         self.events.window_closed.fire(run=self.run, window=win, readings=readings, missing=missing)
-        result = self.reconcile(win, point, generated, readings, tracer_result, missing)
+        result = self.reconcile(WindowOutcome(win, point, generated, readings, missing, tracer_result))
         name_pods(result, readings)
         if silent:
             result.extra["silent_workers"] = sorted(silent)

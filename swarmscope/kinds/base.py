@@ -25,8 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import COMMON_FIELDS, RunConfig
+from swarmscope.controller.tables import (
+    THREE_NUMBER_COLUMNS,
+    Columns,
+    Rows,
+    three_number_cells,
+    three_number_rows,
+)
 from swarmscope.core.config import Config, Field, Schema
 
 C = TypeVar("C", bound=RunConfig)  # a kind's config class
@@ -41,6 +48,9 @@ class Kind(Generic[C]):
     metric: ClassVar[str] = ""  # what is counted: "exec", "requests", "neighbors"
     description: ClassVar[str] = ""
     config_cls: ClassVar[type[Config]] = RunConfig  # the typed class of cfg (one per kind)
+    # Why the Helm chart cannot run this kind ("": it can). The chart refuses the kind at install
+    # with this reason (tools/chart_kinds.py writes it into the chart).
+    not_in_cluster: ClassVar[str] = ""
 
     # -- typed config ---------------------------------------------------------------------
     def fields(self) -> list[Field]:
@@ -93,30 +103,11 @@ class Kind(Generic[C]):
         under 95 % of it is flagged generator-saturated."""
         return None
 
-    def reconcile(
-        self,
-        cfg: C,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: C, outcome: WindowOutcome) -> IterationResult:
         """One window's three numbers per node (generated / kernel / reported) and its data."""
         from swarmscope.controller.reconcile import reconcile
 
-        return reconcile(
-            window,
-            point=point.index,
-            params=point.params,
-            metric=self.metric,
-            generated=results,
-            readings=readings,
-            tracer=tracer,
-            missing_probes=missing_probes,
-            expected_per_node=self.expected_per_node(cfg),
-        )
+        return reconcile(outcome, self.metric, self.expected_per_node(cfg))
 
     def sections(self, cfg: C, results: Sequence[IterationResult], run_dir: str) -> dict[str, Any]:
         """Report sections of the kind (name -> JSON data), built from every window's result.
@@ -126,6 +117,32 @@ class Kind(Generic[C]):
 
     def register_renderers(self) -> None:
         """Register the HTML renderers of the kind's sections (controller.report)."""
+
+    # -- what a person sees (web UI tab, terminal) -------------------------------------------
+    live_columns: ClassVar[Columns] = THREE_NUMBER_COLUMNS
+    # Columns a progress line leaves out: its "[params iter i]" prefix already says them.
+    live_in_prefix: ClassVar[frozenset[str]] = frozenset()
+
+    def live_rows(self, results: Sequence[IterationResult]) -> Rows:
+        """The tab's rows (``live_columns``) of the windows reconciled so far."""
+        return three_number_rows(results)
+
+    def console_cells(self, result: IterationResult) -> str:
+        """A window's progress-line cells: by default generated / kernel / reported per node; a
+        kind with its own table gives that table's cells (its ``live_columns``)."""
+        if self.live_columns is THREE_NUMBER_COLUMNS:
+            return three_number_cells(result)
+        return " | ".join(
+            ", ".join(
+                f"{title} {row[key]}" for key, title in self.live_columns if key not in self.live_in_prefix
+            )
+            for row in self.live_rows([result])
+        )
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        """The one-screen table printed at the end of a run (from report.json's sections, so it
+        works on a stored report too); None when the per-window lines say it all."""
+        return None
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: C, sim_nodes: int, prefix: str) -> Any:

@@ -13,6 +13,7 @@ count into ``current_window`` and the plug-in calls ``stop_window`` then ``take`
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 
@@ -42,3 +43,22 @@ class Driver(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def report_request(
+    environment: Any, request_type: str, name: str, t0: float | None, count: int, exc: BaseException | None
+) -> None:
+    """Tell Locust about one unit of load (a burst, a batch): its stats table and listeners see it
+    as one request of ``request_type``/``name`` that took since ``t0`` (``time.perf_counter()``;
+    None: 0 ms) and carried ``count`` (the response length: execs, entries, packets)."""
+    if environment is None:
+        return
+    elapsed_ms = 0.0 if t0 is None else (time.perf_counter() - t0) * 1000
+    environment.events.request.fire(
+        request_type=request_type,
+        name=name,
+        response_time=elapsed_ms,
+        response_length=int(count),
+        exception=exc,
+        context={},
+    )

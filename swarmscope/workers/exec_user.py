@@ -20,6 +20,8 @@ from typing import Any
 import gevent
 from locust import User, constant, task
 
+from swarmscope.workers.driver import report_request
+
 
 class ExecStormUser(User):
     wait_time = constant(0)
@@ -47,23 +49,9 @@ class ExecStormUser(User):
             handle.stop()  # the worker waits for it and counts it at test stop
             raise
         except Exception as e:
-            self.environment.events.request.fire(
-                request_type="EXEC",
-                name=f"burst {self.node.name}",
-                response_time=0,
-                response_length=0,
-                exception=e,
-                context={},
-            )
+            report_request(self.environment, "EXEC", f"burst {self.node.name}", None, 0, e)
             return
-        self.environment.events.request.fire(
-            request_type="EXEC",
-            name=f"burst {self.node.name}",
-            response_time=(time.perf_counter() - t0) * 1000,
-            response_length=int(result.execs),
-            exception=None,
-            context={},
-        )
+        report_request(self.environment, "EXEC", f"burst {self.node.name}", t0, int(result.execs), None)
 
     def context(self) -> dict[str, Any]:
         return {"node": self.node.name}

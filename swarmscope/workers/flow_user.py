@@ -17,6 +17,8 @@ from typing import Any
 import gevent
 from locust import User, constant, task
 
+from swarmscope.workers.driver import report_request
+
 
 class FlowStormUser(User):
     wait_time = constant(0)
@@ -48,11 +50,4 @@ class FlowStormUser(User):
             self.driver.record(window, res)
         except Exception as e:
             exc = e
-        self.environment.events.request.fire(
-            request_type="flows",
-            name="burst",
-            response_time=(time.perf_counter() - t0) * 1000,
-            response_length=int(res.get("generated", 0)),
-            exception=exc,
-            context={},
-        )
+        report_request(self.environment, "flows", "burst", t0, int(res.get("generated", 0)), exc)

@@ -28,6 +28,7 @@ from swarmscope.targets.neighbors import records as R  # noqa: E402
 from swarmscope.targets.neighbors.server import connect  # noqa: E402
 from swarmscope.v1 import neighbors_pb2 as pb  # noqa: E402
 from swarmscope.v1 import neighbors_pb2_grpc as pbg  # noqa: E402
+from swarmscope.workers.driver import report_request  # noqa: E402
 
 
 class NeighborWriterUser(User):
@@ -68,15 +69,8 @@ class NeighborWriterUser(User):
         except grpc.RpcError as e:
             exc = e
         elapsed = time.perf_counter() - t0
+        report_request(self.environment, "grpc", "PutBatch", t0, n, exc)
         self.driver.record(window, n, round(elapsed * 1e6), exc is None)
-        self.environment.events.request.fire(
-            request_type="grpc",
-            name="PutBatch",
-            response_time=elapsed * 1000,
-            response_length=n,
-            exception=exc,
-            context={},
-        )
         if exc is None:
             self.done += n
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from swarmscope.core.errors import LoadGenError, SwarmscopeError
 from swarmscope.core.node import node_host
+from swarmscope.workers.driver import report_request
 
 log = logging.getLogger(__name__)
 
@@ -268,17 +269,9 @@ class WorkerRole:
             int(payload["concurrency"]),
             float(payload.get("rate", 0.0)),
         )
-        elapsed_ms = (time.perf_counter() - t0) * 1000
-        if environment is not None:
-            for node, tally in per_node.items():
-                environment.events.request.fire(
-                    request_type="EXEC",
-                    name=f"burst {node}",
-                    response_time=elapsed_ms,
-                    response_length=int(tally["generated"]),
-                    exception=SwarmscopeError(tally["errors"][0]) if tally["errors"] else None,
-                    context={},
-                )
+        for node, tally in per_node.items():
+            err = SwarmscopeError(tally["errors"][0]) if tally["errors"] else None
+            report_request(environment, "EXEC", f"burst {node}", t0, int(tally["generated"]), err)
         return per_node
 
     def stop_window(self, window_id: str) -> None:

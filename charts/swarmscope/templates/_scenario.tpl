@@ -11,6 +11,10 @@ Usage: {{ $cfg := include "swarmscope.scenarioConfig" . | fromJson }}
 {{- $s := .Values.scenario -}}
 {{- $kind := toString $s.config.scenario -}}
 {{- $opts := include "swarmscope.kindOptions" . | fromJson -}}
+{{- $refused := include "swarmscope.kindsRefused" . | fromJson -}}
+{{- if hasKey $refused $kind -}}
+{{- fail (printf "scenario.config.scenario=%s: the chart does not run this kind: %s" $kind (get $refused $kind)) -}}
+{{- end -}}
 {{- $errs := list -}}
 {{- $cfg := deepCopy (default dict (get $s $kind)) -}}
 {{- range $k, $v := $s.config -}}
@@ -20,7 +24,7 @@ Usage: {{ $cfg := include "swarmscope.scenarioConfig" . | fromJson }}
 {{- $errs = append $errs (printf "scenario.config.%s is an option of the %s scenario: set it as scenario.%s.%s (each kind's options have their own section, so a kind switch under helm upgrade --reuse-values leaves them behind)" $k $kind $kind $k) -}}
 {{- else -}}
 {{- $owners := list -}}
-{{- range $other := list "exec_storm" "ingress_flood" "neighbor_writes" -}}
+{{- range $other := without (keys $opts | sortAlpha) "config" -}}
 {{- if has $k (get $opts $other) }}{{ $owners = append $owners $other }}{{ end -}}
 {{- end -}}
 {{- $errs = append $errs (printf "scenario.config.%s is not an option of the %s scenario%s: remove it" $k $kind (ternary "" (printf " (it is one of %s's: under scenario.%s)" (join ", " $owners) (first $owners)) (empty $owners))) -}}

@@ -79,8 +79,8 @@ def register(sub: Any) -> None:
     w.add_argument("--locust-port", type=int, default=5557)
     w.add_argument(
         "--kind",
-        default="exec_storm",
-        help="scenario kind (its locustfile); the run's config comes from the controller",
+        required=True,
+        help="scenario kind (its locustfile): the controller's; the run's config comes from it",
     )
     w.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
     w.set_defaults(func=_worker)

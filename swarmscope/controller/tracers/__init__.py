@@ -1,13 +1,19 @@
 """Tracers under test: the "reported" number of a window (see base.py for the interface).
 
-from swarmscope.controller.tracers import make_tracer, NodeKey, TRACER_FIELDS
+    from swarmscope.controller.tracers import make_tracer, NodeKey, TRACER_FIELDS
+
+Every module of this package is imported here, and an adapter registers itself on import
+(``@register_tracer(name, fields, options, check)``, its options declared next to its code): a
+new tracer is one module, with no list to keep in step.
 """
 
 import dataclasses
+import importlib
+import pkgutil
 
-from swarmscope.controller.tracers import command, presets, prometheus, stream
 from swarmscope.controller.tracers.base import (
     TRACER_FIELDS,
+    TRACER_OPTIONS,
     TRACERS,
     NodeKey,
     TracerResult,
@@ -19,22 +25,20 @@ from swarmscope.controller.tracers.base import (
 __all__ = [
     "TRACERS",
     "TRACER_FIELDS",
+    "TRACER_OPTIONS",
     "NodeKey",
     "TracerResult",
     "TracerUnderTest",
-    "command",
     "make_tracer",
-    "presets",
-    "prometheus",
-    "stream",
     "tracer_cross_check",
 ]
 
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 
 def _choices_from_registry() -> None:
-    """The ``tracer`` option's choices are the registry's names: importing this package
-    registers every adapter first (importing ``.base`` runs this file too), so a new adapter
-    is a choice as soon as it registers itself, with no list to keep in step."""
+    """The ``tracer`` option's choices are the registry's names."""
     names = ("none", *sorted(TRACERS))
     for i, f in enumerate(TRACER_FIELDS):
         if f.key == "tracer":

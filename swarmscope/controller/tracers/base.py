@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -87,28 +87,36 @@ class TracerConfig(Config):
     tracer_read_rate: float | None
     tracer_stall_s: float
     tracer_pipe_bytes: int | None
-    tracer_stream_ringbuf_pages: int
-    tracer_stream_consume_rate: float
-    tracer_stream_queue: int
-    tracer_stream_collector_rate: float
-    tracer_stream_scope: str
-    tracer_prom_url: str
-    tracer_prom_metric: str
-    tracer_prom_label: str
-    tracer_prom_lost_metric: str
-    tracer_prom_settle_s: float
 
 
 # factory(cfg, sentinel): sentinel is the binary exec'ed for readiness and drain (None: default).
 TracerFactory = Callable[[TracerConfig, str | None], TracerUnderTest]
 
-# kind -> factory(cfg). Adapters register themselves on import (see controller/tracers/__init__).
+# name -> factory(cfg). Adapters register themselves on import (see controller/tracers/__init__).
 TRACERS: dict[str, TracerFactory] = {}
+# name -> its cross-check, for the adapters that declare options of their own.
+_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[tuple[str, str]]]] = {}
+# name -> the typed class of its own options (a Config subclass declaring their types).
+TRACER_OPTIONS: dict[str, type[Config]] = {}
 
 
-def register_tracer(kind: str) -> Callable[[TracerFactory], TracerFactory]:
+def register_tracer(
+    name: str,
+    fields: Sequence[Field] = (),
+    options: type[Config] | None = None,
+    check: Callable[[Mapping[str, Any]], list[tuple[str, str]]] | None = None,
+) -> Callable[[TracerFactory], TracerFactory]:
+    """Register an adapter: its factory, and the options it declares next to its code
+    (``fields``, typed by ``options``; ``check`` runs when the scenario picks this tracer).
+    Every kind with a tracer under test takes the fields through ``TRACER_FIELDS``."""
+
     def deco(fn: TracerFactory) -> TracerFactory:
-        TRACERS[kind] = fn
+        TRACERS[name] = fn
+        TRACER_FIELDS.extend(f for f in fields if f.key not in {g.key for g in TRACER_FIELDS})
+        if options is not None:
+            TRACER_OPTIONS[name] = options
+        if check is not None:
+            _CHECKS[name] = check
         return fn
 
     return deco
@@ -272,82 +280,6 @@ TRACER_FIELDS: list[Field] = [
 ]
 
 
-def _check_pow2(value: Any) -> str | None:
-    if isinstance(value, int) and value > 0 and value & (value - 1):
-        return "must be a power of two (a BPF ring buffer's size)"
-    return None
-
-
-# The reference streaming tracer (controller/tracers/stream.py). Defaults: chosen so that, on a
-# 2-core machine at rate_per_node=150 and 1 s bursts, loss appears past ~11-17 nodes.
-TRACER_FIELDS += [
-    Field(
-        "tracer_stream_ringbuf_pages",
-        int,
-        8,
-        "stream tracer: BPF ring buffer size in pages (power of two; 8 pages ≈ 680 events)",
-        min=1,
-        max=65536,
-        check=_check_pow2,
-    ),
-    Field(
-        "tracer_stream_consume_rate",
-        float,
-        0.0,
-        "stream tracer: events/s the node agent forwards (0: as fast as it can)",
-        min=0,
-        max=1e7,
-    ),
-    Field(
-        "tracer_stream_queue",
-        int,
-        256,
-        "stream tracer: events waiting in the agent for the gRPC sender, at most",
-        min=1,
-        max=1_000_000,
-    ),
-    Field(
-        "tracer_stream_collector_rate",
-        float,
-        700.0,
-        "stream tracer: events/s the central collector processes in total (the single pipe; 0: unlimited)",
-        min=0,
-        max=1e7,
-    ),
-    Field(
-        "tracer_stream_scope",
-        str,
-        "nodes",
-        "stream tracer: trace only the run's node cgroups (nodes) or every exec on the host (host)",
-        choices=("nodes", "host"),
-    ),
-]
-
-
-# The prometheus adapter (controller/tracers/prometheus.py): a counter scraped around the window.
-TRACER_FIELDS += [
-    Field("tracer_prom_url", str, "", "prometheus tracer: the /metrics URL to scrape"),
-    Field("tracer_prom_metric", str, "", "prometheus tracer: the counter of reported events"),
-    Field(
-        "tracer_prom_label",
-        str,
-        "",
-        "prometheus tracer: label whose value is the node (name, comm or cgroup id)",
-    ),
-    Field(
-        "tracer_prom_lost_metric", str, "", "prometheus tracer: a counter of events the tracer says it lost"
-    ),
-    Field(
-        "tracer_prom_settle_s",
-        float,
-        0.0,
-        "prometheus tracer: wait before the closing scrape",
-        min=0,
-        max=600,
-    ),
-]
-
-
 def tracer_config(**values: Any) -> TracerConfig:
     """A validated tracer config from keyword values (code and tests; runs load a scenario)."""
     from swarmscope.core.config import Schema
@@ -365,10 +297,9 @@ def tracer_cross_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             problems.append(("tracer_command", "is required when tracer is 'command'"))
         if not values.get("tracer_match") and not values.get("tracer_json_field"):
             problems.append(("tracer_match", "tracer 'command' needs tracer_match or tracer_json_field"))
-    if values.get("tracer") == "prometheus":
-        for key in ("tracer_prom_url", "tracer_prom_metric"):
-            if not values.get(key):
-                problems.append((key, "is required when tracer is 'prometheus'"))
+    check = _CHECKS.get(str(values.get("tracer")))
+    if check is not None:
+        problems += check(values)
     if values.get("tracer_match") and values.get("tracer_json_field"):
         problems.append(("tracer_json_field", "give tracer_match or tracer_json_field, not both"))
     return problems

@@ -18,43 +18,13 @@ must be given ``tracer_prom_settle_s`` to catch up before the closing scrape.
 from __future__ import annotations
 
 import time
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
+from collections.abc import Mapping
+from typing import Any, cast
 
 from swarmscope.controller.tracers.base import NodeKey, TracerConfig, TracerResult, register_tracer
+from swarmscope.core.config import Config, Field
 from swarmscope.core.errors import TracerError
-
-Samples = dict[tuple[tuple[str, str], ...], float]
-
-
-def scrape_all(url: str, timeout_s: float = 5.0) -> dict[str, Samples]:
-    """Every sample ``url`` serves, by sample name (``x_total``, not the family ``x``):
-    {name: {labels: value}}. The one Prometheus text parse of the project (the flow storm
-    scrapes its agent with it too)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            text = r.read().decode("utf-8", "replace")
-    except OSError as e:
-        raise TracerError(f"cannot scrape {url}: {e}") from e
-    out: dict[str, Samples] = {}
-    try:
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
-    except ValueError as e:
-        raise TracerError(f"{url} did not serve Prometheus text: {e}") from e
-    return out
-
-
-def scrape(url: str, metric: str, timeout_s: float = 5.0) -> Samples:
-    """Every sample of ``metric`` (a counter's ``_total`` included) as {labels: value}."""
-    names = {metric, metric.removesuffix("_total"), metric + "_total"}
-    out: Samples = {}
-    for name, samples in scrape_all(url, timeout_s).items():
-        if name in names:
-            out.update(samples)
-    return out
+from swarmscope.core.sys.promscrape import Samples, scrape
 
 
 class PrometheusTracer:
@@ -116,13 +86,56 @@ class PrometheusTracer:
         )
 
 
-@register_tracer("prometheus")
+# The prometheus adapter (controller/tracers/prometheus.py): a counter scraped around the window.
+FIELDS = [
+    Field("tracer_prom_url", str, "", "prometheus tracer: the /metrics URL to scrape"),
+    Field("tracer_prom_metric", str, "", "prometheus tracer: the counter of reported events"),
+    Field(
+        "tracer_prom_label",
+        str,
+        "",
+        "prometheus tracer: label whose value is the node (name, comm or cgroup id)",
+    ),
+    Field(
+        "tracer_prom_lost_metric", str, "", "prometheus tracer: a counter of events the tracer says it lost"
+    ),
+    Field(
+        "tracer_prom_settle_s",
+        float,
+        0.0,
+        "prometheus tracer: wait before the closing scrape",
+        min=0,
+        max=600,
+    ),
+]
+
+
+class PromOptions(Config):
+    """The prometheus tracer's own options, typed."""
+
+    tracer_prom_url: str
+    tracer_prom_metric: str
+    tracer_prom_label: str
+    tracer_prom_lost_metric: str
+    tracer_prom_settle_s: float
+
+
+def _check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (k, "is required when tracer is 'prometheus'")
+        for k in ("tracer_prom_url", "tracer_prom_metric")
+        if not values.get(k)
+    ]
+
+
+@register_tracer("prometheus", FIELDS, PromOptions, _check)
 def _make(cfg: TracerConfig, sentinel: str | None) -> PrometheusTracer:
     del sentinel  # scraped, not exec-triggered: no sentinel
+    o = cast(PromOptions, cfg)  # the scenario's config carries every registered tracer's options
     return PrometheusTracer(
-        url=cfg.tracer_prom_url,
-        metric=cfg.tracer_prom_metric,
-        label=cfg.tracer_prom_label or None,
-        lost_metric=cfg.tracer_prom_lost_metric or None,
-        settle_s=float(cfg.tracer_prom_settle_s or 0.0),
+        url=o.tracer_prom_url,
+        metric=o.tracer_prom_metric,
+        label=o.tracer_prom_label or None,
+        lost_metric=o.tracer_prom_lost_metric or None,
+        settle_s=float(o.tracer_prom_settle_s or 0.0),
     )

@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -53,6 +53,7 @@ from swarmscope.controller.tracers.base import (
     register_tracer,
     tracer_env,
 )
+from swarmscope.core.config import Config, Field
 from swarmscope.core.errors import TracerError
 from swarmscope.core.sys import owners
 from swarmscope.core.sys.cgroups import cgroup_id, pid_cgroup_path
@@ -375,15 +376,78 @@ class StreamTracer:
         )
 
 
-@register_tracer("stream")
+def _check_pow2(value: Any) -> str | None:
+    if isinstance(value, int) and value > 0 and value & (value - 1):
+        return "must be a power of two (a BPF ring buffer's size)"
+    return None
+
+
+# The reference streaming tracer (controller/tracers/stream.py). Defaults: chosen so that, on a
+# 2-core machine at rate_per_node=150 and 1 s bursts, loss appears past ~11-17 nodes.
+FIELDS = [
+    Field(
+        "tracer_stream_ringbuf_pages",
+        int,
+        8,
+        "stream tracer: BPF ring buffer size in pages (power of two; 8 pages ≈ 680 events)",
+        min=1,
+        max=65536,
+        check=_check_pow2,
+    ),
+    Field(
+        "tracer_stream_consume_rate",
+        float,
+        0.0,
+        "stream tracer: events/s the node agent forwards (0: as fast as it can)",
+        min=0,
+        max=1e7,
+    ),
+    Field(
+        "tracer_stream_queue",
+        int,
+        256,
+        "stream tracer: events waiting in the agent for the gRPC sender, at most",
+        min=1,
+        max=1_000_000,
+    ),
+    Field(
+        "tracer_stream_collector_rate",
+        float,
+        700.0,
+        "stream tracer: events/s the central collector processes in total (the single pipe; 0: unlimited)",
+        min=0,
+        max=1e7,
+    ),
+    Field(
+        "tracer_stream_scope",
+        str,
+        "nodes",
+        "stream tracer: trace only the run's node cgroups (nodes) or every exec on the host (host)",
+        choices=("nodes", "host"),
+    ),
+]
+
+
+class StreamOptions(Config):
+    """The stream tracer's own options, typed."""
+
+    tracer_stream_ringbuf_pages: int
+    tracer_stream_consume_rate: float
+    tracer_stream_queue: int
+    tracer_stream_collector_rate: float
+    tracer_stream_scope: str
+
+
+@register_tracer("stream", FIELDS, StreamOptions)
 def stream_tracer(cfg: TracerConfig, sentinel: str | None) -> StreamTracer:
+    o = cast(StreamOptions, cfg)  # the scenario's config carries every registered tracer's options
     return StreamTracer(
-        ringbuf_pages=int(cfg.tracer_stream_ringbuf_pages),
-        consume_rate=float(cfg.tracer_stream_consume_rate or 0.0),
-        queue=int(cfg.tracer_stream_queue),
-        collector_rate=float(cfg.tracer_stream_collector_rate or 0.0),
+        ringbuf_pages=int(o.tracer_stream_ringbuf_pages),
+        consume_rate=float(o.tracer_stream_consume_rate or 0.0),
+        queue=int(o.tracer_stream_queue),
+        collector_rate=float(o.tracer_stream_collector_rate or 0.0),
         ready_timeout_s=float(cfg.tracer_ready_timeout_s),
         drain_timeout_s=float(cfg.tracer_drain_timeout_s),
         sentinel=Path(sentinel or "/bin/true"),
-        scope=str(cfg.tracer_stream_scope or "nodes"),
+        scope=str(o.tracer_stream_scope or "nodes"),
     )

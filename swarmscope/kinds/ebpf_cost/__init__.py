@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
@@ -39,6 +39,7 @@ class EbpfCostConfig(RunConfig):
 
 
 class EbpfCost(Kind[EbpfCostConfig]):
+    not_in_cluster = "it runs embedded only: third-party eBPF tools started on the one machine it measures"
     name = "ebpf_cost"
     metric = "exec"
     description = "third-party eBPF tools' cost (run count, runtime, CPU, map memory), busy loop vs idle"
@@ -99,34 +100,20 @@ class EbpfCost(Kind[EbpfCostConfig]):
     def pause_s(self, cfg: EbpfCostConfig) -> float:
         return float(cfg.pause_s)
 
-    def reconcile(
-        self,
-        cfg: EbpfCostConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: EbpfCostConfig, outcome: WindowOutcome) -> IterationResult:
         """The loop's node by the generic rule; the host reading's program stats as extra."""
         from dataclasses import replace
 
         from swarmscope.controller.reconcile import reconcile
         from swarmscope.kinds.ebpf_cost.table import per_window
 
+        window, results = outcome.window, outcome.results
         loop_nodes = [n for n in window.nodes if n in results]
         host_nodes = [n for n in window.nodes if n not in results]
-        loop = [r for r in readings if r.node in loop_nodes]
-        host = [r for r in readings if r.node in host_nodes]
+        loop = [r for r in outcome.readings if r.node in loop_nodes]
+        host = [r for r in outcome.readings if r.node in host_nodes]
         out = reconcile(
-            replace(window, nodes=loop_nodes),
-            point=point.index,
-            params=point.params,
-            metric=self.metric,
-            generated=results,
-            readings=loop,
-            missing_probes=missing_probes,
+            replace(outcome, window=replace(window, nodes=loop_nodes), readings=loop), self.metric
         )
         out.flags += [f"probe-error:{r.node}:{r.error}" for r in host if r.error]
         if not host:
@@ -135,7 +122,10 @@ class EbpfCost(Kind[EbpfCostConfig]):
         spans = [(r.end_ns - r.start_ns) / 1e9 for r in host if r.end_ns > r.start_ns]
         seconds = max(spans) if spans else (window.closed_ns - window.opened_ns) / 1e9
         tools: list[dict[str, Any]] = next((r["tools"] for r in results.values() if r.get("tools")), [])
-        out.extra["ebpf_cost"] = {"phase": point.params["phase"], **per_window(tools, host, loop, seconds)}
+        out.extra["ebpf_cost"] = {
+            "phase": outcome.point.params["phase"],
+            **per_window(tools, host, loop, seconds),
+        }
         return out
 
     def sections(
@@ -151,6 +141,10 @@ class EbpfCost(Kind[EbpfCostConfig]):
 
     def register_renderers(self) -> None:
         import swarmscope.kinds.ebpf_cost.report  # noqa: F401  (registers "ebpf_cost")
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        text = ((report.get("sections") or {}).get("ebpf_cost") or {}).get("text")
+        return "\nebpf cost\n" + str(text) if text else None  # in the write-up's columns
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: EbpfCostConfig, sim_nodes: int, prefix: str) -> Any:

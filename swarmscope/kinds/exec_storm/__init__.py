@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.controller.tracers.base import TracerConfig
 from swarmscope.core.config import Field, list_of
@@ -169,18 +169,9 @@ class ExecStorm(Kind[ExecStormConfig]):
             }
         return {"exec_storm": section}
 
-    def reconcile(
-        self,
-        cfg: ExecStormConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: ExecStormConfig, outcome: WindowOutcome) -> IterationResult:
         """The generic rule; with stress-ng, each node's bogo ops and start-up execs beside it."""
-        out = super().reconcile(cfg, window, point, results, readings, tracer, missing_probes)
+        out = super().reconcile(cfg, outcome)
         if cfg.load == "stress-ng":
             from swarmscope.workers.stress_ng import STARTUP_EXECS
 
@@ -189,7 +180,7 @@ class ExecStorm(Kind[ExecStormConfig]):
                     "bogo_ops": int(r["bogo_ops"]),
                     "startup_execs": int(r.get("bursts", 1)) * STARTUP_EXECS,
                 }
-                for node, r in results.items()
+                for node, r in outcome.results.items()
                 if r.get("bogo_ops") is not None
             }
         return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
@@ -112,6 +112,10 @@ class FlowStorm(Kind[FlowStormConfig]):
     metric = "flow.packets"
     description = "UDP or TCP over N distinct 5-tuples between namespaces; per-flow kernel truth"
     config_cls = FlowStormConfig
+    not_in_cluster = (
+        "its worker makes network namespaces and attaches XDP on its own machine, and the chart has "
+        "no privileged worker for it yet: run it with swarmscope run (embedded or distributed)"
+    )
 
     def fields(self) -> list[Field]:
         return list(FLOW_FIELDS)
@@ -175,19 +179,10 @@ class FlowStorm(Kind[FlowStormConfig]):
     def pause_s(self, cfg: FlowStormConfig) -> float:
         return float(cfg.pause_s)
 
-    def reconcile(
-        self,
-        cfg: FlowStormConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: FlowStormConfig, outcome: WindowOutcome) -> IterationResult:
         from swarmscope.kinds.flow_storm.results import reconcile
 
-        return reconcile(cfg, window, point, results, readings, missing_probes)
+        return reconcile(cfg, outcome)
 
     def sections(self, cfg: FlowStormConfig, results: Any, run_dir: str) -> dict[str, Any]:
         from swarmscope.kinds.flow_storm.results import sections

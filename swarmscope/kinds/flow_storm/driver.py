@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarmscope.core.errors import LoadGenError
 from swarmscope.core.node import node_host
+from swarmscope.workers.driver import report_request
 
 if TYPE_CHECKING:
     from swarmscope.kinds.flow_storm import FlowStormConfig
@@ -140,15 +141,7 @@ class FlowDriver:
                 res, int(first), int(count), int(payload["frame_bytes"]), payload["proto"]
             )
         res["dev"] = self.net.dst_dev  # the probe counts per receiving interface
-        if environment is not None:
-            environment.events.request.fire(
-                request_type="flows",
-                name="burst",
-                response_time=(time.perf_counter() - t0) * 1000,
-                response_length=int(res.get("generated", 0)),
-                exception=exc,
-                context={},
-            )
+        report_request(environment, "flows", "burst", t0, int(res.get("generated", 0)), exc)
         return {self.name: res}
 
     def _measured(self, first: int, count: int, p: dict[str, Any]) -> dict[str, Any]:

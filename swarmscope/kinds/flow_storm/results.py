@@ -1,6 +1,6 @@
 """Flow storm reconcile and report: generated against the kernel's per-flow counts.
 
-    reconcile(cfg, window, point, results, readings, missing)  # IterationResult
+    reconcile(cfg, outcome)   # WindowOutcome -> IterationResult
     sections(cfg, results)        # {"flow_storm": {"points": [...], ...}} for report.json
 
 Per node and window, the worker's generator result (packets, bytes, flows, and which flows got
@@ -16,7 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import (
+    IterationResult,
+    NodeCount,
+    ProbeReading,
+    WindowOutcome,
+)
 from swarmscope.controller.report import render_generic
 from swarmscope.controller.sections import SectionHTML, register_section
 from swarmscope.probes.flowdigest import DIGEST_BITS
@@ -107,15 +112,10 @@ def check_node(gen: Mapping[str, Any], k: Mapping[str, Any]) -> list[str]:
     return p
 
 
-def reconcile(
-    cfg: FlowStormConfig,
-    window: WindowInfo,
-    point: PointInfo,
-    results: dict[str, dict[str, Any]],
-    readings: list[ProbeReading],
-    missing_probes: list[str],
-) -> IterationResult:
+def reconcile(cfg: FlowStormConfig, outcome: WindowOutcome) -> IterationResult:
     """Per node: its generator's result against its own interface's counts (``dev``)."""
+    window, point, results = outcome.window, outcome.point, outcome.results
+    readings, missing_probes = outcome.readings, outcome.missing_probes
     per_node: list[NodeCount] = []
     flags: list[str] = []
     per: dict[str, Any] = {}

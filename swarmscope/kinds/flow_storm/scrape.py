@@ -8,7 +8,7 @@
 
 The same shape as the agent's own window summary (targets/flow_agent/agent.py), so the report
 holds both side by side and a test compares them key by key. Counters are the increase over the
-window (the prometheus tracer's reading, with its parser: controller/tracers/prometheus.py); the
+window (the prometheus tracer's reading, with its parser: core/sys/promscrape.py); the
 gauges are read at the end. Caveat: a scrape that fails gives ``{"error": ...}``, not figures.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmscope.controller.tracers.prometheus import Samples, scrape_all
 from swarmscope.core.errors import TracerError
+from swarmscope.core.sys.promscrape import Samples, scrape_all
 
 P = "netobserv_agent_"
 

@@ -22,10 +22,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
+from swarmscope.controller.tables import Rows
 from swarmscope.core.config import Field
 from swarmscope.core.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.ingress_flood import live
 from swarmscope.kinds.ingress_flood.config import IngressConfig, backends_of
 
 START_DELAY_S = 0.3  # a window starts this long after its payload is made: every worker at once
@@ -101,20 +103,11 @@ class IngressFlood(Kind[IngressConfig]):
             START_DELAY_S + float(cfg.step_duration) + float(cfg.stop_timeout_s) + float(cfg.window_timeout_s)
         )
 
-    def reconcile(
-        self,
-        cfg: IngressConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: IngressConfig, outcome: WindowOutcome) -> IterationResult:
         from swarmscope.kinds.ingress_flood.results import reconcile_window
 
-        res = reconcile_window(cfg, window, point, results, readings, missing_probes)
-        for r in results.values():
+        res = reconcile_window(cfg, outcome)
+        for r in outcome.results.values():
             if r.get("lb_pids") and r.get("lb_pids") != []:
                 for url in self._lb_pids:
                     self._lb_pids[url] = list(r["lb_pids"])
@@ -129,6 +122,15 @@ class IngressFlood(Kind[IngressConfig]):
 
     def register_renderers(self) -> None:
         from swarmscope.kinds.ingress_flood import report  # noqa: F401  (registers on import)
+
+    live_columns = live.COLUMNS
+    live_in_prefix = frozenset({"step", "load"})
+
+    def live_rows(self, results: Sequence[IterationResult]) -> Rows:
+        return live.rows(results)
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        return live.summary(report)
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: IngressConfig, sim_nodes: int, prefix: str) -> Any:

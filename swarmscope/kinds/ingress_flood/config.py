@@ -11,7 +11,7 @@ host joined with the path, as the load generators build it): ``path`` must start
 and ``host`` may carry no user info, query or fragment, so ``host=http://localhost`` with
 ``path=@example.invalid/`` cannot send load elsewhere. Neither the preflight nor the load
 generators follow redirects. The fault fields sit here with the others the kind needs; the
-injectors are in controller.faults.
+injectors are in targets.faults.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from swarmscope.controller.faults import names as fault_names
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ConfigError, Problem
+from swarmscope.targets.faults import names as fault_names
 
 # Characters no URL of ours needs, and that URL parsers disagree on (whitespace, controls,
 # backslash): refused in host and path so every parser sees the same host.
@@ -108,7 +108,7 @@ INGRESS_FIELDS: list[Field] = [
         "fault",
         str,
         "none",
-        "fault to inject (the fault injectors' registry, controller.faults)",
+        "fault to inject (the fault injectors' registry, targets.faults)",
         choices=("none", *fault_names()),
     ),
     Field(

@@ -286,7 +286,7 @@ class IngressDriver:
         if self.target is not None:
             self._log_before = self.target.access_log_count()
         if keep and self._fault is None:
-            from swarmscope.controller.faults import make_fault
+            from swarmscope.targets.faults import make_fault
 
             self._fault = make_fault(
                 cfg.fault,

@@ -17,7 +17,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import (
+    IterationResult,
+    NodeCount,
+    PointInfo,
+    ProbeReading,
+    WindowOutcome,
+)
 from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.workers.http_stats import StepRecorder
 
@@ -64,14 +70,9 @@ def proxy_processes(readings: list[ProbeReading], master: int | None) -> list[di
     return rows
 
 
-def reconcile_window(
-    cfg: IngressConfig,
-    window: WindowInfo,
-    point: PointInfo,
-    results: dict[str, dict[str, Any]],
-    readings: list[ProbeReading],
-    missing_probes: list[str],
-) -> IterationResult:
+def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationResult:
+    window, point, results = outcome.window, outcome.point, outcome.results
+    readings, missing_probes = outcome.readings, outcome.missing_probes
     flags: list[str] = []
     per_node = []
     for node in window.nodes:

@@ -21,13 +21,15 @@ acknowledges after the table is written), and ``ip neigh`` lists what is reporte
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmscope.controller.model import IterationResult, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
+from swarmscope.controller.tables import Rows
 from swarmscope.core.config import Field, list_of
 from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.neighbor_writes import live
 
 MODES = ("list_program", "watch_only", "write_watch_program")
 
@@ -194,19 +196,10 @@ class NeighborWrites(Kind[NeighborConfig]):
     def window_timeout_s(self, cfg: NeighborConfig, point: PointInfo) -> float:
         return float(cfg.point_timeout_s) + float(cfg.window_timeout_s)
 
-    def reconcile(
-        self,
-        cfg: NeighborConfig,
-        window: WindowInfo,
-        point: PointInfo,
-        results: dict[str, dict[str, Any]],
-        readings: list[ProbeReading],
-        tracer: Any,
-        missing_probes: list[str],
-    ) -> IterationResult:
+    def reconcile(self, cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
         from swarmscope.kinds.neighbor_writes.results import reconcile
 
-        return reconcile(cfg, window, point, results, readings, missing_probes)
+        return reconcile(cfg, outcome)
 
     def sections(self, cfg: NeighborConfig, results: Any, run_dir: str) -> dict[str, Any]:
         from swarmscope.kinds.neighbor_writes.results import sections
@@ -215,6 +208,15 @@ class NeighborWrites(Kind[NeighborConfig]):
 
     def register_renderers(self) -> None:
         import swarmscope.kinds.neighbor_writes.results  # noqa: F401  (registers "neighbors")
+
+    live_columns = live.COLUMNS
+    live_in_prefix = frozenset({"neighbors", "mode"})
+
+    def live_rows(self, results: Sequence[IterationResult]) -> Rows:
+        return live.rows(results)
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        return live.summary(report)
 
     # -- worker side ----------------------------------------------------------------------
     def make_driver(self, cfg: NeighborConfig, sim_nodes: int, prefix: str) -> Any:

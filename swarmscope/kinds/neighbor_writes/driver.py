@@ -42,6 +42,7 @@ from swarmscope.core.node import node_host
 from swarmscope.core.sys import owners
 from swarmscope.targets.neighbors import records as R
 from swarmscope.workers import spans
+from swarmscope.workers.driver import report_request
 from swarmscope.workers.offloop import off_loop
 
 if TYPE_CHECKING:
@@ -159,15 +160,7 @@ class NeighborDriver:
             exc = e
             res = {"generated": int(count), "start": int(start), "error": f"{type(e).__name__}: {e}"}
         _batch_spans(window_id, self.name, str(payload["mode"]), res)
-        if environment is not None:
-            environment.events.request.fire(
-                request_type="neighbors",
-                name=str(payload["mode"]),
-                response_time=(time.perf_counter() - t0) * 1000,
-                response_length=int(count),
-                exception=exc,
-                context={},
-            )
+        report_request(environment, "neighbors", str(payload["mode"]), t0, int(count), exc)
         return {self.name: res}
 
     def _point(self, p: Mapping[str, Any], start: int, count: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Controller side of neighbor writes: reconcile a window, build the ``neighbors`` section.
 
     shares(10001, ["w1-n1", "w2-n1"])    # {"w1-n1": [0, 5001], "w2-n1": [5001, 5000]}
-    reconcile(cfg, window, point, results, readings, missing)   # -> IterationResult
+    reconcile(cfg, outcome)   # WindowOutcome -> IterationResult
     sections(cfg, results, run_dir)      # {"neighbors": {"points": [...], "plot": "neighbors.png"}}
 
 An entry's end is the sys_exit_bpf of the map-update call that wrote it, from the probe's
@@ -22,7 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swarmscope.controller.model import IterationResult, NodeCount, PointInfo, ProbeReading, WindowInfo
+from swarmscope.controller.model import (
+    IterationResult,
+    NodeCount,
+    PointInfo,
+    ProbeReading,
+    WindowInfo,
+    WindowOutcome,
+)
 from swarmscope.controller.sections import SectionHTML, register_section
 from swarmscope.kinds.neighbor_writes.arion import ARION_MASTER_US, ARION_US
 
@@ -101,14 +108,9 @@ def kernel_ends(
     return out
 
 
-def reconcile(
-    cfg: NeighborConfig,
-    window: WindowInfo,
-    point: PointInfo,
-    results: dict[str, dict[str, Any]],
-    readings: list[ProbeReading],
-    missing_probes: list[str],
-) -> IterationResult:
+def reconcile(cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
+    window, point, results = outcome.window, outcome.point, outcome.results
+    readings = outcome.readings
     if any(r.get("free") for r in results.values()):
         return _reconcile_free(window, point, results)
     n, mode = int(point.params["neighbors"]), str(point.params["mode"])
