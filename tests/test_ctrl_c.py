@@ -9,6 +9,7 @@ the report and the console, never ``ok`` or ``running``.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import signal
 import sqlite3
@@ -146,3 +147,44 @@ def test_master_that_gives_up_waiting_for_workers_writes_a_failed_report(tmp_pat
     assert rep["status"] == "failed", stderr[-3000:]
     assert rep["points"] == []
     assert "swarmscope: report in" in stderr
+
+
+def _netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def test_ctrl_c_to_the_process_group_of_a_shape_run(tmp_path: pathlib.Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to the whole process group) on `locust -f
+    scenarios/ingress_flood.py --headless`: the shape's run stops in order (its window closed
+    with what was measured, status interrupted, exit 0, no traceback), and the local target's
+    namespace and nginx processes are gone. Locust installs its SIGTERM handler only after a
+    headless shape ends, so the plug-in must not turn this Ctrl-C into a SIGTERM."""
+    out = tmp_path / "results"
+    before = _netns()
+    p = subprocess.Popen(
+        [str(pathlib.Path(__file__).resolve().parent.parent / ".venv/bin/locust"), "-f",
+         "scenarios/ingress_flood.py", "--headless", "--only-summary", "--ss-steps", "5,10",
+         "--ss-step-duration", "30", "--ss-out", str(out)],
+        cwd=pathlib.Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _window_open(out), "the window to open")
+        time.sleep(2)
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        _, stderr = p.communicate(timeout=120)
+        assert time.monotonic() - t0 < 45, "Ctrl-C ignored until the steps ended?"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert rep["status"] == "interrupted"
+    [step] = rep["sections"]["steps"]
+    assert step["users"] == 5 and step["requests"] > 0
+    assert {n for n in _netns() - before if n.startswith("ss-ingress-")} == set()
+    nginx = subprocess.run(["pgrep", "-af", "nginx"], capture_output=True, text=True).stdout
+    assert rep["run_id"].rsplit("-", 1)[-1] not in nginx

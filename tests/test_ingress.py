@@ -78,7 +78,7 @@ def locust_f(tmp: pathlib.Path, *opts: str, workers: int = 0) -> dict:
                 p.kill()
     assert main.returncode == 0, err[-3000:]
     run_dir = only_run_dir(out)
-    return {**load_report(run_dir), "run_dir": run_dir}
+    return {**load_report(run_dir), "run_dir": run_dir, "stderr": err}
 
 
 def windows(rep: dict) -> list[dict]:
@@ -444,6 +444,18 @@ def test_locustfile_distributed_master_merges_workers_exactly(tmp_path: pathlib.
     assert_merged_equals_one_histogram(steps, list(w["recorders"].values()))
     assert w["server_requests"] == w["successes"] == sum(s["requests"] for s in steps)
     assert w["proxy"]["processes"] == 2
+
+
+@needs_root
+@pytest.mark.root
+def test_locustfile_honours_locust_users_spawn_rate_and_run_time(tmp_path: pathlib.Path) -> None:
+    """locust -f … -u 2 -r 2 -t 3s: one step of 2 users for 3 s (not the scenario's ten 30-s
+    steps), and Locust does not warn that the options are ignored."""
+    rep = locust_f(tmp_path, "-u", "2", "-r", "2", "-t", "3s")
+    assert [(s["step"], s["users"]) for s in rep["steps"]] == [(0, 2)]
+    assert (rep["config"]["steps"], rep["config"]["step_duration"]) == ([2.0], 3.0)
+    assert "will be ignored" not in rep["stderr"]
+    assert_exact_per_step(rep)
 
 
 def test_generator_bound_flag_from_worker_cpu() -> None:

@@ -201,7 +201,21 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
         import gevent
 
-        gevent.signal_handler(signal.SIGINT, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        def _on_sigint() -> None:
+            shape = getattr(runner, "shape_greenlet", None)
+            if shape is not None and getattr(environment.parsed_options, "headless", False):
+                # A headless run with a shape: locust.main installs its SIGTERM handler only once
+                # the shape is done, so SIGTERM now would kill the process outright (no report,
+                # the target's nginx and namespace left behind). Ending the shape lets Locust
+                # stop and quit in order, as at the shape's own end.
+                free = getattr(environment, "swarmscope_free", None)
+                if free is not None and free.window is not None:
+                    free.status = "interrupted"
+                shape.kill(block=False)
+                return
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        gevent.signal_handler(signal.SIGINT, _on_sigint)
     register_messages(proc, runner)
     # Registered after the runner's own quitting listener, so it runs first (quitting fires in
     # reverse order): a master's would stop without telling its workers.
@@ -284,12 +298,15 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         spans = worker_spans.finish(window_id, per_node)
         runner.send_message(M.RESULT, {"window_id": window_id, "per_node": per_node, "spans": spans})
     if proc.controller is not None and free.window is not None and free.point is not None:
+        # Taken before closing: a second test_stop while this one waits for the probes (a
+        # Ctrl-C's stop racing the shape's end) finds no window and does nothing.
+        window, free.window = free.window, None
         if isinstance(runner, MasterRunner):
             # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
             # ask them, so their users stop and they send what they generated.
-            runner.send_message(M.STOP, {"window_id": free.window.window_id})
-        proc.controller.close_window(free.window, free.point, timeout_s=proc.cfg.window_timeout_s)
-        free.window = None  # its line is printed by iteration_done; the report at quitting
+            runner.send_message(M.STOP, {"window_id": window.window_id})
+        proc.controller.close_window(window, free.point, timeout_s=proc.cfg.window_timeout_s)
+        # its line is printed by iteration_done; the report at quitting
 
 
 def _on_quitting(environment: Any, **_: Any) -> None:

@@ -101,6 +101,7 @@ class FleetProcess:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "swarmscope.controller.fleet_proc", str(child.fileno())],
                 pass_fds=(child.fileno(),),
+                start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
                 preexec_fn=owners.die_with_parent,  # no orphaned fleet holding the port
             )
         except OSError as e:

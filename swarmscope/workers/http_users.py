@@ -234,12 +234,19 @@ class StepShape(LoadTestShape):
     """``locust -f``: the scenario's steps held ``step_duration`` each, then stop.
 
     closed: the step is the user count; open: ``open_users`` users and the step is the rate
-    (each worker's users read the rate from the config the master sent)."""
+    (each worker's users read the rate from the config the master sent). Locust's own options
+    count (``use_common_options``): ``-u N`` is one step of N users (``-t`` long, if given),
+    ``-r`` its spawn rate (default: all at once), and ``-t`` bounds the whole test."""
+
+    use_common_options = True
 
     def tick(self) -> tuple[int, float] | None:
         from swarmscope.workers.step_sync import StepSync
 
         env: Any = self.runner.environment if self.runner is not None else None
+        limit = getattr(env.parsed_options, "run_time", None)
+        if limit and self.get_run_time() >= limit:
+            return None
         cfg = env.swarmscope.cfg  # the config swarmscope's plug-in loaded on this master
         if cfg.requests and cfg.model == "closed":  # boom's -n: a step ends on its count
             return StepSync.of(env).tick(env, cfg)
@@ -252,7 +259,7 @@ class StepShape(LoadTestShape):
             return None
         StepSync.of(env).timed(env, cfg, i)  # backends per step: the target reloads
         users = int(cfg.open_users) if cfg.model == "open" else int(steps[i])
-        return users, 10000.0  # a step starts at once (all its users)
+        return users, float(getattr(env, "ss_spawn_rate", None) or 10000.0)  # default: all at once
 
 
 # -- locust -f: Locust's --host is the target, and workers learn the local target's URL ---------
@@ -261,6 +268,13 @@ def _on_init(environment: Any, **_: Any) -> None:
     opts = environment.parsed_options
     if opts is not None and getattr(opts, "host", None) and not getattr(opts, "ss_host", None):
         opts.ss_host = opts.host  # a Locust user's --host names the target: no local one then
+    if opts is not None and getattr(opts, "num_users", None) and not getattr(opts, "ss_steps", None):
+        # A Locust user's -u (read here, before headless mode fills in its default of 1): one
+        # step of that many users, as long as -t when given (StepShape reads -r and -t too).
+        opts.ss_steps = str(opts.num_users)
+        if getattr(opts, "run_time", None) and not getattr(opts, "ss_step_duration", None):
+            opts.ss_step_duration = str(opts.run_time)
+    environment.ss_spawn_rate = getattr(opts, "spawn_rate", None)
     # Added here, so it runs after swarmscope's own test_start hook (installed before init),
     # which sets up the workers and learns the target's URL from them.
     events.test_start.add_listener(_target_host)

@@ -93,10 +93,17 @@ def _extra(args: argparse.Namespace) -> list[str]:
 
 def _load(path: str) -> tuple[str, str]:
     """The scenario's kind and results directory (validated here: a bad file fails before
-    Locust starts)."""
+    Locust starts). A kind without a locustfile is refused here, with the kind's reason."""
+    from swarmscope.core.errors import SetupError
     from swarmscope.kinds import load_scenario
 
     kind, cfg = load_scenario(path, [])
+    if not (SCENARIO_DIR / f"{kind.name}.py").is_file():
+        why = kind.not_in_cluster or "it has no locustfile"
+        raise SetupError(
+            f"swarmscope controller does not run the {kind.name} scenario: {why} "
+            f"(run it with: swarmscope run {path})"
+        )
     return str(kind.name), str(cfg.out)
 
 

@@ -240,6 +240,7 @@ class StreamTracer:
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
                 text=True,
+                start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
                 preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
                 env=tracer_env(),  # explicit: none of the controller's secrets
             )

@@ -42,7 +42,12 @@ class AgentProcess:
         self.metrics_url = f"http://127.0.0.1:{metrics.getsockname()[1]}/metrics" if metrics else ""
         try:
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, pass_fds=fds
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                pass_fds=fds,
+                start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
             )
         finally:
             if metrics is not None:

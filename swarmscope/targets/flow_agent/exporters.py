@@ -85,7 +85,10 @@ class Exporter:
         self.stop()
         self.timeout_s = max(1, math.ceil(timeout_s))
         self.proc = subprocess.Popen(
-            self.command(max_flows), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            self.command(max_flows),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
         )
         # read all along: a full pipe would block the daemon, and pmacctd's statistics come here
         threading.Thread(target=self._read_log, args=(self.proc,), daemon=True).start()

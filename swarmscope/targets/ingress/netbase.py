@@ -42,6 +42,7 @@ def network_baseline(netns: str, addr: str, seconds: int = 1, port: int = PORT) 
         ["ip", "netns", "exec", netns, IPERF3, "-s", "-B", addr, "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
         preexec_fn=owners.die_with_parent,
     )
     try:

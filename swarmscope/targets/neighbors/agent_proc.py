@@ -216,6 +216,7 @@ class AgentProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
             preexec_fn=owners.die_with_parent,
         )
         first = self._read()

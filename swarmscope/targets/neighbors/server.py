@@ -228,6 +228,7 @@ def start_server(
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, TOKEN_ENV: token},
+        start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
         preexec_fn=owners.die_with_parent,
     )
     line = p.stdout.readline() if p.stdout else ""
