@@ -76,6 +76,8 @@ class SwarmscopeProcess:
                 "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
                 "a cluster with probe=external and real nodes (NODE_NAME set)."
             )
+        if role in ("local", "master"):
+            kind.prepare(proc.cfg)  # tools built here (progress on stderr), before any window
         try:
             if role in ("local", "master"):
                 proc._make_controller(run_id)

@@ -128,6 +128,10 @@ class Kind(Generic[C]):
         """Register the HTML renderers of the kind's sections (controller.report)."""
 
     # -- worker side ----------------------------------------------------------------------
+    def prepare(self, cfg: C) -> None:
+        """Build or fetch what a run of ``cfg`` needs (k6, ig) before any window opens; called
+        once by the controller's process, before its probe and workers start."""
+
     def make_driver(self, cfg: C, sim_nodes: int, prefix: str) -> Any:
         """The worker-side driver (workers.driver.Driver) with ``sim_nodes`` simulated nodes,
         or the real node this worker runs on when ``sim_nodes`` is 0 (a cluster)."""

@@ -153,6 +153,12 @@ class EbpfCost(Kind[EbpfCostConfig]):
         import swarmscope.kinds.ebpf_cost.report  # noqa: F401  (registers "ebpf_cost")
 
     # -- worker side ----------------------------------------------------------------------
+    def prepare(self, cfg: EbpfCostConfig) -> None:
+        if "ig-open" in cfg.tools:
+            from swarmscope.targets.ebpf_tools import ig_binary
+
+            ig_binary()
+
     def make_driver(self, cfg: EbpfCostConfig, sim_nodes: int, prefix: str) -> Any:
         from swarmscope.workers.ebpf_cost import CostDriver
 
