@@ -179,7 +179,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         cfg = _config(environment.parsed_options) if role != "worker" else None
         checks: list[Any] = []
         if cfg is not None:
-            checks, cfg = locust_checks.load(cfg, environment.parsed_options)
+            checks, cfg = locust_checks.load(cfg, environment.parsed_options, kind)
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
         from swarmscope.app import weblogin
 
