@@ -91,7 +91,9 @@ def _config(options: Any) -> Any:
         if v is not None and key != "scenario":
             sets.append(f"{key}={v}")
     path = getattr(options, "ss_scenario_file", None) if options is not None else None
-    return kind.schema.load(file=path, sets=sets, text=scenario_text(path) if path else None)
+    labels = {key: option_name(key) for key in kind.schema.fields}  # a problem names --ss-<key>
+    text = scenario_text(path) if path else None
+    return kind.schema.load(file=path, sets=sets, text=text, set_labels=labels)
 
 
 def register_messages(proc: Any, runner: Any) -> None:
