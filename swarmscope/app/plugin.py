@@ -177,6 +177,16 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
         sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
+        web = environment.web_ui
+        if web is not None:  # Locust binds it after this hook, in a greenlet that only logs a failure
+            from swarmscope.core.sys.ports import check_free
+
+            check_free(
+                getattr(web, "host", "") or "",
+                int(getattr(web, "port", 0) or 0),
+                "Locust's web UI",
+                "--web-port",
+            )
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
         checks: list[Any] = []

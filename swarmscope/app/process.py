@@ -58,6 +58,7 @@ class SwarmscopeProcess:
         self.report: dict[str, Any] | None = None
         self.checks: list[Any] = []  # controller.checks.Check, located; else parsed from cfg
         self._closed = False
+        self._started = False  # run_started fired: the store has the run's row
 
     # -- factory ------------------------------------------------------------------------------
     @classmethod
@@ -166,6 +167,7 @@ class SwarmscopeProcess:
             window_timeout_s=cfg.window_timeout_s,
         )
         self.events.run_started.fire(run=self.run)
+        self._started = True
 
     def set_up_worker(self, cfg: RunConfig | Mapping[str, Any], sim_nodes: int, prefix: str = "") -> Any:
         """Make the kind's driver (once): ``sim_nodes`` simulated nodes, or the real node (0).
@@ -230,7 +232,11 @@ class SwarmscopeProcess:
         if ctl is not None and self.run is not None:
             status = final_status(status, ctl.results)
         try:
-            if self.run is not None:
+            if self.run is not None and not self._started:
+                # Failed while starting (a port in use, no BPF): nothing was stored or measured,
+                # so no run_finished (the store has no row to finish) and no report.
+                owners.release("run", self.run.run_id)
+            elif self.run is not None:
                 try:
                     if write_report and self.store is not None and self.controller is not None:
                         self._store_kind_sections()
