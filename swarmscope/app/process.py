@@ -70,13 +70,21 @@ class SwarmscopeProcess:
         run_id: str | None = None,
     ) -> SwarmscopeProcess:
         proc = cls(role, cfg, kind)
-        if role in ("local", "master") and proc.cfg.probe == "embedded" and os.geteuid() != 0:
+        if role in ("local", "master") and proc.cfg.probe == "embedded":
             from swarmscope.core.errors import SetupError
+            from swarmscope.core.sys.caps import HOW, missing_bpf_caps
 
-            raise SetupError(
-                "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
-                "a cluster with probe=external and real nodes (NODE_NAME set)."
-            )
+            if os.geteuid() != 0:
+                raise SetupError(
+                    "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
+                    "a cluster with probe=external and real nodes (NODE_NAME set)."
+                )
+            lacking = missing_bpf_caps()
+            if lacking:  # root's uid without its capabilities: the probe would fail with EPERM
+                caps = " + ".join(lacking)
+                raise SetupError(
+                    f"the embedded probe loads eBPF programs and this process lacks {caps}: {HOW}."
+                )
         if role in ("local", "master"):
             kind.prepare(proc.cfg)  # tools built here (progress on stderr), before any window
         try:
