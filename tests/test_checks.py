@@ -206,3 +206,61 @@ def test_locust_exit_code_follows_the_checks(tmp_path: pathlib.Path) -> None:
     p = _locust(tmp_path / "c", "--check", "generated <")
     assert p.returncode == 2, p.stderr[-3000:]
     assert "--check: checks: 'generated <': expected a number or a report path at column 12" in p.stderr
+
+
+def _shape_checks(kind_name: str, *texts: str) -> list:
+    from swarmscope.app.locust_checks import load_checks
+    from swarmscope.kinds import get_kind
+
+    kind = get_kind(kind_name)
+    checks, _ = load_checks(kind, kind.schema.load(env={}), list(texts))
+    return checks
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [
+        ("exec_storm", "generated == kernel"),
+        ("exec_storm", "loss_ratio.max < 0.01"),
+        ("exec_storm", "kernel.p50 > 1000"),
+        ("exec_storm", "points[*].iterations[*].tracer_lost == 0"),
+        ("exec_storm", "exec_storm.rate_per_node > 0"),
+        ("ingress_flood", "steps[*].latency_ms.p99 < 200"),
+        ("ingress_flood", "ingress.successes == ingress.server_requests"),
+        ("neighbor_writes", "neighbors.per_neighbor_us @ 1000000 < 1.0"),
+        ("flow_storm", "flow_storm.points[*].kernel == flow_storm.points[*].generated"),
+        ("ebpf_cost", "generated > 0"),
+    ],
+)
+def test_documented_paths_pass_the_check_before_the_run(kind: str, text: str) -> None:
+    (c,) = _shape_checks(kind, text)
+    assert c.text == text
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "why"),
+    [
+        ("exec_storm", "lossratio.max < 0.01",
+         "the exec_storm report has no 'lossratio'; did you mean loss_ratio?"),
+        ("exec_storm", "steps[*].latency_ms.p99 < 200",
+         "the exec_storm report has no 'steps' ('steps' is in ingress_flood reports, not this kind's)"),
+        ("ingress_flood", "ingress.succeses > 0", "ingress has no 'succeses'; did you mean successes?"),
+        ("exec_storm", "loss_ratio.maxx < 1", "points[0].loss_ratio has no 'maxx'; did you mean max?"),
+    ],
+)  # fmt: skip
+def test_unknown_paths_are_refused_before_the_run(kind: str, text: str, why: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _shape_checks(kind, text)
+    assert str(e.value.problems[0]) == f"--check: checks: {text!r}: {why} (docs/report-json.md)"
+
+
+def test_a_misspelt_check_stops_the_run_before_it_starts(tmp_path: pathlib.Path) -> None:
+    """Issue 28: `--check 'lossratio.max < 0.01'` ran the whole sweep, then exited 99."""
+    out = tmp_path / "results"
+    p = run_cli("run", "scenarios/exec_storm.yaml", "--out", str(out), "--check", "lossratio.max < 0.01")
+    assert p.returncode == 2
+    assert p.stderr == (
+        "swarmscope: 1 problem(s) in the configuration:\n  - --check: checks: 'lossratio.max < 0.01': "
+        "the exec_storm report has no 'lossratio'; did you mean loss_ratio? (docs/report-json.md)\n"
+    )
+    assert not out.exists()  # nothing ran

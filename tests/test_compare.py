@@ -107,3 +107,49 @@ def test_compare_two_real_runs_with_different_tracers(tmp_path: pathlib.Path) ->
 
     p = run_cli("compare", ids[0], "nope", "--out", str(out))
     assert p.returncode == 1 and f"run 'nope' is not in {out}/swarmscope.sqlite" in p.stderr
+
+
+def _store_with_runs(out: pathlib.Path, *kinds: str) -> list[str]:
+    """A results store holding one realistic run per kind name (tests/_results_data)."""
+    import dataclasses
+
+    from _results_data import fire_run, make_run
+
+    from swarmscope.controller.store import ResultStore
+    from swarmscope.core.events import RunEvents
+
+    ids = []
+    with ResultStore(out / "swarmscope.sqlite") as store:
+        for i, kind in enumerate(kinds):
+            run = dataclasses.replace(make_run(f"run-{i}-{kind}"), scenario=kind)
+            events = RunEvents()
+            store.attach(events)
+            fire_run(events, run)
+            ids.append(run.run_id)
+    return ids
+
+
+def test_ls_into_a_closed_pipe_is_quiet(tmp_path: pathlib.Path) -> None:
+    """`swarmscope ls --json | head`: the reader is gone before the write; no traceback."""
+    import subprocess
+
+    from helpers import BIN
+
+    _store_with_runs(tmp_path, "exec_storm")
+    p = subprocess.Popen([str(BIN / "swarmscope"), "ls", "--out", str(tmp_path), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # like head once it has its lines
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 141  # 128 + SIGPIPE, as a Unix tool killed by the closed pipe
+    assert err == b""
+
+
+def test_compare_refuses_runs_of_two_kinds(tmp_path: pathlib.Path) -> None:
+    a, b = _store_with_runs(tmp_path, "exec_storm", "ingress_flood")
+    p = run_cli("compare", a, b, "--out", str(tmp_path))
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr == (
+        f"swarmscope: {a} (exec_storm) and {b} (ingress_flood) are runs of two kinds: their figures "
+        "do not compare. Compare two runs of one kind (`swarmscope ls` shows each run's scenario).\n"
+    )

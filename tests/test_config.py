@@ -47,3 +47,27 @@ def test_not_a_mapping(tmp_path: pathlib.Path) -> None:
     f.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must be a YAML mapping"):
         SCHEMA.load(file=f, env={})
+
+
+def test_a_problem_names_the_option_it_came_from() -> None:
+    """Issue 28: an error in `--ss-iterations` (locust -f) or `--tracer` (tracer-check) was
+    labelled `--set`; each names its own option now, and plain --set keys stay `--set`."""
+    import subprocess
+
+    from helpers import BIN, ROOT, run_cli
+
+    cmd = [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", "--headless", "-t", "2s"]
+    p = subprocess.run([*cmd, "--ss-iterations", "x"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    said = (
+        "swarmscope: 1 problem(s) in the configuration:\n  - --ss-iterations: iterations: must be an integer"
+    )
+    assert f"{said}, not 'x'\n" in p.stderr
+    p = run_cli("tracer-check", "--tracer", "nope", "--set", "tracer_stall_s=x")
+    assert p.returncode == 2
+    choices = "'none', 'bpftrace', 'command', 'ig', 'prometheus', 'stream'"
+    assert p.stderr == (
+        "swarmscope: 2 problem(s) in the configuration:\n"
+        "  - --set: tracer_stall_s: must be a number, not 'x'\n"
+        f"  - --tracer: tracer: 'nope' is not one of {choices}\n"
+    )

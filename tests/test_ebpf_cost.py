@@ -17,10 +17,10 @@ import pytest
 from helpers import is_root, load_report, only_run_dir, run_cli
 
 from swarmscope.controller.model import ProbeReading
-from swarmscope.controller.tracers.presets import ig_binary
 from swarmscope.kinds.ebpf_cost.table import COLUMNS, per_window, runtime, text_table
 from swarmscope.probes.bpfstats import BpfStats
 from swarmscope.probes.programs.base import delta_by_node
+from swarmscope.targets.ebpf_tools import ig_binary
 from swarmscope.workers.ebpf_cost import CostDriver
 
 pytestmark = [

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -418,6 +419,42 @@ def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> No
     assert_exact_per_step(r)
     assert r["ingress"]["engine"] == "k6" and r["ingress"]["k6_dropped_iterations"] == 0
     assert step["generator_cpu_pct"][0] > 0 and step["proxy"]["processes"] == 2
+
+
+FAKE_K6_BUILD = """#!/bin/sh
+# Stands in for tools/build_k6.sh: takes BUILD_S seconds, then "builds" the real k6 (a link).
+[ "$2" = --path ] && { echo "$DIR/k6"; exit 0; }
+sleep "$BUILD_S"; ln -sf "$REAL_K6" "$DIR/k6"; echo "$DIR/k6"
+"""
+
+
+@needs_root
+@pytest.mark.timeout(1800)
+def test_first_k6_run_builds_before_the_first_window(tmp_path: pathlib.Path, k6_bin: str) -> None:
+    """No k6 cached: the build runs (progress lines) before the first window opens, so the
+    window is as long as its step, not step + build (issue 28: a 329 s window for a 5 s step)."""
+    script = tmp_path / "build_k6.sh"
+    script.write_text(FAKE_K6_BUILD)
+    script.chmod(0o755)
+    env = {"SWARMSCOPE_BUILD_K6": str(script), "DIR": str(tmp_path), "REAL_K6": k6_bin, "BUILD_S": "4"}
+    out = tmp_path / "results"
+    p = run_cli("run", str(SCENARIO), "--out", str(out), "--set", "engine=k6", "--set", "steps=5",
+                "--set", "step_duration=2", timeout=180, env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("swarmscope: ") and "k6" in ln]
+    assert said[0] == (
+        "swarmscope: building k6 v1.8.1 with swarmscope's output before any measurement window "
+        f"(first use here, ≈ 4.5 min on 2 cores; cached as {tmp_path}/k6)"
+    )
+    assert re.fullmatch(
+        rf"swarmscope: built k6 v1.8.1 with swarmscope's output in [45] s \({tmp_path}/k6\)", said[1]
+    )
+    rep = load_report(only_run_dir(out))
+    (it,) = rep["points"][0]["iterations"]
+    span_s = (it["ended_ns"] - it["started_ns"]) / 1e9
+    assert 2.0 <= span_s < 2.0 + 1.5, span_s  # the step (2 s) and its close; the 4 s build is not in it
+    assert it["started_ns"] > rep["started_ns"]
+    assert rep["steps"][0]["requests"] > 50  # the real k6 ran the step
 
 
 def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -79,3 +79,30 @@ def test_the_scenario_file_is_read_once_per_process(
     f.write_text("scenario: exec_storm\niterations: 9\n")  # changed on disk after the first read
     again = kind.schema.load(file=str(f), env={}, text=kinds.scenario_text(str(f)))
     assert reads == [str(f)] and cfg.iterations == again.iterations == 4
+
+
+KINDS_LIST = ", ".join(KINDS)
+
+
+def test_a_run_without_a_kind_is_an_error_not_an_exec_storm(tmp_path: pathlib.Path) -> None:
+    """Issue 28: `swarmscope run` with no file, or a file with no `scenario:`, ran a 10-iteration
+    exec storm. Now each is a configuration error naming the fix; nothing runs."""
+    from helpers import run_cli
+
+    f = tmp_path / "mine.yaml"
+    f.write_text("nodes: [2]\niterations: 1\n")
+    out = tmp_path / "results"
+    p = run_cli("run", str(f), "--out", str(out))
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr == (
+        f"swarmscope: 1 problem(s) in the configuration:\n  - {f}: scenario: the file names no kind: add a "
+        f"line `scenario: <kind>`, or --set scenario=<kind> ({KINDS_LIST})\n"
+    )
+    p = run_cli("run", "--out", str(out))
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr == (
+        "swarmscope: 1 problem(s) in the configuration:\n  - command line: scenario: no scenario file: give "
+        f"one (e.g. scenarios/exec_storm.yaml), or --set scenario=<kind> ({KINDS_LIST})\n"
+    )
+    p = run_cli("run", str(f), "--set", "scenario=exec_storm", "--explain")  # named on the command line
+    assert p.returncode == 0 and p.stdout.startswith("scenario kind exec_storm")

@@ -33,6 +33,7 @@ from swarmscope.controller.tracers.selfcheck import exec_in_cgroup
 from swarmscope.core.config import Schema
 from swarmscope.core.errors import ConfigError, SetupError, TracerError
 from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_id, temp_cgroup
+from swarmscope.targets.ebpf_tools import ig_binary
 
 NODES = [
     NodeKey("n1", cgroup_id=4711, comm="ss-n1"),
@@ -310,7 +311,7 @@ def test_bpftrace_stalled_reader_loses_and_says_so(node_cgroup, tmp_path) -> Non
 def ig_path() -> pathlib.Path:
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    return presets.ig_binary(build=True)  # cached by version; first build 2-4 min (tools/go.sh brings Go)
+    return ig_binary(build=True)  # cached by version; first build 2-4 min (tools/go.sh brings Go)
 
 
 @pytest.mark.root

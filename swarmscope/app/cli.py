@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 
 from swarmscope import __version__
@@ -77,13 +79,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe fails here, inside the try, not at interpreter exit
+        return rc
     except SwarmscopeError as e:
         print(f"swarmscope: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("swarmscope: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`swarmscope ls --json | head`): stop quietly, like any Unix
+        # tool killed by SIGPIPE (exit 141), and keep Python from failing again at its own
+        # final flush of the closed stdout.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -91,7 +91,9 @@ def _config(options: Any) -> Any:
         if v is not None and key != "scenario":
             sets.append(f"{key}={v}")
     path = getattr(options, "ss_scenario_file", None) if options is not None else None
-    return kind.schema.load(file=path, sets=sets, text=scenario_text(path) if path else None)
+    labels = {key: option_name(key) for key in kind.schema.fields}  # a problem names --ss-<key>
+    text = scenario_text(path) if path else None
+    return kind.schema.load(file=path, sets=sets, text=text, set_labels=labels)
 
 
 def register_messages(proc: Any, runner: Any) -> None:
@@ -175,11 +177,21 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
         sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
+        web = environment.web_ui
+        if web is not None:  # Locust binds it after this hook, in a greenlet that only logs a failure
+            from swarmscope.core.sys.ports import check_free
+
+            check_free(
+                getattr(web, "host", "") or "",
+                int(getattr(web, "port", 0) or 0),
+                "Locust's web UI",
+                "--web-port",
+            )
         # A worker's config comes from the master (swarmscope:setup), not from its own options.
         cfg = _config(environment.parsed_options) if role != "worker" else None
         checks: list[Any] = []
         if cfg is not None:
-            checks, cfg = locust_checks.load(cfg, environment.parsed_options)
+            checks, cfg = locust_checks.load(cfg, environment.parsed_options, kind)
         proc = SwarmscopeProcess.make(cfg, kind, role=role)
         from swarmscope.app import weblogin
 

@@ -58,6 +58,7 @@ class SwarmscopeProcess:
         self.report: dict[str, Any] | None = None
         self.checks: list[Any] = []  # controller.checks.Check, located; else parsed from cfg
         self._closed = False
+        self._started = False  # run_started fired: the store has the run's row
 
     # -- factory ------------------------------------------------------------------------------
     @classmethod
@@ -69,13 +70,23 @@ class SwarmscopeProcess:
         run_id: str | None = None,
     ) -> SwarmscopeProcess:
         proc = cls(role, cfg, kind)
-        if role in ("local", "master") and proc.cfg.probe == "embedded" and os.geteuid() != 0:
+        if role in ("local", "master") and proc.cfg.probe == "embedded":
             from swarmscope.core.errors import SetupError
+            from swarmscope.core.sys.caps import HOW, missing_bpf_caps
 
-            raise SetupError(
-                "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
-                "a cluster with probe=external and real nodes (NODE_NAME set)."
-            )
+            if os.geteuid() != 0:
+                raise SetupError(
+                    "needs root: the embedded probe loads eBPF programs. Run it as root (sudo), or in "
+                    "a cluster with probe=external and real nodes (NODE_NAME set)."
+                )
+            lacking = missing_bpf_caps()
+            if lacking:  # root's uid without its capabilities: the probe would fail with EPERM
+                caps = " + ".join(lacking)
+                raise SetupError(
+                    f"the embedded probe loads eBPF programs and this process lacks {caps}: {HOW}."
+                )
+        if role in ("local", "master"):
+            kind.prepare(proc.cfg)  # tools built here (progress on stderr), before any window
         try:
             if role in ("local", "master"):
                 proc._make_controller(run_id)
@@ -164,6 +175,7 @@ class SwarmscopeProcess:
             window_timeout_s=cfg.window_timeout_s,
         )
         self.events.run_started.fire(run=self.run)
+        self._started = True
 
     def set_up_worker(self, cfg: RunConfig | Mapping[str, Any], sim_nodes: int, prefix: str = "") -> Any:
         """Make the kind's driver (once): ``sim_nodes`` simulated nodes, or the real node (0).
@@ -228,7 +240,11 @@ class SwarmscopeProcess:
         if ctl is not None and self.run is not None:
             status = final_status(status, ctl.results)
         try:
-            if self.run is not None:
+            if self.run is not None and not self._started:
+                # Failed while starting (a port in use, no BPF): nothing was stored or measured,
+                # so no run_finished (the store has no row to finish) and no report.
+                owners.release("run", self.run.run_id)
+            elif self.run is not None:
                 try:
                     if write_report and self.store is not None and self.controller is not None:
                         self._store_kind_sections()

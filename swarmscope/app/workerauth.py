@@ -21,13 +21,16 @@ token is per run, so every worker of a run shares one key pair.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import logging
 import os
+import sys
 from typing import Any
 
 from swarmscope.core.errors import SetupError
+from swarmscope.core.sys.ports import port_in_use
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,16 @@ def install() -> bool:
                     self.socket.bind(f"tcp://{host}:{int(port)}")
                     self.port = port
                 except zmqrpc.zmqerr.ZMQError as e:
-                    raise zmqrpc.RPCError(f"Socket bind failure: {e}") from e
+                    if e.errno != errno.EADDRINUSE:
+                        raise zmqrpc.RPCError(f"Socket bind failure: {e}") from e
+                    err = port_in_use(
+                        "workers (the Locust master)",
+                        f"{host}:{port}",
+                        "master_bind; locust: --master-bind-port",
+                    )
+                    # Locust's main makes the runner outside any handler of ours: end here, said.
+                    print(f"swarmscope: {err}", file=sys.stderr)
+                    raise SystemExit(err.exit_code) from e
 
     class CurveClient(base_client):  # type: ignore[misc,valid-type]
         def __init__(self, host: str, port: int, identity: str):

@@ -198,11 +198,16 @@ def item_lines(text: str, key: str = "checks") -> list[int]:
 
 
 def from_config(
-    cfg: Any, extra: Sequence[str] = (), read: Callable[[str], str | None] | None = None
+    cfg: Any,
+    extra: Sequence[str] = (),
+    read: Callable[[str], str | None] | None = None,
+    shape: Mapping[str, Any] | None = None,
+    elsewhere: Mapping[str, str] | None = None,
 ) -> list[Check]:
     """The run's checks: the config's ``checks`` (each located at its file line when it comes from
     a scenario file, whose text ``read(path)`` gives: the app's once-per-process reader) and
-    ``extra`` ones from ``--check``; a ConfigError lists every invalid one."""
+    ``extra`` ones from ``--check``; a ConfigError lists every invalid one, and with ``shape``
+    every path the kind's report does not have (``validate``)."""
     items: list[tuple[str, str]] = []
     texts = list(getattr(cfg, "checks", None) or [])
     source = getattr(cfg, "sources", {}).get("checks", "config")
@@ -213,7 +218,10 @@ def from_config(
         where = f"{path}:{lines[i]}" if len(lines) == len(texts) else f"{source} (item {i + 1})"
         items.append((t, where))
     items += [(t, "--check") for t in extra]
-    return parse_checks(items)
+    checks = parse_checks(items)
+    if shape is not None:
+        validate(checks, shape, elsewhere)
+    return checks
 
 
 # -- evaluation ------------------------------------------------------------------------------
@@ -253,12 +261,62 @@ def _lookup(v: _Value, name: str, out: list[_Value]) -> None:
         elif isinstance(node.get("points"), list) and node["points"]:
             _lookup(_Value(node["points"], v.tags, f"{v.where}.points"), name, out)
         else:
-            raise KeyError(f"{v.where.lstrip('.') or 'the report'} has no {name!r}")
+            raise UnknownName(v.where.lstrip(".") or "the report", name, _names(node))
     elif isinstance(node, list):
         for i, item in enumerate(node):
             _lookup(_Value(item, {**v.tags, **_tags(item)}, f"{v.where}[{i}]"), name, out)
     else:
         raise KeyError(f"{v.where.lstrip('.')} is a {type(node).__name__}, it has no {name!r}")
+
+
+class UnknownName(KeyError):
+    """A path names what its object does not have; ``known``: the names it could have used."""
+
+    def __init__(self, where: str, name: str, known: list[str]):
+        super().__init__(f"{where} has no {name!r}")
+        self.where, self.name, self.known = where, name, known
+
+
+def _names(node: Mapping[str, Any]) -> list[str]:
+    """The names a path can take from ``node``: its keys, and through its points theirs."""
+    names = [str(k) for k in node]
+    if _is_point(node):
+        names += POINT_NUMBERS
+    points = node.get("points")
+    if isinstance(points, list) and points and isinstance(points[0], Mapping):
+        names += _names(points[0])
+    return list(dict.fromkeys(names))
+
+
+def validate(
+    checks: Sequence[Check], shape: Mapping[str, Any], elsewhere: Mapping[str, str] | None = None
+) -> None:
+    """Every path of ``checks`` exists in ``shape`` (a report of the run's kind with one point
+    and its sections, kinds.base.Kind.report_shape), checked before the run: a ConfigError lists
+    each unknown name with the closest known ones; ``elsewhere`` maps a section name to the
+    kind whose reports have it."""
+    import difflib
+
+    elsewhere = elsewhere or {}
+    problems = []
+    for c in checks:
+        for operand in (c.left, c.right):
+            try:
+                resolve(operand, shape)
+            except UnknownName as e:
+                root = operand.path[:1] == (e.name,)
+                where = f"the {shape.get('scenario')} report" if root else e.where
+                why = f"{c.text!r}: {where} has no {e.name!r}"
+                close = difflib.get_close_matches(e.name, e.known, n=3, cutoff=0.6)
+                if root and e.name in elsewhere:
+                    why += f" ({e.name!r} is in {elsewhere[e.name]} reports, not this kind's)"
+                if close:
+                    why += f"; did you mean {' or '.join(close)}?"
+                problems.append(Problem(c.source, "checks", why + " (docs/report-json.md)"))
+            except (KeyError, IndexError):
+                pass  # an index past the shape's one point, a value that is null before any window
+    if problems:
+        raise ConfigError(problems)
 
 
 def resolve(operand: Operand, report: Mapping[str, Any]) -> list[_Value]:

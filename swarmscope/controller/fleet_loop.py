@@ -88,6 +88,15 @@ class AioServerThread:
         port = int(started.get("port", 0))
         if err is not None or port == 0:
             self.stop(0)
+            from swarmscope.core.errors import SetupError
+            from swarmscope.core.sys.ports import check_free
+
+            host, _, p = bind.rpartition(":")
+            try:  # grpc says "Failed to bind": say whether the port is taken, and by whom
+                if p.isdigit():
+                    check_free(host.strip("[]"), int(p), "probes (gRPC)", "grpc_bind; a relay: --bind")
+            except SetupError as taken:  # a FleetError: the fleet process sends those back whole
+                raise FleetError(str(taken)) from err
             raise FleetError(f"cannot listen on {bind} for probes: {err or 'address in use?'}") from err
         return port
 

@@ -17,6 +17,7 @@ Names (``<metric>`` is the run's counted thing, e.g. ``exec``):
 
 from __future__ import annotations
 
+import errno
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,7 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from swarmscope.controller.model import IterationResult, RunInfo
+from swarmscope.core.errors import SetupError
 from swarmscope.core.events import RunEvents
+from swarmscope.core.sys.ports import port_in_use
 
 
 class RunMetrics:
@@ -116,7 +119,12 @@ class RunMetrics:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise port_in_use("Prometheus metrics", f"{host}:{port}", "metrics_port") from e
+            raise SetupError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from e
         threading.Thread(target=self._server.serve_forever, daemon=True, name="metrics").start()
         return int(self._server.server_address[1])
 

@@ -85,6 +85,12 @@ def _compare(args: argparse.Namespace) -> int:
     from swarmscope.controller.compare import compare, compare_plot, dumps, render_compare
 
     a, b = _report(args.run_a, args), _report(args.run_b, args)
+    if a.get("scenario") != b.get("scenario"):  # figures of two kinds share names, not meaning
+        raise ResultsError(
+            f"{a['run_id']} ({a.get('scenario')}) and {b['run_id']} ({b.get('scenario')}) are runs "
+            "of two kinds: their figures do not compare. Compare two runs of one kind (`swarmscope ls` shows "
+            "each run's scenario)."
+        )
     cmp = compare(a, b)
     if not args.no_plot:
         path = args.plot or os.path.join(args.out, f"compare-{a['run_id']}-{b['run_id']}.png")

@@ -269,9 +269,12 @@ class Schema:
         sets: Iterable[str] = (),
         data: Mapping[str, Any] | None = None,
         text: str | None = None,
+        set_labels: Mapping[str, str] | None = None,
     ) -> Config:
         """``text`` is the file's content when the caller has read it already (the file is
-        read once per run); ``file`` still names it in every problem's location."""
+        read once per run); ``file`` still names it in every problem's location. ``set_labels``
+        names the option a ``sets`` key came from (``{"iterations": "--ss-iterations"}``), so a
+        problem and ``--explain`` name it instead of ``--set``."""
         problems: list[Problem] = []
         values = {k: f.default for k, f in self.fields.items()}
         sources = dict.fromkeys(self.fields, "default")
@@ -319,6 +322,8 @@ class Schema:
             for key, raw_value in layer.items():
                 f = self.fields.get(key)
                 src = f"env {f.env_var}" if (source == "env" and f) else source
+                if source == "--set" and set_labels:
+                    src = set_labels.get(key, src)
                 if key in key_lines and source == os.fspath(file or ""):
                     src = f"{source}:{key_lines[key]}"  # file:line, where the key is written
                 if f is None:

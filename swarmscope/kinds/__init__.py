@@ -61,10 +61,19 @@ def kind_name(
         try:
             raw = yaml.safe_load(text if text is not None else read_text(path)) or {}
         except (OSError, yaml.YAMLError):
-            raw = {}  # the schema load reports the read/parse problem with its location
+            return "exec_storm"  # any kind's schema load reports the read/parse problem, located
         if isinstance(raw, dict) and raw.get("scenario"):
             return str(raw["scenario"])
-    return "exec_storm"
+        return _no_kind(path, "the file names no kind: add a line `scenario: <kind>`")
+    return _no_kind("command line", "no scenario file: give one (e.g. scenarios/exec_storm.yaml)")
+
+
+def _no_kind(source: str, what: str) -> str:
+    """A run must name its kind: no default, so a forgotten line is not a silent exec storm."""
+    from swarmscope.core.errors import ConfigError, Problem
+
+    kinds = ", ".join(KINDS)
+    raise ConfigError([Problem(source, "scenario", f"{what}, or --set scenario=<kind> ({kinds})")])
 
 
 # path -> content: a process reads its scenario file once (``swarmscope controller`` validates it,

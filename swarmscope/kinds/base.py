@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
 
-from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
+from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowOutcome
 from swarmscope.controller.options import COMMON_FIELDS, RunConfig
 from swarmscope.controller.tables import (
     THREE_NUMBER_COLUMNS,
@@ -115,6 +115,38 @@ class Kind(Generic[C]):
         Called once at the end of a run, also a failed one (with what was measured)."""
         return {}
 
+    # Sections its reports have beyond those of a run with no window (``sections(cfg, [])``):
+    # checks may name them before the run (``report_shape``).
+    section_names: ClassVar[tuple[str, ...]] = ()
+
+    def report_shape(self, cfg: C) -> dict[str, Any]:
+        """A report of this kind with one point of one window and its sections as a run with no
+        window has them (the names ``section_names`` adds are open: any path below them goes):
+        what ``--check`` paths are validated against before the run (controller.checks)."""
+        import tempfile
+
+        from swarmscope.controller.model import NodeCount
+        from swarmscope.controller.report import build_report
+        from swarmscope.controller.store import ResultStore
+
+        with tempfile.TemporaryDirectory(prefix="swarmscope-shape-") as tmp:
+            run = RunInfo("shape", self.name, self.metric, cfg.as_dict(), 0, tmp)
+            point = (self.points(cfg) or [PointInfo(0, {}, 1)])[0]
+            with ResultStore(f"{tmp}/shape.sqlite") as store:
+                store.save_run(run)
+                store.save_point(run.run_id, point)
+                store.save_iteration(
+                    IterationResult(
+                        run.run_id, point.index, point.params, 1, "w", 0, 1, [NodeCount("n1", 1, 1, 1, 0)], 0
+                    )
+                )
+                for name, data in self.sections(cfg, [], tmp).items():
+                    store.add_section(run.run_id, name, data)
+                shape = build_report(store, run.run_id)
+        for name in self.section_names:
+            shape.setdefault(name, _Open())
+        return shape
+
     def register_renderers(self) -> None:
         """Register the HTML renderers of the kind's sections (controller.report)."""
 
@@ -145,6 +177,10 @@ class Kind(Generic[C]):
         return None
 
     # -- worker side ----------------------------------------------------------------------
+    def prepare(self, cfg: C) -> None:
+        """Build or fetch what a run of ``cfg`` needs (k6, ig) before any window opens; called
+        once by the controller's process, before its probe and workers start."""
+
     def make_driver(self, cfg: C, sim_nodes: int, prefix: str) -> Any:
         """The worker-side driver (workers.driver.Driver) with ``sim_nodes`` simulated nodes,
         or the real node this worker runs on when ``sim_nodes`` is 0 (a cluster)."""
@@ -153,3 +189,13 @@ class Kind(Generic[C]):
     def free_run_nodes(self, cfg: C) -> int:
         """Simulated nodes per worker in a plain ``locust -f`` run."""
         return 1
+
+
+class _Open(dict[str, Any]):
+    """A section whose content is known only once windows ran: every name is in it."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> Any:
+        return _Open()

@@ -75,8 +75,12 @@ def check(import_bcc: bool = True, tracing: bool = True) -> None:
     pod none is, and the mount attempt is a subprocess, which gevent refuses in the native
     thread the worker compiles in ("child watchers are only available on the default loop")."""
     missing: list[str] = []
+    from swarmscope.core.sys.caps import HOW, missing_bpf_caps
+
     if os.geteuid() != 0:
         missing.append("root (or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE): run as root")
+    elif missing_bpf_caps(tracing):  # uid 0 without them: EPERM, which BCC says "Failed to compile"
+        missing.append(f"the capabilities {' + '.join(missing_bpf_caps(tracing))}: {HOW}")
     try:
         if import_bcc:
             import bcc  # noqa: F401

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmscope.core.errors import SetupError
+from swarmscope.core.paths import TOOLS as REPO_TOOLS
+from swarmscope.core.sys.gobuild import build_script, tool_binary
 
 SECCOMP = "tracepoint:raw_syscalls:sys_enter /cgroup == CG/ { @syscalls[args->id] = count(); }"
 OPEN = " ".join(
@@ -49,10 +51,17 @@ START_TIMEOUT_S = 60.0
 IG_VERSION = os.environ.get("SWARMSCOPE_IG_VERSION", "v0.35.0")
 
 
-def ig_path() -> Path:
-    """Where tools/build_ig.sh caches ig (the exec tracer preset builds it on first use)."""
+def ig_binary(build: bool = True) -> Path:
+    """The cached ``ig`` (tools/build_ig.sh's); built on first use when ``build`` (2-4 min, a
+    progress line on stderr), by the kinds' ``prepare`` before any window: ``ig-open`` here
+    and the exec storm's ``tracer: ig`` (controller/tracers/presets.py)."""
     cache = Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope"))
-    return cache / "tools" / f"ig-{IG_VERSION}" / "ig"
+    path = cache / "tools" / f"ig-{IG_VERSION}" / "ig"
+    if not build and not (path.is_file() and os.access(path, os.X_OK)):
+        raise SetupError(f"ig {IG_VERSION} is not built ({path}): run tools/build_ig.sh")
+    script = build_script("ig", REPO_TOOLS / "build_ig.sh")
+    env = {**os.environ, "IG_VERSION": IG_VERSION}
+    return Path(tool_binary(f"Inspektor Gadget ig {IG_VERSION}", path, [script], "2-4 min", env=env))
 
 
 @dataclass
@@ -74,9 +83,7 @@ def _argv(name: str, cgroup_id: int) -> list[str]:
             raise SetupError("bpftrace is not installed: run tools/setup.sh (Debian package bpftrace)")
         return [bt, "-B", "line", "-e", SCRIPTS[name][0].replace("CG", str(int(cgroup_id)))]
     if name == "ig-open":
-        ig = ig_path()
-        if not ig.is_file():
-            raise SetupError(f"ig {IG_VERSION} is not built ({ig}): run tools/build_ig.sh")
+        ig = ig_binary()
         return ["unshare", "--pid", "--fork", "--mount-proc", str(ig), "trace", "open", "--host"]
     raise SetupError(f"unknown eBPF tool {name!r}; known: {', '.join(TOOLS)}")
 

@@ -35,6 +35,7 @@ import psutil
 from swarmscope.core.errors import LoadGenError, SetupError
 from swarmscope.core.paths import SCENARIOS, TOOLS
 from swarmscope.core.sys import owners
+from swarmscope.core.sys.gobuild import build_script, tool_binary
 from swarmscope.workers.http_stats import StepRecorder
 
 SCRIPT = SCENARIOS / "ingress_flood.js"
@@ -43,20 +44,19 @@ K6_VERSION = "v1.8.1"
 
 def k6_binary(build: bool = True, swarmscope: bool = True) -> str:
     """Path of the cached k6 (with swarmscope's output unless ``swarmscope=False``: upstream k6);
-    builds it with tools/build_k6.sh when missing and ``build``."""
-    script = [str(TOOLS / "build_k6.sh"), *(["--swarmscope"] if swarmscope else [])]
+    builds it with tools/build_k6.sh (or ``$SWARMSCOPE_BUILD_K6``) when missing and ``build``,
+    with a progress line. Called at set-up, before any window (the kind's ``prepare``)."""
+    script = [build_script("k6", TOOLS / "build_k6.sh"), *(["--swarmscope"] if swarmscope else [])]
     env = {**os.environ, "K6_VERSION": K6_VERSION}
     try:
         cached = subprocess.run([*script, "--path"], check=True, capture_output=True, text=True, env=env)
-        path = Path(cached.stdout.strip())
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-        if not build:
-            raise SetupError(f"k6 not built: run {' '.join(script)} (expects {path})")
-        out = subprocess.run(script, check=True, capture_output=True, text=True, env=env)
-    except subprocess.CalledProcessError as e:
-        raise SetupError(f"building k6 failed: {e.stderr.strip()[-2000:]}") from e
-    return out.stdout.strip().splitlines()[-1]
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SetupError(f"cannot locate k6 with {script[0]}: {getattr(e, 'stderr', '') or e}") from e
+    path = Path(cached.stdout.strip())
+    if not build and not (path.is_file() and os.access(path, os.X_OK)):
+        raise SetupError(f"k6 not built: run {' '.join(script)} (expects {path})")
+    what = f"k6 {K6_VERSION}" + (" with swarmscope's output" if swarmscope else "")
+    return tool_binary(what, path, script, "4.5 min on 2 cores", env=env)
 
 
 @dataclass
@@ -103,10 +103,11 @@ def run_k6(
     keep_timeline: bool = False,
     script: Path = SCRIPT,
     iterations: list[int] | None = None,
+    k6: str = "",
 ) -> K6Result:
     """Run k6 over ``steps``; with ``iterations`` (boom's -n, closed model) each step sends exactly
     that many requests (k6's shared-iterations executor), ``step_duration_s`` being its limit."""
-    k6 = k6_binary()
+    k6 = k6 or k6_binary()  # the driver passes the one it found or built at set-up
     out_dir = Path(out_dir or ".")
     out_dir.mkdir(parents=True, exist_ok=True)
     points, summary = out_dir / "k6-points.txt", out_dir / "k6-summary.json"

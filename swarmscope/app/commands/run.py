@@ -43,14 +43,15 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from swarmscope.kinds import load_scenario, scenario_text
+    from swarmscope.kinds import load_scenario
 
     sets = list(args.sets) + ([f"out={args.out}"] if args.out else [])
     kind, cfg = load_scenario(args.scenario_file, sets)
-    from swarmscope.controller.checks import EXIT_CODE, failed, from_config, render_results
+    from swarmscope.app.locust_checks import load_checks
+    from swarmscope.controller.checks import EXIT_CODE, failed, render_results
 
-    checks = from_config(cfg, args.checks, read=scenario_text)  # invalid ones: a ConfigError, exit 2
-    cfg = cfg.replace(checks=[c.text for c in checks] or None)  # the report shows every one
+    # Invalid ones, or paths the kind's report lacks: a ConfigError (exit 2) before the run.
+    checks, cfg = load_checks(kind, cfg, args.checks)  # cfg with every check: the report shows them
     if args.explain:
         _explain(kind, cfg)
         return 0

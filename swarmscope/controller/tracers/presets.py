@@ -1,7 +1,7 @@
 """Ready-made command tracers: Debian's bpftrace and Inspektor Gadget's ``ig`` v0.35.
 
     tracer = make_tracer({"tracer": "bpftrace"})   # exec tracer filtered to the window's cgroups
-    tracer = make_tracer({"tracer": "ig"})         # builds ig once (tools/build_ig.sh, cached)
+    tracer = make_tracer({"tracer": "ig"})         # ig built by the kind's prepare (targets/ebpf_tools)
 
 Both are the ``command`` adapter with a command line and a way to attribute lines; any
 ``tracer_command`` / ``tracer_match`` / ``tracer_json_field`` in the scenario overrides the
@@ -20,17 +20,13 @@ denied otherwise, docs/platform.md#tracers-and-lost-events).
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from swarmscope.controller.tracers.base import NodeKey, TracerConfig, register_tracer
 from swarmscope.controller.tracers.command import CommandTracer, build_command
 from swarmscope.core.errors import SetupError
-from swarmscope.core.paths import TOOLS
-
-IG_VERSION = os.environ.get("SWARMSCOPE_IG_VERSION", "v0.35.0")
+from swarmscope.targets.ebpf_tools import ig_binary
 
 BPFTRACE_PROGRAM = 'tracepoint:sched:sched_process_exec { printf("%s %llu\\n", comm, cgroup); }'
 # comm may contain spaces; the cgroup id is the last field.
@@ -43,33 +39,6 @@ def bpftrace_binary() -> str:
     if not path:
         raise SetupError("bpftrace is not installed: run tools/setup.sh (Debian package bpftrace)")
     return path
-
-
-def ig_binary(build: bool = True) -> Path:
-    """The cached ``ig`` binary; built by tools/build_ig.sh when missing (2-4 min, once)."""
-    cache = Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope"))
-    path = cache / "tools" / f"ig-{IG_VERSION}" / "ig"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    if not build:
-        raise SetupError(f"ig {IG_VERSION} is not built: run tools/build_ig.sh")
-    script = TOOLS / "build_ig.sh"
-    try:
-        out = subprocess.run(
-            [str(script)],
-            env={**os.environ, "IG_VERSION": IG_VERSION},
-            capture_output=True,
-            text=True,
-            timeout=1200,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        tail = getattr(e, "stderr", "") or ""
-        raise SetupError(f"building ig {IG_VERSION} with {script} failed: {e}\n{tail[-2000:]}") from e
-    built = Path(out.stdout.strip().splitlines()[-1])
-    if not built.is_file():
-        raise SetupError(f"{script} did not produce {built}")
-    return built
 
 
 def bpftrace_argv() -> list[str]:

@@ -73,7 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     schema = Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check], cls=TracerConfig)
-    cfg = schema.load(sets=[f"tracer={args.tracer}", *args.set])
+    named = any(s.startswith("tracer=") for s in args.set)  # --set tracer= wins, and is named so
+    cfg = schema.load(
+        sets=[f"tracer={args.tracer}", *args.set], set_labels={} if named else {"tracer": "--tracer"}
+    )
     assert isinstance(cfg, TracerConfig)
     tracer = make_tracer(cfg)
     if tracer is None:

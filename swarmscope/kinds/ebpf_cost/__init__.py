@@ -147,6 +147,12 @@ class EbpfCost(Kind[EbpfCostConfig]):
         return "\nebpf cost\n" + str(text) if text else None  # in the write-up's columns
 
     # -- worker side ----------------------------------------------------------------------
+    def prepare(self, cfg: EbpfCostConfig) -> None:
+        if "ig-open" in cfg.tools:
+            from swarmscope.targets.ebpf_tools import ig_binary
+
+            ig_binary()
+
     def make_driver(self, cfg: EbpfCostConfig, sim_nodes: int, prefix: str) -> Any:
         from swarmscope.workers.ebpf_cost import CostDriver
 

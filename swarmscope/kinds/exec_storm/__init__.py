@@ -189,6 +189,12 @@ class ExecStorm(Kind[ExecStormConfig]):
         import swarmscope.kinds.exec_storm.report  # noqa: F401  (registers "exec_storm")
 
     # -- worker side ----------------------------------------------------------------------
+    def prepare(self, cfg: ExecStormConfig) -> None:
+        if cfg.tracer == "ig" and not cfg.tracer_command:
+            from swarmscope.targets.ebpf_tools import ig_binary
+
+            ig_binary()
+
     def make_driver(self, cfg: ExecStormConfig, sim_nodes: int, prefix: str) -> Any:
         import os
 

@@ -133,6 +133,12 @@ class IngressFlood(Kind[IngressConfig]):
         return live.summary(report)
 
     # -- worker side ----------------------------------------------------------------------
+    def prepare(self, cfg: IngressConfig) -> None:
+        if cfg.engine == "k6":
+            from swarmscope.workers.k6 import k6_binary
+
+            k6_binary()
+
     def make_driver(self, cfg: IngressConfig, sim_nodes: int, prefix: str) -> Any:
         from swarmscope.kinds.ingress_flood.driver import IngressDriver
 

@@ -74,7 +74,16 @@ class IngressDriver:
         # iperf3 between host and the local target's namespace, once per run before any load;
         # sent with the first window's results (None: not measured).
         self.network_baseline: dict[str, Any] | None = None
-        if self.index == 0:
+        # k6 is found (or built, with a progress line) now, at set-up: never inside a window.
+        self.k6 = ""
+        if cfg.engine == "k6":
+            from swarmscope.workers.k6 import k6_binary
+
+            try:
+                self.k6 = k6_binary()
+            except SwarmscopeError as e:
+                self.error = str(e)
+        if self.index == 0 and not self.error:
             self._set_up_target()
 
     def _set_up_target(self) -> None:
@@ -355,7 +364,7 @@ class IngressDriver:
             res = run_k6(
                 self.base_url + self.cfg.path, [step], dur, "open" if openm else "closed", out,
                 max_vus=users, keep_timeline=load.recorder.keep_timeline,
-                iterations=None if budget is None else [budget],
+                iterations=None if budget is None else [budget], k6=self.k6,
             )  # fmt: skip
         finally:
             shutil.rmtree(out, ignore_errors=True)

@@ -145,6 +145,7 @@ class NeighborWrites(Kind[NeighborConfig]):
     metric = "neighbors"
     description = "neighbor entries control plane -> XDP map; per-entry latency on the kernel's clock"
     config_cls = NeighborConfig
+    section_names = ("neighbors",)  # written only from windows' results
 
     def fields(self) -> list[Field]:
         return list(NEIGHBOR_FIELDS)
