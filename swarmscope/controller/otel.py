@@ -84,6 +84,7 @@ class RunSpans:
         self.run_span: trace.Span | None = None
         self.point_spans: dict[int, trace.Span] = {}
         self.iter_spans: dict[str, trace.Span] = {}
+        self.set_up_named = False  # the "set up" span, before the first point, is drawn once
         self.trace_id = 0
         self.remote: list[bytes] = []  # spans workers and probes sent back (OTLP request bytes)
         self._remote_lock = threading.Lock()
@@ -114,6 +115,13 @@ class RunSpans:
         return trace.set_span_in_context(span) if span is not None else None
 
     def on_point_started(self, run: RunInfo, point: PointInfo, **_: Any) -> None:
+        if not self.set_up_named and self.run_span is not None:
+            self.set_up_named = True
+            # What came before the first point, named: the probes, the workers and the system
+            # under test being set up (otherwise an unexplained gap at the trace's start).
+            self.tracer.start_span(
+                "set up", context=self._ctx(self.run_span), start_time=run.started_ns
+            ).end()
         label = " ".join(f"{k}={v}" for k, v in point.params.items()) or str(point.index)
         attrs = {f"swarmscope.{k}": v for k, v in point.params.items() if isinstance(v, int | float | str)}
         self.point_spans[point.index] = self.tracer.start_span(

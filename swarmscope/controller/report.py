@@ -179,7 +179,7 @@ def render_console(report: dict[str, Any]) -> str:
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
-table{border-collapse:collapse;margin:.5em 0 1em}
+table{border-collapse:collapse;margin:.5em 0 1em;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;font-variant-numeric:tabular-nums}
 th{background:#f3f3f3}td.l,th.l{text-align:left}
 .flag{color:#b00020;font-weight:600}.ok{color:#2a7d3f}
@@ -384,7 +384,10 @@ def render_html(
         hdr = ["iteration", "generated", "kernel", "reported", "loss %", "tracer lost", "flags"]
         out.append(f"<details><summary>iterations</summary>{_table(hdr, its, 'iterations')}</details>")
     for name, part in sections:
-        out.append(f"<h2>{_e(name)}</h2>")
+        if not part.html.strip() and not part.plots:
+            continue  # an empty section (no faults struck): no heading over nothing
+        if not part.html.lstrip().startswith("<h2"):  # a renderer's own heading is the section's
+            out.append(f"<h2>{_e(name)}</h2>")
         frag = part.html
         for plot in part.plots:
             marker = "{plot:" + plot.filename + "}"

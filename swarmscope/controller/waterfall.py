@@ -71,6 +71,19 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms"
 
 
+def _ticks(span_ns: int) -> list[tuple[int, str]]:
+    """Round time-axis ticks over ``span_ns`` (a 1-2-5 step, at most 8 of them), labelled in the
+    unit the step is counted in: ``0 s  1 s  2 s`` or ``0 ms  200 ms  400 ms``."""
+    step = 1_000  # ns
+    while span_ns / step > 8:
+        for m in (2, 2.5, 2):  # 1 -> 2 -> 5 -> 10 (x the decade)
+            step = int(step * m)
+            if span_ns / step <= 8:
+                break
+    unit, div = ("s", 1e9) if step >= 1e9 else ("ms", 1e6) if step >= 1e6 else ("µs", 1e3)
+    return [(t, f"{t / div:g} {unit}") for t in range(0, span_ns + 1, step)]
+
+
 def _colour(service: str, seen: dict[str, str]) -> str:
     if service not in seen:
         seen[service] = COLOURS.get(service) or OTHER[len(seen) % len(OTHER)]
@@ -94,12 +107,12 @@ def render(doc: dict[str, Any]) -> str:
         f'<svg class="waterfall" xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + CHART_W + 10}" '
         f'height="{height}" font-family="sans-serif" font-size="11">'
     ]
-    for i in range(6):  # the time axis: six ticks from the trace's first start
-        x = LABEL_W + CHART_W * i / 5
+    for t, label in _ticks(t1 - t0):  # the time axis, from the trace's first start
+        x = LABEL_W + t * scale
+        anchor = "end" if x > LABEL_W + CHART_W - 20 else "start" if t == 0 else "middle"
         out.append(
             f'<line x1="{x:.1f}" y1="{AXIS_H - 6}" x2="{x:.1f}" y2="{height}" stroke="#ddd"/>'
-            f'<text x="{x:.1f}" y="{AXIS_H - 10}" text-anchor="{"end" if i == 5 else "middle"}" fill="#555">'
-            f"{e(_ms((t1 - t0) * i / 5))}</text>"
+            f'<text x="{x:.1f}" y="{AXIS_H - 10}" text-anchor="{anchor}" fill="#555">{e(label)}</text>'
         )
     seen: dict[str, str] = {}
     marks = 0
@@ -144,7 +157,7 @@ def render(doc: dict[str, Any]) -> str:
     ids = sorted({s["traceId"] for _, s in rows})
     return (
         f"<p>Trace <code>{e(', '.join(ids))}</code>: {len(rows)} spans on one time axis "
-        f"(0 = {e(_ms(0))} at the first span's start), nested by parent; "
+        f"(0 at the first span's start), nested by parent; "
         f'<span style="color:#d62728">&#9660;</span> marks are the kernel events on the probe\'s window '
         f"spans. {legend}" + (f" ({'; '.join(notes)})" if notes else "") + "</p>"
         f'<div id="waterfall" style="overflow-x:auto">{"".join(out)}</div>'
