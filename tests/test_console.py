@@ -42,7 +42,7 @@ def test_progress_lines_per_kind() -> None:
     assert p.line(r, elapsed_s=30.4) == (
         "[users=10 iter 1] 1/2 eta 30s | Requests 500, Req/s 98.0, Failures 2, p50 ms 1.23, p90 ms 2.00, "
         "p99 ms 10.00, "
-        "Proxy CPU % 12.3, Proxy RSS KiB 18468"
+        "Proxy CPU % 12.3, Proxy RSS KiB 18,468"
     )
     p = IterationPrinter(get_kind("neighbor_writes"), total=0, out=out)  # a free run: no plan, no eta
     r = _result({"neighbors": 1000, "mode": "list_program"}, [NodeCount("n1", 1000, 1000, 1000)],
@@ -50,7 +50,7 @@ def test_progress_lines_per_kind() -> None:
     p(result=r)
     assert out.getvalue() == (
         "[neighbors=1000 mode=list_program iter 1] | µs / neighbor 1.226, Arion µs / neighbor 9.500, "
-        "p99 µs 1226.3, Entries written 1000, Batch p99 ms -\n"
+        "p99 µs 1,226.3, Entries written 1,000, Batch p99 ms -\n"
     )
 
 
@@ -59,15 +59,16 @@ def test_kind_summary_from_report_sections() -> None:
     assert kind_summary(ingress) == (
         "\ningress steps\n"
         "  Step  Load      Requests  Req/s  Failures  p50 ms  p90 ms  p99 ms  Proxy CPU %  Proxy RSS KiB\n"
-        "     0  users=10       500   98.0         2    1.23    2.00   10.00         12.3          18468\n"
-        "     1  users=20       500   98.0         2    1.23    2.00   10.00         12.3          18468"
+        "     0  users=10       500   98.0         2    1.23    2.00   10.00         12.3         18,468\n"
+        "     1  users=20       500   98.0         2    1.23    2.00   10.00         12.3         18,468"
     )
     nb = {"scenario": "neighbor_writes", "sections": {"neighbors": {"points": [POINT]}}}
     assert kind_summary(nb) == (
         "\nneighbor sweep\n"
-        "  Neighbors  Mode          µs / neighbor  Arion µs / neighbor  p99 µs  Entries written"
+        "  Neighbors  Mode          µs / neighbor  Arion µs / neighbor   p99 µs  Entries written"
         "  Batch p99 ms\n"
-        "       1000  list_program          1.226                9.500  1226.3             1000             -"
+        "      1,000  list_program          1.226                9.500  1,226.3            1,000"
+        "             -"
     )
     assert kind_summary({"scenario": "exec_storm", "sections": {}}) is None
     assert text_table([("a", "A")], []) == "  A"
@@ -82,12 +83,12 @@ def test_ingress_run_prints_progress_and_summary(tmp_path: pathlib.Path) -> None
     assert p.returncode == 0, p.stderr[-3000:]
     steps = json.loads((only_run_dir(out) / "report.json").read_text())["sections"]["steps"]
     lines = re.findall(
-        r"^\[users=(\d+) iter 1\] (\d)/2 eta \d+s \| Requests (\d+), Req/s ([\d.]+), Failures (\d+), ",
+        r"^\[users=(\d+) iter 1\] (\d)/2 eta \d+s \| Requests ([\d,]+), Req/s ([\d.,]+), Failures ([\d,]+), ",
         p.stderr,
         re.M,
     )
     assert lines == [
-        (str(s["users"]), str(i + 1), str(s["requests"]), f"{s['rps']:.1f}", str(s["failures"]))
+        (str(s["users"]), str(i + 1), f"{s['requests']:,}", f"{s['rps']:,.1f}", f"{s['failures']:,}")
         for i, s in enumerate(steps)
     ]
     summary = p.stdout.split("\ningress steps\n")[1].splitlines()
@@ -95,7 +96,7 @@ def test_ingress_run_prints_progress_and_summary(tmp_path: pathlib.Path) -> None
                                   "p99", "ms", "Proxy",
                                   "CPU", "%", "Proxy", "RSS", "KiB"]  # fmt: skip
     for s, row in zip(steps, summary[1:], strict=True):
-        assert row.split()[:8] == [str(s["step"]), f"users={s['users']}", str(s["requests"]),
-                                   f"{s['rps']:.1f}", str(s["failures"]),
+        assert row.split()[:8] == [str(s["step"]), f"users={s['users']}", f"{s['requests']:,}",
+                                   f"{s['rps']:,.1f}", f"{s['failures']:,}",
                                    f"{s['latency_ms']['p50']:.2f}", f"{s['latency_ms']['p90']:.2f}",
                                    f"{s['latency_ms']['p99']:.2f}"]  # fmt: skip

@@ -148,8 +148,8 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
         [
             "0.1",
             n["node"],
-            str(n["generated"]),
-            str(n["kernel"]),
+            f"{n['generated']:,}",
+            f"{n['kernel']:,}",
             "-",
             "-",
             "yes" if n["harness_ok"] else "MISMATCH",
@@ -181,15 +181,17 @@ def test_ingress_flood_tab_equals_report(tmp_path: pathlib.Path) -> None:
     proxy = it["extra"]["proxy"]
 
     def f(v: float | None, d: int) -> str:
-        return "-" if v is None else f"{v:.{d}f}"
+        return "-" if v is None else f"{v:,.{d}f}"
 
     want = []
     for s in steps:
         p = s.get("proxy") or proxy or {}
         lat = s["latency_ms"]
         load = f"users={s['users']}" if "users" in s else f"rate={s['rate']}"
-        want.append([str(s["step"]), load, str(s["requests"]), f(lat["p50"], 2), f(lat["p90"], 2),
-                     f(lat["p99"], 2), f(p.get("cpu_pct"), 1), f(p.get("rss_kib_max"), 0)])  # fmt: skip
-    head = ["Step", "Load", "Requests", "p50 ms", "p90 ms", "p99 ms", "Proxy CPU %", "Proxy RSS KiB"]
+        want.append([str(s["step"]), load, f"{s['requests']:,}", f(s["rps"], 1), f"{s['failures']:,}",
+                     f(lat["p50"], 2), f(lat["p90"], 2), f(lat["p99"], 2), f(p.get("cpu_pct"), 1),
+                     f(p.get("rss_kib_max"), 0)])  # fmt: skip
+    head = ["Step", "Load", "Requests", "Req/s", "Failures", "p50 ms", "p90 ms", "p99 ms", "Proxy CPU %",
+            "Proxy RSS KiB"]  # fmt: skip
     assert tab == [head, *want], png
-    assert int(want[0][2]) > 0
+    assert steps[0]["requests"] > 0

@@ -19,7 +19,7 @@ def _result(per_node: list[NodeCount], extra: dict, iteration: int = 1) -> Itera
 def test_exec_rows() -> None:
     r = _result([NodeCount("n1", 4000, 4000, 3990), NodeCount("n2", 10, 11, None)], {})
     assert three_number_rows([r]) == [
-        {"window": "0.1", "node": "n1", "generated": "4000", "kernel": "4000", "reported": "3990",
+        {"window": "0.1", "node": "n1", "generated": "4,000", "kernel": "4,000", "reported": "3,990",
          "loss": "0.2500", "harness": "yes"},
         {"window": "0.1", "node": "n2", "generated": "10", "kernel": "11", "reported": "-",
          "loss": "-", "harness": "MISMATCH"},
@@ -38,7 +38,7 @@ def test_ingress_rows() -> None:
     )
     assert get_kind("ingress_flood").live_rows([r]) == [
         {"step": "0", "load": "users=10", "requests": "500", "rps": "50.0", "failures": "0", "p50": "1.23",
-         "p90": "2.00", "p99": "10.00", "cpu": "12.3", "rss": "18468"},
+         "p90": "2.00", "p99": "10.00", "cpu": "12.3", "rss": "18,468"},
         {"step": "1", "load": "rate=200", "requests": "900", "rps": "-", "failures": "-", "p50": "3.00",
          "p90": "4.00", "p99": "5.00", "cpu": "7.0", "rss": "100"},
     ]  # fmt: skip
@@ -52,10 +52,10 @@ def test_neighbor_rows_and_open_window() -> None:
         [_result([], {"neighbors": pt}), _result([], {"locust": free}, 2)]
     )
     assert rows == [
-        {"neighbors": "1000000", "mode": "list_program", "perneighbor": "0.812", "arion": "1.000",
-         "p99": "1234.6", "entries": "1000000", "batchp99": "-"},
+        {"neighbors": "1,000,000", "mode": "list_program", "perneighbor": "0.812", "arion": "1.000",
+         "p99": "1,234.6", "entries": "1,000,000", "batchp99": "-"},
         {"neighbors": "-", "mode": "locust -f", "perneighbor": "-", "arion": "-", "p99": "-",
-         "entries": "5000", "batchp99": "3.25"},
+         "entries": "5,000", "batchp99": "3.25"},
     ]  # fmt: skip
     proc = SimpleNamespace(kind=get_kind("neighbor_writes"), controller=None, run=None)
     data = live(proc, WindowInfo("r", "w9", 0, 3, []))

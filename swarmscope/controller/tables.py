@@ -29,11 +29,16 @@ THREE_NUMBER_COLUMNS: Columns = [
 
 
 def num(v: Any, digits: int | None = None) -> str:
-    """A cell: "-" for none, floats to ``digits`` places, the rest as they are."""
+    """A cell as the CLI prints numbers: "-" for none, thousands separated, floats to ``digits``
+    places (``12,345``, ``3,013.0``); anything else as it is."""
     if v is None:
         return "-"
+    if isinstance(v, bool):
+        return str(v)
     if isinstance(v, float) and digits is not None:
-        return f"{v:.{digits}f}"
+        return f"{v:,.{digits}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
     return str(v)
 
 
@@ -73,7 +78,7 @@ def three_number_cells(result: Any) -> str:
 
 def _is_number(cell: str) -> bool:
     try:
-        float(cell)
+        float(cell.replace(",", ""))
     except ValueError:
         return cell == "-"
     return True
