@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from agent_helpers import TOKEN, TestController, serve_controller
-from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
+from probe_helpers import exec_in_cgroup, map_updates_in_cgroup, probe_cli, temp_cgroup
 
 from swarmscope.app import lifecycle
 from swarmscope.core.sys import bpf, owners
@@ -143,15 +143,35 @@ def test_failed_load_leaves_no_pin_dir_and_no_claim() -> None:
     assert not [e for e in os.listdir(pinned.PIN_ROOT) if e.startswith(f"ss-probe-{os.getpid()}-no_such")]
 
 
-def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
-    from swarmscope.core.errors import ConfigError
-    from swarmscope.probes.programs.light import NOT_LIGHT, light_factory
-
-    with pytest.raises(ConfigError) as e:
-        light_factory(["exec_count", "flow_count", "map_update"])
-    assert [p.key for p in e.value.problems] == ["flow_count", "map_update"]
-    assert all("use --mode full" in p.reason for p in e.value.problems)
-    assert set(NOT_LIGHT) == {"flow_count", "map_update"}
+@pytest.mark.root
+@pytest.mark.bpf
+def test_map_update_samples_come_from_the_pinned_ring_buffer_without_bcc(controller) -> None:
+    """map_update in nodes mode: the calls of the node's cgroup, exactly, with one sample per
+    call read from the pinned ring buffer through libbpf (no BCC in the long-lived probe)."""
+    ctl, addr = controller
+    n, m = 13, 250
+    args = ["--controller", addr, "--node", "mu-node", "--mode", "light", "--programs", "map_update"]
+    env = {"SWARMSCOPE_TOKEN": TOKEN, "SWARMSCOPE_MAP_UPDATE_NODES": "1"}
+    with probe_cli(args, env) as proc:
+        ctl.wait_for("heartbeat", timeout=60)
+        maps = _mapped(proc.pid)
+        assert "libLLVM" not in maps and "libbcc" not in maps and "libclang" not in maps
+        with temp_cgroup("mu") as cg:
+            node = pb.NodeInfo(name="mu-node", cgroup_id=cgroup_id(cg))
+            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w1", nodes=[node]))
+            assert ctl.wait_for("ack").ack.ok
+            with map_updates_in_cgroup(cg, n, m) as (pid, mid):
+                time.sleep(0.3)  # > poll_s: the pump resolved the fd while the child holds it
+                ctl.send(close=pb.CloseWindow(run_id="r", window_id="w1"))
+                (r,), _done = ctl.window_result()
+        assert r.error == ""
+        assert (r.counters["map_update.calls"], r.counters["map_update.entries"]) == (n + 1, n + m)
+        assert r.counters[f"map_update.map.{mid}.entries"] == n + m
+        assert [s.value for s in r.samples] == [1] * n + [m]
+        assert {(s.labels["pid"], s.labels["map_id"]) for s in r.samples} == {(str(pid), str(mid))}
+        ctl.send(shutdown=pb.Shutdown(reason="test over"))
+        assert proc.wait(timeout=15) == 0
+    assert _claims(proc.pid) == {}
 
 
 @pytest.mark.root

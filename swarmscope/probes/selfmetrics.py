@@ -27,7 +27,6 @@ syscall each) on every scrape, capped at ``MAX_WALK``; array maps are always ful
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -71,7 +70,7 @@ def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> Th
 
 
 def bcc_of(program: Any) -> Any:
-    """The BCC object behind one of our programs (they keep it in ``_bpf``), or None."""
+    """The loaded object behind one of our programs (they keep it in ``_bpf``), or None."""
     return getattr(program, "_bpf", None)
 
 
@@ -112,25 +111,8 @@ class ProbeSelfMetrics:
 
 
 def held_map_fds(b: Any) -> dict[int, int]:
-    """{map id: fd} of the maps a BCC module holds (libbcc's own table list)."""
-    if b is None or getattr(b, "module", None) is None:
-        return {}
-    from bcc.libbcc import lib
-
-    # libbcc exports these two without the Python binding declaring them: declare them here,
-    # or ctypes passes the module pointer as a C int.
-    lib.bpf_num_tables.argtypes, lib.bpf_num_tables.restype = [ctypes.c_void_p], ctypes.c_size_t
-    lib.bpf_table_name.argtypes, lib.bpf_table_name.restype = (
-        [ctypes.c_void_p, ctypes.c_size_t],
-        ctypes.c_char_p,
-    )
-    out: dict[int, int] = {}
-    for i in range(int(lib.bpf_num_tables(b.module))):
-        name = lib.bpf_table_name(b.module, i)
-        fd = int(lib.bpf_table_fd(b.module, name)) if name else -1
-        if fd >= 0:
-            out[int(bpf.map_info(fd).id)] = fd
-    return out
+    """{map id: fd} of the maps a loaded program holds (its pins, opened: probes.pinned)."""
+    return {int(bpf.map_info(m.fd).id): m.fd for m in dict(getattr(b, "maps", {}) or {}).values()}
 
 
 def _fill_by_id(map_id: int) -> bpfstats.MapFill | None:

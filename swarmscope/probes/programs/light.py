@@ -205,7 +205,7 @@ class LightPktCount(PktCount):
 
 
 # Programs that never used BCC: the full probe's own code runs in the light one unchanged.
-_NO_BCC = ("bpf_stats", "procstat", "neigh_netlink")
+_NO_BCC = ("bpf_stats", "procstat", "neigh_netlink", "flow_count", "map_update")
 
 LIGHT: dict[str, Callable[[], Program]] = {
     "exec_count": LightExecCount,
@@ -215,10 +215,7 @@ LIGHT: dict[str, Callable[[], Program]] = {
     **{name: PROGRAMS[name] for name in _NO_BCC},
 }
 
-NOT_LIGHT: dict[str, str] = {
-    "flow_count": "XDP attached per interface and window (not pinned by the loader)",
-    "map_update": "per-call samples read through BCC",
-}
+NOT_LIGHT: dict[str, str] = {}
 
 
 def light_factory(programs: Iterable[str]) -> Callable[[str], Program]:
