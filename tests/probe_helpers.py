@@ -3,7 +3,7 @@
 
 with temp_cgroup("a") as cg:
     exec_in_cgroup(cg, 7)      # exactly 7 execs counted under cgroup_id(cg)
-with probe_cli(["--controller", addr, "--mode", "light"], {"SWARMSCOPE_TOKEN": tok}) as proc: ...
+with probe_cli(["--controller", addr], {"SWARMSCOPE_TOKEN": tok}) as proc: ...
 """
 
 from __future__ import annotations

@@ -80,8 +80,7 @@ def _probe_cmd(addr: str, *extra: str) -> list[str]:
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("end", ["shutdown", "sigterm"])
-@pytest.mark.parametrize("mode", ["full", "light"])
-def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_path, end, mode) -> None:
+def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_path, end) -> None:
     ctl, addr = controller
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -91,7 +90,7 @@ def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_p
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
     }
     proc = subprocess.Popen(
-        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node", "--mode", mode),
+        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node"),
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -180,8 +179,7 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.parametrize("mode", ["full", "light"])  # light: pinned programs, the same metrics
-def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path, mode) -> None:
+def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> None:
     import urllib.request
 
     ctl, addr = controller
@@ -190,7 +188,7 @@ def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path, mode) 
     port = _free_port()
     env = {**os.environ, "SWARMSCOPE_SYSCALLS": "getppid"}
     cmd = _probe_cmd(addr, "--token-file", str(token_file), "--node", "m-node")
-    cmd += ["--programs", "exec_count,syscall_count", "--metrics-port", str(port), "--mode", mode]
+    cmd += ["--programs", "exec_count,syscall_count", "--metrics-port", str(port)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
 
     def get(path: str) -> str:

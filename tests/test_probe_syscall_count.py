@@ -50,12 +50,8 @@ def test_registry_reads_filter_from_env(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
-@pytest.mark.parametrize("mode", ["full", "light"])
-def test_exact_count_per_cgroup(filtered: bool, mode: str) -> None:
-    from swarmscope.probes.programs.light import LightSyscallCount
-
-    cls = SyscallCount if mode == "full" else LightSyscallCount  # light: loader + pinned maps
-    prog = cls(["getppid", "getpid"] if filtered else None)
+def test_exact_count_per_cgroup(filtered: bool) -> None:
+    prog = SyscallCount(["getppid", "getpid"] if filtered else None)
     prog.load()
     try:
         with temp_cgroup("sc") as a, temp_cgroup("sc2") as b:
@@ -81,10 +77,8 @@ def test_exact_count_per_cgroup(filtered: bool, mode: str) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_light_per_window_filter_and_build_switch() -> None:
-    from swarmscope.probes.programs.light import LightSyscallCount
-
-    prog = LightSyscallCount(["getpid"])
+def test_per_window_filter_and_build_switch() -> None:
+    prog = SyscallCount(["getpid"])
     prog.load()
     try:
         with temp_cgroup("scl") as cg:

@@ -1,4 +1,4 @@
-"""The short-lived loader of the light probe: compile and load one program with BCC, pin it, exit.
+"""The short-lived loader of the probe: compile and load one program with BCC, pin it, exit.
 
     python -m swarmscope.probes.loader neigh_events /sys/fs/bpf/ss-probe-1-neigh_events-ab -- -DSS_FAMILY=2
     python -m swarmscope.probes.loader --xdp pkt_count_xdp --ifaces ssb --netns ns-b --xdp-flags 2 \
@@ -16,8 +16,8 @@ kernel (``map_info``) again.
 
 With ``--xdp FUNC``, FUNC is loaded as an XDP program and attached to each of ``--ifaces``
 (in ``--netns``, with ``--xdp-flags``, e.g. 2 = generic/skb mode) through a BPF link pinned
-as ``link_xdp_<ifindex>``; removing the pin detaches it. Caveats: XDP at start-up only (the
-program modules that attach per window, flow_count, are not carried). BCC's own
+as ``link_xdp_<ifindex>``; removing the pin detaches it (pkt_count at start-up, flow_count per
+window: one loader run per interface). Caveats: BCC's own
 perf-event attachment is removed before the link is made, so an event is never counted twice;
 an event in the microseconds between the two is not counted (no window is open during a load).
 """

@@ -6,7 +6,7 @@
     obj.maps["exec_open"].update(key_bytes, value_bytes)
     obj.funcs                                     # {b"tracepoint__sched__...": fn with .fd}
     obj.cleanup()                                 # unpin: links detach, maps and programs go
-    pinned.sweep_stale()                          # pins of light probes that died unclean
+    pinned.sweep_stale()                          # pins of probes that died unclean
 
 The pin directory is ``/sys/fs/bpf/ss-probe-<pid>-<program>-<hex>``, claimed (kind ``pindir``,
 swarmscope.core.sys.owners) by this process *before* the loader makes it, so the sweep at a later
@@ -128,7 +128,7 @@ class PinnedObject:
 
 
 def sweep_stale() -> list[str]:
-    """Remove the pin directories of light probes that died without ``cleanup`` (SIGKILL, OOM):
+    """Remove the pin directories of probes that died without ``cleanup`` (SIGKILL, OOM):
     their programs are still attached and counting. The same as a run's start-up sweep does,
     for probes that start where no run has since."""
     swept = []

@@ -13,7 +13,7 @@ no ``bpf()`` syscall number or ``union bpf_attr`` layout is hard-coded here: lib
 for the architecture it was built for. The exception is ``perf_event_open`` (no libbpf
 wrapper), whose number and attr prefix ``tracepoint_link`` writes out. BCC loads the programs;
 this module walks, reads and writes objects that already exist, and pins them and links
-tracepoint programs for the light probe (docs/platform.md#pinning-the-light-probe).
+tracepoint programs for the probe (docs/platform.md#pinning-the-probe).
 
 Errors: a failed call raises :class:`swarmscope.core.errors.BpfError` (a ProbeError) carrying the
 kernel's errno, chained from the OSError. "Object gone" (ENOENT) is not an error where it is

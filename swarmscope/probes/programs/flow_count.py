@@ -189,7 +189,7 @@ class FlowCount:
                     tot[c] += v
                     # Per interface too: workers on one machine may share a cgroup.
                     tot[f"flow.dev.{a.dev}.{c[len('flow.') :]}"] = v
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+        except Exception as e:  # a map read fails as BpfError (a ProbeError) or OSError
             raise ProbeError(f"flow_count: reading the totals failed: {e}") from e
         return out
 
