@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/probe_footprint.py                 # 30 s idle
     sudo .venv/bin/python bench/probe_footprint.py --idle 60 --windows 5 --json
+    sudo .venv/bin/python bench/probe_footprint.py --metrics-port 9647      # as the chart runs it
 
 Starts ``swarmscope probe`` as a real process with the default program set (``exec_count``),
 registered to an in-process controller fleet over gRPC, and times its start-up: from the exec
@@ -21,6 +22,7 @@ each). Idle CPU on a shared machine is noisy; RSS is stable. Needs root, BCC, bp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -45,7 +47,6 @@ GOAL_IDLE_CPU_PCT = 0.5
 # 6-node cluster (3 workers + 3 control plane) used about 0.08 CPU and 340 MB in total at
 # 3-3.5k flows/s; more than 400 MB at cacheMaxFlows 100K, 250 MB at 50K.
 NETOBSERV = {"nodes": 6, "cpu_cores": 0.08, "mem_mb": 340.0, "mem_mb_100k": 400.0, "mem_mb_50k": 250.0}
-TICK = os.sysconf("SC_CLK_TCK")
 STEADY_AFTER_S = 20.0  # RSS is read no earlier than this after start (the loader long gone)
 
 
@@ -58,9 +59,13 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far, in ns (schedstat: finer than clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            total += int(pathlib.Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
 
 
 def _memlock(map_ids: set[int]) -> int:
@@ -96,9 +101,11 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _start(address: str, node: str) -> subprocess.Popen[bytes]:
+def _start(address: str, node: str, metrics_port: int | None) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "swarmscope", "probe", "--controller", address, "--node", node]
     cmd += ["--programs", "exec_count"]
+    if metrics_port is not None:  # as the chart runs it: its own /metrics served
+        cmd += ["--metrics-port", str(metrics_port)]
     env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN)
     return subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=owners.die_with_parent
@@ -125,27 +132,28 @@ def _loader_once() -> dict[str, float]:
     return {"wall_s": wall, "peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
-def run(idle_s: float, execs: int, windows: int) -> dict[str, Any]:
+def run(idle_s: float, execs: int, windows: int, metrics_port: int | None = None) -> dict[str, Any]:
     # First, while it is this process's only child: RUSAGE_CHILDREN's peak is the loader's.
     loader = _loader_once()
     fleet = Fleet(TOKEN)
     fleet.start()
     host = f"fp-{os.getpid()}"
     t_start = time.monotonic()
-    proc = _start(fleet.address, host)
+    proc = _start(fleet.address, host, metrics_port)
     out: dict[str, Any] = {"idle_s": idle_s, "execs": execs, "windows": windows, "loader": loader}
+    out["metrics_port"] = metrics_port
     try:
         fleet.wait_for_probes(1, timeout_s=180, hosts={host})
         out["start_registered_s"] = time.monotonic() - t_start
         counted: list[int] = []
         spans = 0
-        window_ticks = 0
+        window_ns = 0
         with cgroups.temp_cgroup(f"swarmscope-bench-fp-{os.getpid()}") as cg:
             nodes = {host: [pb.NodeInfo(name=host, cgroup_id=cgroups.cgroup_id(cg))]}
             loop = 'echo $$ > "$1/cgroup.procs"; i=0; while [ $i -lt $2 ]; do /bin/true; i=$((i+1)); done'
             for w in range(windows):
                 wid = f"w{w + 1}"
-                ticks0 = _cpu_ticks(proc.pid)
+                cpu0 = _cpu_ns(proc.pid)
                 problems = fleet.open_window("fp", wid, nodes, timeout_s=60)
                 if problems:
                     raise SystemExit(f"open failed: {problems}")
@@ -153,13 +161,13 @@ def run(idle_s: float, execs: int, windows: int) -> dict[str, Any]:
                     out["start_first_window_s"] = time.monotonic() - t_start
                 subprocess.run(["/bin/sh", "-c", loop, "sh", str(cg), str(execs)], check=True)
                 readings, missing = fleet.close_window("fp", wid, timeout_s=60)
-                window_ticks += _cpu_ticks(proc.pid) - ticks0
+                window_ns += _cpu_ns(proc.pid) - cpu0
                 if missing:
                     raise SystemExit(f"window {wid}: no reading from {missing}")
                 counted += [int(r.counters.get("exec", -1)) for r in readings]
                 spans += len(otlpjson.spans_of(otlpjson.to_json(fleet.take_spans(wid))))
         t0 = time.monotonic()
-        ticks0 = _cpu_ticks(proc.pid)
+        cpu0 = _cpu_ns(proc.pid)
         time.sleep(max(idle_s, STEADY_AFTER_S - (t0 - t_start)))
         wall = time.monotonic() - t0
         pids = _tree(proc.pid)
@@ -172,8 +180,8 @@ def run(idle_s: float, execs: int, windows: int) -> dict[str, Any]:
                 "file_mib": sum(x["RssFile"] for x in st) / 1024,
                 "peak_mib": _status(proc.pid)["VmHWM"] / 1024,
                 "rss_at_s": time.monotonic() - t_start,
-                "idle_cpu_pct": 100 * (_cpu_ticks(proc.pid) - ticks0) / TICK / wall,
-                "cpu_ms_per_window": 1000 * window_ticks / TICK / windows,
+                "idle_cpu_pct": 100 * (_cpu_ns(proc.pid) - cpu0) / 1e9 / wall,
+                "cpu_ms_per_window": window_ns / 1e6 / windows,
                 "maps_memlock_kib": _memlock(_fd_maps(proc.pid)) / 1024,
                 "execs_counted": counted,
                 "window_spans": spans,
@@ -195,9 +203,12 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=30.0, help="idle seconds measured (default 30)")
     ap.add_argument("--execs", type=int, default=500, help="execs per checking window (default 500)")
     ap.add_argument("--windows", type=int, default=3, help="checking windows (default 3)")
+    ap.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve --metrics-port PORT, as the chart does"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    r = run(a.idle, a.execs, a.windows)
+    r = run(a.idle, a.execs, a.windows, a.metrics_port)
     if a.json:
         print(json.dumps(r, indent=1))
         return 0
@@ -206,7 +217,7 @@ def main() -> int:
     per_node_cpu = 100 * no["cpu_cores"] / no["nodes"]
     exact = all(c == r["execs"] for c in r["execs_counted"])
     rows = [
-        ["", "probe", "goal", "NetObserv agent (write-up)"],
+        ["", "probe" + (" (metrics)" if r["metrics_port"] else ""), "goal", "NetObserv agent (write-up)"],
         [f"RSS, steady, process tree at {r['rss_at_s']:.0f} s (MiB)", f"{r['rss_mib']:.1f}",
          f"<= {GOAL_RSS_MIB:.0f}", f"{per_node_mb:.0f} MB/node ({no['mem_mb']:.0f} MB / {no['nodes']} pods)"],
         ["  anon / file (MiB)", f"{r['anon_mib']:.1f} / {r['file_mib']:.1f}", "", ""],
@@ -214,7 +225,7 @@ def main() -> int:
         ["  processes in the tree", str(r["tree_pids"]), "1", ""],
         [f"idle CPU, {r['idle_s']:.0f} s (% core)", f"{r['idle_cpu_pct']:.2f}", f"<= {GOAL_IDLE_CPU_PCT}",
          f"{per_node_cpu:.1f} %/node at 3-3.5k flows/s (not idle)"],
-        [f"CPU per window of {r['execs']} execs (ms)", f"{r['cpu_ms_per_window']:.0f}", "", ""],
+        [f"CPU per window of {r['execs']} execs (ms)", f"{r['cpu_ms_per_window']:.1f}", "", ""],
         ["start-up to registered (s)", f"{r['start_registered_s']:.1f}", "", ""],
         ["start-up to first window open (s)", f"{r['start_first_window_s']:.1f}", "", ""],
         ["maps memlock, bpftool (KiB)", f"{r['maps_memlock_kib']:.0f}", "",

@@ -136,14 +136,9 @@ def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
 
 
 def test_window_span_is_child_of_controller_traceparent(controller) -> None:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     ctl, addr = controller
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     good, bad = FakeProgram("good"), FakeProgram("bad")
     run = AgentThread(
         ProbeAgent(
@@ -152,7 +147,6 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
             "n",
             ["good"],
             probe_id="p-span",
-            tracer=provider.get_tracer("test"),
             program_factory=fake_factory({"good": good, "bad": bad}),
         )
     )
@@ -164,17 +158,26 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
         ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[node], traceparent=tp))
         assert ctl.wait_for("ack").ack.ok
         ctl.send(close=pb.CloseWindow(run_id="r", window_id="w"))
-        ctl.window_result()
+        _readings, done = ctl.window_result()
     finally:
         run.stop()
     assert run.error is None  # AgentThread keeps what run_forever raised
-    (span,) = exporter.get_finished_spans()
-    assert span.name == "probe window" and span.parent is not None
-    assert (span.context.trace_id, span.parent.span_id) == (int(trace_id, 16), int(parent_id, 16))
-    assert span.attributes is not None and span.attributes["swarmscope.probe_id"] == "p-span"
+    req = ExportTraceServiceRequest.FromString(done.trace)  # the span rides back in WindowDone
+    (rs,) = req.resource_spans
+    res = {a.key: a.value.string_value for a in rs.resource.attributes}
+    assert res["service.name"] == "swarmscope-probe" and res["host.name"] == "n"
+    ((span,),) = [ss.spans for ss in rs.scope_spans]
+    assert span.name == "probe window" and span.end_time_unix_nano > span.start_time_unix_nano > 0
+    assert (span.trace_id.hex(), span.parent_span_id.hex()) == (trace_id, parent_id)
+    attrs = {a.key: a.value.string_value for a in span.attributes}
+    assert attrs["swarmscope.probe_id"] == "p-span" and attrs["swarmscope.window_id"] == "w"
     (ev,) = span.events
-    assert ev.attributes is not None and dict(ev.attributes) == {"node": "x", "ticks": 5}
-    assert span.status.is_ok
+    assert ev.name == "reading"
+    assert {a.key: (a.value.string_value or a.value.int_value) for a in ev.attributes} == {
+        "node": "x",
+        "ticks": 5,
+    }
+    assert span.status.code == 0  # unset: no reading had an error
 
 
 @pytest.mark.root

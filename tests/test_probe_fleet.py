@@ -141,7 +141,9 @@ def test_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(tmp_path:
             names = sorted(e["name"] for e in span["events"])  # n1 and host: a reading and a sample each
             assert names == ["exec.window", "exec.window", "reading", "reading"]
             (state,) = [p for p in fleet.probes() if p.host == node]
-            assert state.programs == ["exec_count", "neigh_events", "bpf_stats"] and state.rss_bytes > 0
+            # The goal of docs/probe.md, with three programs, mTLS and OTLP export on.
+            assert state.programs == ["exec_count", "neigh_events", "bpf_stats"]
+            assert 0 < state.rss_bytes <= 40 << 20, state.rss_bytes
             fleet.shutdown_probes("test over")
             assert proc.wait(15) == 0
             assert _claims(proc.pid) == {} and not any(os.path.exists(p) for p in paths)

@@ -28,7 +28,6 @@ import time
 from typing import Any
 
 from swarmscope.core.errors import ConfigError, Problem
-from swarmscope.core.tls import client_files
 
 ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
 
@@ -138,7 +137,21 @@ def _programs(spec: str) -> list[str]:
     return names
 
 
+def without_openssl() -> None:
+    """Keep Python's OpenSSL bindings out of this process: 4.7 MiB of its RSS (docs/probe.md).
+
+    Called before grpc is first imported (its asyncio import pulls in ``ssl``). Nothing here
+    needs them: gRPC's TLS is BoringSSL inside grpcio, and HMAC-SHA256 (core.auth) runs on
+    Python's builtin ``_sha256`` when ``_hashlib`` is absent. A module already imported stays.
+    Caveat: the probe's OTLP/HTTP export then speaks plain HTTP only (no https:// endpoint)."""
+    import sys
+
+    for name in ("ssl", "_ssl", "_hashlib"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "import fails"
+
+
 def run(args: argparse.Namespace) -> int:
+    without_openssl()
     programs = _programs(args.programs)
     if args.once:
         if args.seconds <= 0:
@@ -155,13 +168,14 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
     if not controller.replace(",", "").strip():  # "" or only commas: no address at all
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
+    from swarmscope.core.tls import client_files
+
     token = auth.load_token(args.token_file)
     tls = client_files(args)
     from swarmscope.probes.agent import ProbeAgent
 
     factory = _factory()
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
-    provider = _otlp_provider(node)
     metrics, server, stats_fd = None, None, None
     if args.metrics_port is not None:
         from swarmscope.probes.selfmetrics import ProbeSelfMetrics, serve
@@ -194,8 +208,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     try:
         agent.run_forever()
     finally:
-        if provider is not None:
-            provider.shutdown()  # flushes the last window spans
+        agent.spans.shutdown()  # flushes the last window spans to an OTLP endpoint, if set
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -254,25 +267,10 @@ def enable_stats_or_degrade(metrics: Any) -> int | None:
             file=sys.stderr,
             flush=True,
         )
-        metrics.features.labels(feature="program_stats").set(0)
+        metrics.features["program_stats"] = 0
         return None
-    metrics.features.labels(feature="program_stats").set(1)
+    metrics.features["program_stats"] = 1
     return fd
-
-
-def _otlp_provider(node: str) -> Any:
-    """With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, export window spans over OTLP.
-
-    Set up by swarmscope.core.sys.otel. Without an endpoint nothing is installed and the agent's
-    spans are no-ops (a probe keeps no trace of its own).
-    """
-    from swarmscope.core.sys import otel
-
-    if not otel.otlp_endpoint():
-        return None
-    # service.name given as an attribute wins over OTEL_SERVICE_NAME: a probe started from the
-    # controller's environment must still show as its own service in the trace.
-    return otel.install_provider("swarmscope-probe", {"service.name": "swarmscope-probe", "host.name": node})
 
 
 class _HostNode:
