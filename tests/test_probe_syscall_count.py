@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -87,8 +88,10 @@ def test_per_window_filter_and_build_switch() -> None:
             before = prog.snapshot()
             getppid_in_cgroup(cg, 321)
             assert prog.snapshot()[cid]["sys.getppid"] - before.get(cid, {}).get("sys.getppid", 0) == 321
+            filtered_pins = prog._bpf.path
             prog.configure({"syscall_count.syscalls": None})  # the unfiltered build: reloaded
-            assert prog.filter is None and "syscall_filter" not in prog._bpf.maps
+            assert prog.filter is None and prog._bpf.path != filtered_pins  # a new load, new pins
+            assert not os.path.exists(filtered_pins)  # the filtered build's pins are gone
             getppid_in_cgroup(cg, 45)
             assert prog.snapshot()[cid]["sys.getppid"] == 45  # counters restart with the reload
     finally:
