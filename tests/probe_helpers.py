@@ -3,7 +3,7 @@
 
 with temp_cgroup("a") as cg:
     exec_in_cgroup(cg, 7)      # exactly 7 execs counted under cgroup_id(cg)
-with probe_cli(["--controller", addr, "--mode", "light"], {"SWARMSCOPE_TOKEN": tok}) as proc: ...
+with probe_cli(["--controller", addr], {"SWARMSCOPE_TOKEN": tok}) as proc: ...
 """
 
 from __future__ import annotations
@@ -51,3 +51,39 @@ def probe_cli(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen
         proc.wait()
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+# map_updates_in_cgroup: argv: cgroup dir, N element updates, M batch entries. Prints
+# "<pid> <map id>", then keeps
+# the map fd open until stdin closes (the pump resolves fd -> map id while it is open).
+MAP_UPDATES = """
+import os, struct, sys
+from swarmscope.core.sys import bpf
+open(sys.argv[1] + "/cgroup.procs", "w").write("0")
+n, m = int(sys.argv[2]), int(sys.argv[3])
+fd = bpf.map_create(bpf.BPF_MAP_TYPE_HASH, "ss_test", 4, 8, 4096)
+for i in range(n):
+    bpf.map_update_elem(fd, struct.pack("=I", i), struct.pack("=Q", i))
+keys = b"".join(struct.pack("=I", 10000 + i) for i in range(m))
+vals = b"".join(struct.pack("=Q", i) for i in range(m))
+assert bpf.map_update_batch(fd, keys, vals, 4, 8) == m
+print(os.getpid(), bpf.fd_map_id(os.getpid(), fd), flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def map_updates_in_cgroup(cg: pathlib.Path, n: int, m: int) -> Iterator[tuple[int, int]]:
+    """MAP_UPDATES in cgroup ``cg``: its (pid, map id) once it has written; it exits after the block."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", MAP_UPDATES, str(cg), str(n), str(m)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        pid, mid = (int(x) for x in child.stdout.readline().split())
+        yield pid, mid
+    finally:
+        child.communicate("", timeout=10)

@@ -161,8 +161,19 @@ def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None
     assert pod["hostPID"] is False and pod["hostNetwork"] is False
     assert pod["automountServiceAccountToken"] is False
     mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-    for path in ("/sys/kernel/tracing", "/sys/fs/bpf", "/sys/fs/cgroup", "/lib/modules", "/usr/src"):
+    for path in ("/sys/kernel/tracing", "/sys/fs/cgroup", "/lib/modules", "/usr/src"):
         assert mounts[path]["readOnly"] is True, path
+    # The probe pins its programs (bpffs) and claims its pin directories on the node, so the
+    # next probe there sweeps what a killed one left; nothing else is writable but /tmp.
+    assert sc["readOnlyRootFilesystem"] is True
+    writable = {p for p, m in mounts.items() if not m.get("readOnly")}
+    assert writable == {"/sys/fs/bpf", "/run/swarmscope/owners", "/tmp"}, writable
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols[mounts["/run/swarmscope/owners"]["name"]]["hostPath"] == {
+        "path": "/run/swarmscope/owners",
+        "type": "DirectoryOrCreate",
+    }
+    assert vols[mounts["/sys/fs/bpf"]["name"]]["hostPath"] == {"path": "/sys/fs/bpf", "type": "Directory"}
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in ctr["env"]
@@ -187,7 +198,7 @@ def test_probe_features_add_only_what_they_need(tools: Tools, tmp_path: Path) ->
     assert sc["allowPrivilegeEscalation"] is True
     assert pod["hostPID"] is True and pod["hostNetwork"] is True
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts["/sys/fs/bpf"]["readOnly"] is False  # pinning writes there
+    assert not mounts["/sys/fs/bpf"].get("readOnly")  # the loader pins there
     assert mounts["/sys/kernel/tracing"]["readOnly"] is True
     # netlink alone adds NET_ADMIN and nothing else
     objs = docs(helm_template(tools, tmp_path, "--set", "probes.features.netlink=true").stdout)

@@ -1,8 +1,8 @@
-"""Failback (probes/failback.py, probes/reader/failback.go): a probe whose first upstream (a
+"""Failback (probes/failback.py): a probe whose first upstream (a
 relay) was not there when it started registers at the controller, then moves to the relay once
 it answers, between windows only, and a window through the relay is exact. Real controller
-fleet, real `swarmscope relay` processes (both engines), the real Python agent with a stand-in
-program, and the compiled reader with real BPF. Plus the watcher's rules with stand-ins.
+fleet, real `swarmscope relay` processes (both engines), the real agent with a stand-in
+program, and the `swarmscope probe` CLI with real BPF. Plus the watcher's rules with stand-ins.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import pytest
 from agent_helpers import FakeProgram, _free_port, fake_factory
 from probe_helpers import exec_in_cgroup, temp_cgroup
-from test_probe_native import _native, reader  # noqa: F401  (reader: the fixture)
+from test_probe_fleet import TOKEN, _probe
 from test_relay import ENGINES, start_relay
 
 from swarmscope.controller.fleet import Fleet
@@ -24,7 +24,6 @@ from swarmscope.probes.agent import ProbeAgent
 from swarmscope.probes.failback import Failback
 from swarmscope.v1 import probe_pb2 as pb
 
-TOKEN = "native-probe-token-0123"  # test_probe_native's: its _native helper passes it
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -165,7 +164,7 @@ def test_a_stopped_relay_lets_its_probe_move_on_instead_of_stopping_it(engine: s
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_native_reader_started_before_its_relay_moves_to_it(reader: str) -> None:  # noqa: F811
+def test_probe_cli_started_before_its_relay_moves_to_it() -> None:
     fleet = Fleet(TOKEN)
     fleet.start()
     port = _free_port()
@@ -173,16 +172,14 @@ def test_native_reader_started_before_its_relay_moves_to_it(reader: str) -> None
     relay = None
     try:
         with (
-            _native(reader, f"127.0.0.1:{port},{fleet.address}", node, "--failback", "0.5") as proc,
+            _probe(f"127.0.0.1:{port},{fleet.address}", node, "--failback", "0.5") as proc,
             temp_cgroup("natfb") as cg,
         ):
             fleet.wait_for_probes(hosts={node}, timeout_s=120)
             pid = f"{socket.gethostname()}-{proc.pid}"
             assert _routes(fleet) == {pid: ""}
-            relay, _ = start_relay(
-                "relay-natfb", fleet.address, "--bind", f"127.0.0.1:{port}", token=TOKEN, engine="native"
-            )
-            _until("the reader at the relay", lambda: _routes(fleet) == {pid: "relay-natfb"})
+            relay, _ = start_relay("relay-natfb", fleet.address, "--bind", f"127.0.0.1:{port}", token=TOKEN)
+            _until("the probe at the relay", lambda: _routes(fleet) == {pid: "relay-natfb"})
             nodes = {node: [pb.NodeInfo(name="n1", cgroup_id=cgroup_id(cg))]}
             assert fleet.open_window("run", "w-fb", nodes, timeout_s=30) == {}
             exec_in_cgroup(cg, 40)

@@ -75,7 +75,6 @@ def test_every_dockerfile_instruction_is_in_the_plan() -> None:
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "SWARMSCOPE_RELAYD": "/usr/local/bin/swarmscope-relayd",
-        "SWARMSCOPE_PROBE_READER": "/usr/local/bin/swarmscope-probe-reader",
     }
     # The base is the one install script, and it never reads the code (which is not there yet);
     # the code's RUN prebuilds the exec helpers.

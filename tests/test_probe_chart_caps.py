@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
-# Feature flags that add a capability (pinning only mounts bpffs read-write); xdp needs the
+# Feature flags that add a capability; xdp needs the
 # host network, as the chart's validation says.
 FEATURES = {
     "default": [],

@@ -4,55 +4,17 @@ for its (pid, cmd) and for the map's id."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from probe_helpers import map_updates_in_cgroup as _child
 from probe_helpers import temp_cgroup
 
 from swarmscope.core.errors import ProbeError
 from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.programs.base import delta_by_cgroup, get_program
 from swarmscope.probes.programs.map_update import MapUpdateCount
-
-# argv: cgroup dir, N element updates, M batch entries. Prints "<pid> <map id>", then keeps
-# the map fd open until stdin closes (the pump resolves fd -> map id while it is open).
-CHILD = """
-import os, struct, sys
-from swarmscope.core.sys import bpf
-open(sys.argv[1] + "/cgroup.procs", "w").write("0")
-n, m = int(sys.argv[2]), int(sys.argv[3])
-fd = bpf.map_create(bpf.BPF_MAP_TYPE_HASH, "ss_test", 4, 8, 4096)
-for i in range(n):
-    bpf.map_update_elem(fd, struct.pack("=I", i), struct.pack("=Q", i))
-keys = b"".join(struct.pack("=I", 10000 + i) for i in range(m))
-vals = b"".join(struct.pack("=Q", i) for i in range(m))
-assert bpf.map_update_batch(fd, keys, vals, 4, 8) == m
-print(os.getpid(), bpf.fd_map_id(os.getpid(), fd), flush=True)
-sys.stdin.read()
-"""
-
-
-@contextlib.contextmanager
-def _child(cg: Path, n: int, m: int) -> Iterator[tuple[int, int]]:
-    """CHILD in cgroup ``cg``: its (pid, map id) once it has written; it exits after the block."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(cg), str(n), str(m)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        pid, mid = (int(x) for x in child.stdout.readline().split())
-        yield pid, mid
-    finally:
-        child.communicate("", timeout=10)
 
 
 def test_env_pids(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,17 +83,13 @@ def test_netlink_in_missing_netns_is_a_probe_error() -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.parametrize("mode", ["full", "light"])
-def test_registry_neigh_tracepoints_and_netlink_agree(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    from swarmscope.probes.programs.light import get_light_program
-
-    factory = get_program if mode == "full" else get_light_program  # light: loader + pinned maps
+def test_registry_neigh_tracepoints_and_netlink_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     n, m = 23, 7
     with netns_with_veth() as (ns, dev), temp_cgroup("neigh") as cg:
         cg_id = cgroup_id(cg)
         monkeypatch.setenv("SWARMSCOPE_NEIGH_NETNS", ns)
         monkeypatch.delenv("SWARMSCOPE_NEIGH_FAMILY", raising=False)
-        ev, nl = factory("neigh_events"), factory("neigh_netlink")
+        ev, nl = get_program("neigh_events"), get_program("neigh_netlink")
         ev.load()
         try:
             nl.load()

@@ -20,13 +20,9 @@ from swarmscope.probes.programs.pkt_count import PktCount
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.parametrize("mode", ["full", "light"])
-def test_exact_packets_on_interface(mode: str) -> None:
-    from swarmscope.probes.programs.light import LightPktCount
-
-    cls = PktCount if mode == "full" else LightPktCount  # light: loader + pinned XDP link
+def test_exact_packets_on_interface() -> None:
     with veth_pair() as (a, b):
-        prog = cls(["ssb"], netns=b)
+        prog = PktCount(["ssb"], netns=b)  # the loader attaches it through a pinned XDP link
         prog.load()
         try:
             before = prog.snapshot()[0]
@@ -61,10 +57,7 @@ def test_needs_interfaces(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.parametrize("mode", ["full", "light"])
-def test_unknown_interface_is_an_error(mode: str) -> None:
-    from swarmscope.probes.programs.light import LightPktCount
-
-    prog = (PktCount if mode == "full" else LightPktCount)(["ss-no-such-if"])
+def test_unknown_interface_is_an_error() -> None:
+    prog = PktCount(["ss-no-such-if"])
     with pytest.raises(ProbeError, match="attaching XDP failed"):
         prog.load()

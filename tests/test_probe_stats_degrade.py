@@ -16,13 +16,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = """
-from prometheus_client import generate_latest
 from swarmscope.probes.cli import enable_stats_or_degrade
 from swarmscope.probes.selfmetrics import ProbeSelfMetrics
 m = ProbeSelfMetrics()
 fd = enable_stats_or_degrade(m)
 print("fd", fd is not None)
-print(generate_latest(m.registry).decode())
+print(m.registry.render().decode())
 """
 LINE = 'swarmscope_probe_feature_available{feature="program_stats"}'
 

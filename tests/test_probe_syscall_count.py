@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -50,12 +51,8 @@ def test_registry_reads_filter_from_env(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
-@pytest.mark.parametrize("mode", ["full", "light"])
-def test_exact_count_per_cgroup(filtered: bool, mode: str) -> None:
-    from swarmscope.probes.programs.light import LightSyscallCount
-
-    cls = SyscallCount if mode == "full" else LightSyscallCount  # light: loader + pinned maps
-    prog = cls(["getppid", "getpid"] if filtered else None)
+def test_exact_count_per_cgroup(filtered: bool) -> None:
+    prog = SyscallCount(["getppid", "getpid"] if filtered else None)
     prog.load()
     try:
         with temp_cgroup("sc") as a, temp_cgroup("sc2") as b:
@@ -81,10 +78,8 @@ def test_exact_count_per_cgroup(filtered: bool, mode: str) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_light_per_window_filter_and_build_switch() -> None:
-    from swarmscope.probes.programs.light import LightSyscallCount
-
-    prog = LightSyscallCount(["getpid"])
+def test_per_window_filter_and_build_switch() -> None:
+    prog = SyscallCount(["getpid"])
     prog.load()
     try:
         with temp_cgroup("scl") as cg:
@@ -93,8 +88,10 @@ def test_light_per_window_filter_and_build_switch() -> None:
             before = prog.snapshot()
             getppid_in_cgroup(cg, 321)
             assert prog.snapshot()[cid]["sys.getppid"] - before.get(cid, {}).get("sys.getppid", 0) == 321
+            filtered_pins = prog._bpf.path
             prog.configure({"syscall_count.syscalls": None})  # the unfiltered build: reloaded
-            assert prog.filter is None and "syscall_filter" not in prog._bpf.maps
+            assert prog.filter is None and prog._bpf.path != filtered_pins  # a new load, new pins
+            assert not os.path.exists(filtered_pins)  # the filtered build's pins are gone
             getppid_in_cgroup(cg, 45)
             assert prog.snapshot()[cid]["sys.getppid"] == 45  # counters restart with the reload
     finally:

@@ -43,27 +43,27 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-import psutil
-from opentelemetry import trace
 
 from swarmscope import __version__
 from swarmscope.core import auth
 from swarmscope.core.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
-from swarmscope.core.sys import otel
 from swarmscope.core.sys.cgroups import resolve_cgroup_id
-from swarmscope.core.sys.otlpjson import WindowSpans
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.probes import window_span
 from swarmscope.probes.backoff import Backoff
 from swarmscope.probes.failback import Failback, hello_ok
-from swarmscope.probes.pods import PodIndex
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
 from swarmscope.probes.programs.params import window_options
+from swarmscope.probes.selfusage import SelfUsage
+from swarmscope.probes.spans import ProbeSpans, WindowSpan
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
+
+if TYPE_CHECKING:  # imported only where there is a kubelet (probes.cli.pod_index): ~1 MiB
+    from swarmscope.probes.pods import PodIndex
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class _Window:
     window_id: str
     nodes: list[pb.NodeInfo]
     start_ns: int
-    span: trace.Span
+    span: WindowSpan
     before: dict[str, Snapshot] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # by program
     node_errors: dict[str, str] = field(default_factory=dict)  # by node name (unresolvable cgroup)
@@ -116,7 +116,6 @@ class ProbeAgent:
         max_backoff_s: float = 8.0,
         rpc_timeout_s: float = 5.0,
         program_factory: Callable[[str], Program] = get_program,
-        tracer: trace.Tracer | None = None,
         metrics: Any = None,
         tls: TLSFiles | None = None,
         pods: PodIndex | None = None,
@@ -153,8 +152,7 @@ class ProbeAgent:
         self._told: set[tuple[str, str]] = set()  # (node, cgroup path) already logged
         # The probe's own provider: its window spans go back in WindowDone (and over OTLP when
         # an endpoint is set), so the run's trace has them either way.
-        self._spans = WindowSpans("swarmscope-probe", {"host.name": node_name})
-        self._tracer = tracer or self._spans.tracer
+        self.spans = ProbeSpans("swarmscope-probe", {"host.name": node_name})
         self._programs: dict[str, Program] = {}
         # Optional self-metrics sink (probes.selfmetrics.ProbeSelfMetrics): window_opened(),
         # window_closed(readings).
@@ -168,8 +166,7 @@ class ProbeAgent:
         self._call: grpc.Future | None = None
         self._out: queue.Queue[pb.ProbeMessage | None] | None = None
         self._lock = threading.RLock()  # re-entrant: stop() may run in a signal handler
-        self._proc = psutil.Process()
-        self._proc.cpu_percent(None)  # primes the counter: later calls measure since the last one
+        self._usage = SelfUsage()
         self.session_id = ""
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -323,8 +320,8 @@ class ProbeAgent:
     def _heartbeat(self) -> pb.Heartbeat:
         return pb.Heartbeat(
             unix_ns=time.time_ns(),
-            cpu_percent=self._proc.cpu_percent(None),
-            rss_bytes=self._proc.memory_info().rss,
+            cpu_percent=self._usage.cpu_percent(),
+            rss_bytes=self._usage.rss_bytes(),
         )
 
     def _session(self, stub: pbg.ProbeControlStub, session_id: str, interval: float) -> bool:
@@ -374,7 +371,7 @@ class ProbeAgent:
                         window_id=cmd.close.window_id,
                         readings=len(readings),
                         batch=readings,
-                        trace=self._spans.take(cmd.close.window_id),
+                        trace=self.spans.take(cmd.close.window_id),
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
                 elif kind == "shutdown":
@@ -413,12 +410,11 @@ class ProbeAgent:
             )
         start = time.time_ns()
         # The window span is a child of the controller's window span (W3C traceparent).
-        parent = otel.extract(cmd.traceparent)
-        span = self._tracer.start_span(
+        span = self.spans.start(
             "probe window",
-            context=parent,
-            start_time=start,
-            attributes={
+            cmd.traceparent,
+            start,
+            {
                 "swarmscope.run_id": cmd.run_id,
                 "swarmscope.window_id": cmd.window_id,
                 "swarmscope.probe_id": self.probe_id,
@@ -464,7 +460,7 @@ class ProbeAgent:
         self._windows[(cmd.run_id, cmd.window_id)] = w
         while len(self._windows) > MAX_OPEN_WINDOWS:
             stale = self._windows.pop(next(iter(self._windows)))
-            stale.span.set_status(trace.Status(trace.StatusCode.ERROR, "never closed"))
+            stale.span.set_error("never closed")
             stale.span.end()
         err = "; ".join(w.errors.values())
         if err:
@@ -591,7 +587,7 @@ class ProbeAgent:
         ]
         window_span.annotate(w.span, readings, end)
         if any(r.error for r in readings):
-            w.span.set_status(trace.Status(trace.StatusCode.ERROR, "a reading has an error"))
+            w.span.set_error("a reading has an error")
         w.span.end(end_time=end)
         return readings
 

@@ -69,7 +69,7 @@ def ensure_mounts() -> None:
 def check(import_bcc: bool = True, tracing: bool = True) -> None:
     """Raise SetupError naming every missing piece; return quietly when BCC can load programs.
 
-    ``import_bcc=False`` only finds BCC's module without importing it (the light probe, whose
+    ``import_bcc=False`` only finds BCC's module without importing it (the probe, whose
     loader child imports it): BCC and LLVM must not stay mapped in the caller. ``tracing=False``
     (an XDP program, e.g. the neighbor worker's) needs no tracefs, so nothing is mounted: in a
     pod none is, and the mount attempt is a subprocess, which gevent refuses in the native

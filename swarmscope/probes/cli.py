@@ -3,18 +3,17 @@
     swarmscope probe --controller 10.0.0.5:7070 --token-file /etc/swarmscope/token --node n1
     swarmscope probe --once --seconds 5            # table of per-cgroup deltas
     swarmscope probe --once --seconds 1 --json     # the same as JSON
-    swarmscope probe --mode light --controller ...  # BCC only in a short-lived loader
 
-Window spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. ``--help``
-lists every program with its params (declared next to its code; start-up values from their env
-vars, per-window ones from the controller's OpenWindow.options).
-Settings: ``--controller`` else $SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN
-(never the token itself on the command line: /proc shows arguments to every user); ``--node``
-else $NODE_NAME else the hostname; ``--mode`` else $SWARMSCOPE_PROBE_MODE else ``full`` (light:
-swarmscope.probes.programs.light, which lists the programs it does not carry). Caveats: needs
-root and BCC; a missing piece comes out as one SetupError line. ``--once`` resolves cgroup ids
-to paths by walking the cgroup v2 mount, so a cgroup removed during the interval shows its id
-only.
+BCC compiles and loads each program in a short-lived loader process (``probes.loader``) that
+pins it and exits; this process reads the pins (``probes.pinned``) and never imports BCC. Window
+spans go over OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. ``--help`` lists
+every program with its params (declared next to its code; start-up values from their env vars,
+per-window ones from the controller's OpenWindow.options). Settings: ``--controller`` else
+$SWARMSCOPE_CONTROLLER; ``--token-file`` else $SWARMSCOPE_TOKEN (never the token itself on the
+command line: /proc shows arguments to every user); ``--node`` else $NODE_NAME else the
+hostname. Caveats: needs root and BCC (for the loader); a missing piece comes out as one
+SetupError line. ``--once`` resolves cgroup ids to paths by walking the cgroup v2 mount, so a
+cgroup removed during the interval shows its id only.
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ import time
 from typing import Any
 
 from swarmscope.core.errors import ConfigError, Problem
-from swarmscope.core.tls import client_files
 
 ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
-ENV_MODE = "SWARMSCOPE_PROBE_MODE"
 
 # TLS to the controller (each flag else $SWARMSCOPE_TLS_<FLAG>); see docs/security.md.
 TLS_FLAGS = {
@@ -107,16 +104,6 @@ def register(subparsers: Any) -> None:
         help="address of --metrics-port (default 127.0.0.1; the chart's DaemonSet: 0.0.0.0)",
     )
     p.add_argument(
-        "--mode",
-        choices=("full", "light", "native"),
-        default=None,
-        help="full (default): BCC stays loaded; light: a short-lived loader pins the programs and "
-        "this process reads them without BCC (fewer programs, see swarmscope.probes.programs.light); "
-        "native: the same loader, then a compiled reader (fewer programs still, see "
-        "swarmscope.probes.native) "
-        f"[${ENV_MODE}]",
-    )
-    p.add_argument(
         "--pod-logs-dir",
         metavar="DIR",
         help="the kubelet's pod log dir, read for its names only: cgroups named as namespace/pod/"
@@ -150,24 +137,26 @@ def _programs(spec: str) -> list[str]:
     return names
 
 
-def _mode(args: argparse.Namespace) -> str:
-    mode = args.mode or os.environ.get(ENV_MODE, "").strip() or "full"
-    if mode not in ("full", "light", "native"):
-        raise ConfigError([Problem(f"${ENV_MODE}", "mode", f"{mode!r}: choose full, light or native")])
-    return mode
+def without_openssl() -> None:
+    """Keep Python's OpenSSL bindings out of this process: 4.7 MiB of its RSS (docs/probe.md).
+
+    Called before grpc is first imported (its asyncio import pulls in ``ssl``). Nothing here
+    needs them: gRPC's TLS is BoringSSL inside grpcio, and HMAC-SHA256 (core.auth) runs on
+    Python's builtin ``_sha256`` when ``_hashlib`` is absent. A module already imported stays.
+    Caveat: the probe's OTLP/HTTP export then speaks plain HTTP only (no https:// endpoint)."""
+    import sys
+
+    for name in ("ssl", "_ssl", "_hashlib"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "import fails"
 
 
 def run(args: argparse.Namespace) -> int:
+    without_openssl()
     programs = _programs(args.programs)
-    args.mode = _mode(args)
-    if args.mode == "native":
-        from swarmscope.probes import native
-
-        native.check_programs(programs, args.metrics_port, args.once)
     if args.once:
         if args.seconds <= 0:
             raise ConfigError([Problem("--seconds", "seconds", "must be > 0")])
-        result = once(programs, args.seconds, _factory(args.mode, programs))
+        result = once(programs, args.seconds, _factory())
         print(json.dumps(result, indent=2) if args.json else format_table(result))
         return 0
     return _agent(args, programs)
@@ -179,18 +168,14 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     controller = args.controller or os.environ.get(ENV_CONTROLLER, "")
     if not controller.replace(",", "").strip():  # "" or only commas: no address at all
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
+    from swarmscope.core.tls import client_files
+
     token = auth.load_token(args.token_file)
     tls = client_files(args)
-    if args.mode == "native":
-        from swarmscope.probes import native
-
-        node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
-        native.exec_reader(args, programs, controller, node)  # does not return
     from swarmscope.probes.agent import ProbeAgent
 
-    factory = _factory(args.mode, programs)
+    factory = _factory()
     node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
-    provider = _otlp_provider(node)
     metrics, server, stats_fd = None, None, None
     if args.metrics_port is not None:
         from swarmscope.probes.selfmetrics import ProbeSelfMetrics, serve
@@ -223,8 +208,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
     try:
         agent.run_forever()
     finally:
-        if provider is not None:
-            provider.shutdown()  # flushes the last window spans
+        agent.spans.shutdown()  # flushes the last window spans to an OTLP endpoint, if set
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -244,16 +228,18 @@ def pod_index(args: argparse.Namespace) -> Any:
     return idx
 
 
-def _factory(mode: str, programs: list[str]) -> Any:
-    """The program factory of ``mode``, after checking the machine (and, light, the programs)."""
-    if mode == "light":
-        from swarmscope.probes.programs.light import light_factory
+def _factory() -> Any:
+    """The program factory, after checking the machine for the loader (root, BCC, kernel
+    headers, tracefs: without importing BCC here) and sweeping the pins of probes that died."""
+    import sys
 
-        return light_factory(programs)  # never imports BCC here: the loader process does
-    from swarmscope.probes import bcc_env
+    from swarmscope.probes import bcc_env, pinned
     from swarmscope.probes.programs.base import get_program
 
-    bcc_env.check()
+    bcc_env.check(import_bcc=False)
+    swept = pinned.sweep_stale()
+    if swept:
+        print(f"probe: removed the pins of probes that died: {', '.join(swept)}", file=sys.stderr)
     return get_program
 
 
@@ -281,25 +267,10 @@ def enable_stats_or_degrade(metrics: Any) -> int | None:
             file=sys.stderr,
             flush=True,
         )
-        metrics.features.labels(feature="program_stats").set(0)
+        metrics.features["program_stats"] = 0
         return None
-    metrics.features.labels(feature="program_stats").set(1)
+    metrics.features["program_stats"] = 1
     return fd
-
-
-def _otlp_provider(node: str) -> Any:
-    """With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, export window spans over OTLP.
-
-    Set up by swarmscope.core.sys.otel. Without an endpoint nothing is installed and the agent's
-    spans are no-ops (a probe keeps no trace of its own).
-    """
-    from swarmscope.core.sys import otel
-
-    if not otel.otlp_endpoint():
-        return None
-    # service.name given as an attribute wins over OTEL_SERVICE_NAME: a probe started from the
-    # controller's environment must still show as its own service in the trace.
-    return otel.install_provider("swarmscope-probe", {"service.name": "swarmscope-probe", "host.name": node})
 
 
 class _HostNode:
@@ -308,13 +279,13 @@ class _HostNode:
 
 
 def once(programs: list[str], seconds: float, factory: Any = None) -> dict[str, Any]:
-    """Load ``programs`` (through ``factory``, else the full probe's), count for ``seconds``,
+    """Load ``programs`` (through ``factory``, else the probe's), count for ``seconds``,
     return per-cgroup deltas (JSON-ready)."""
     from swarmscope.core.errors import SetupError
     from swarmscope.core.sys.cgroups import cgroup_paths
     from swarmscope.probes.programs.base import Program, delta_by_cgroup
 
-    factory = factory or _factory("full", programs)
+    factory = factory or _factory()
     loaded: list[Program] = []
     try:
         for name in programs:

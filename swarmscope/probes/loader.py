@@ -1,4 +1,4 @@
-"""The short-lived loader of the light probe: compile and load one program with BCC, pin it, exit.
+"""The short-lived loader of the probe: compile and load one program with BCC, pin it, exit.
 
     python -m swarmscope.probes.loader neigh_events /sys/fs/bpf/ss-probe-1-neigh_events-ab -- -DSS_FAMILY=2
     python -m swarmscope.probes.loader --xdp pkt_count_xdp --ifaces ssb --netns ns-b --xdp-flags 2 \
@@ -9,15 +9,15 @@ Run by :func:`swarmscope.probes.pinned.load` in a child process, so BCC and LLVM
 live only for the seconds a compile takes, never in the long-lived probe. Into the pin
 directory it puts, for every tracepoint program BCC attached: ``prog_<func>`` (the program),
 ``link_<func>`` (a BPF link on the tracepoint: pinned, it keeps the program attached after this
-process exits), every map the programs use as ``map_<name>`` (the kernel's name, at most 15
+process exits), every map of the object as ``map_<name>`` (the kernel's name, at most 15
 characters; bpffs refuses "." in names). It prints the manifest (functions, tracepoints, map
 layouts) as one JSON line; bpffs holds pins only, so the reader takes every layout from the
 kernel (``map_info``) again.
 
 With ``--xdp FUNC``, FUNC is loaded as an XDP program and attached to each of ``--ifaces``
 (in ``--netns``, with ``--xdp-flags``, e.g. 2 = generic/skb mode) through a BPF link pinned
-as ``link_xdp_<ifindex>``; removing the pin detaches it. Caveats: XDP at start-up only (the
-program modules that attach per window, flow_count, are not carried). BCC's own
+as ``link_xdp_<ifindex>``; removing the pin detaches it (pkt_count at start-up, flow_count per
+window: one loader run per interface). Caveats: BCC's own
 perf-event attachment is removed before the link is made, so an event is never counted twice;
 an event in the microseconds between the two is not counted (no window is open during a load).
 """
@@ -25,6 +25,7 @@ an event in the microseconds between the two is not counted (no window is open d
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import sys
@@ -33,28 +34,40 @@ from typing import Any
 from swarmscope.core.errors import ProbeError, SwarmscopeError
 from swarmscope.core.sys import bpf
 from swarmscope.probes import bcc_env
-from swarmscope.probes.bpfstats import prog_map_ids
 
 
-def _pin_maps(prog_fd: int, pin_dir: str, maps: dict[str, Any]) -> None:
-    """Pin every map program ``prog_fd`` uses as ``map_<name>`` (once), recording its layout."""
-    for mid in prog_map_ids(prog_fd):
-        mfd = bpf.map_fd_by_id(mid)
-        if mfd is None:
-            continue
-        try:
-            info = bpf.map_info(mfd)
-            name = info.name.decode()
-            if name not in maps:
-                bpf.obj_pin(mfd, f"{pin_dir}/map_{name}")
-                maps[name] = {
-                    "type": info.type,
-                    "key_size": info.key_size,
-                    "value_size": info.value_size,
-                    "max_entries": info.max_entries,
-                }
-        finally:
-            os.close(mfd)
+def _module_map_fds(b: Any) -> list[int]:
+    """The fds of every map BCC object ``b`` made (libbcc's own table list). From BCC's fds, not
+    by map id: BPF_MAP_GET_FD_BY_ID needs CAP_SYS_ADMIN, which the chart's probe lacks."""
+    from bcc.libbcc import lib
+
+    # libbcc exports these two without the Python binding declaring them: declare them here,
+    # or ctypes passes the module pointer as a C int.
+    lib.bpf_num_tables.argtypes, lib.bpf_num_tables.restype = [ctypes.c_void_p], ctypes.c_size_t
+    lib.bpf_table_name.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.bpf_table_name.restype = ctypes.c_char_p
+    fds = []
+    for i in range(int(lib.bpf_num_tables(b.module))):
+        name = lib.bpf_table_name(b.module, i)
+        fd = int(lib.bpf_table_fd(b.module, name)) if name else -1
+        if fd >= 0:
+            fds.append(fd)
+    return fds
+
+
+def _pin_maps(b: Any, pin_dir: str, maps: dict[str, Any]) -> None:
+    """Pin every map of BCC object ``b`` as ``map_<name>`` (the kernel's name), with its layout."""
+    for fd in _module_map_fds(b):
+        info = bpf.map_info(fd)
+        name = info.name.decode()
+        if name not in maps:
+            bpf.obj_pin(fd, f"{pin_dir}/map_{name}")
+            maps[name] = {
+                "type": info.type,
+                "key_size": info.key_size,
+                "value_size": info.value_size,
+                "max_entries": info.max_entries,
+            }
 
 
 def pin_xdp(
@@ -85,7 +98,7 @@ def pin_xdp(
                 bpf.obj_pin(link, f"{pin_dir}/link_xdp_{ifindex}")  # bpffs refuses "." (eth0.1)
             finally:
                 os.close(link)
-    _pin_maps(fn.fd, pin_dir, manifest["maps"])
+    _pin_maps(b, pin_dir, manifest["maps"])
     return manifest
 
 
@@ -105,7 +118,7 @@ def pin(b: Any, pin_dir: str) -> dict[str, Any]:
         finally:
             os.close(link)
         manifest["funcs"][fname] = {"tracepoint": f"{category}:{event}"}
-        _pin_maps(fn.fd, pin_dir, manifest["maps"])
+    _pin_maps(b, pin_dir, manifest["maps"])
     if not manifest["funcs"]:
         raise ProbeError("the program has no tracepoint function to pin")
     return manifest

@@ -8,7 +8,9 @@
     t.set_cgroups([74885])   # also every process of cgroup v2 id 74885 (a pod's container)
     t.close()
 
-Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints). Timestamps are
+Loads bpf/map_update.bpf.c (syscalls:sys_enter_bpf / sys_exit_bpf tracepoints) through the
+short-lived loader (probes.pinned) and reads its pins: the ring buffer through libbpf's
+``ring_buffer`` API (core.sys.ringbuf), the maps as raw bytes. Timestamps are
 bpf_ktime_get_ns(), i.e. CLOCK_MONOTONIC, comparable with time.monotonic_ns() on this host.
 The map is not known in the kernel (no kprobes, no struct reads): events carry (tgid, map_fd)
 and :func:`map_id` resolves it through /proc while the process lives. ``pids`` restricts
@@ -21,14 +23,14 @@ Events come through a ring buffer; :meth:`dropped` says how many it refused (0 m
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys.ringbuf import RingBuffer
+from swarmscope.probes import pinned
+from swarmscope.probes.pinned import PinnedMap, PinnedObject
 
 CMD_UPDATE_ELEM = 2
 CMD_UPDATE_BATCH = 26
@@ -57,70 +59,83 @@ class MapUpdateTotal:
     last_ns: int
 
 
+_KEY = struct.Struct("<IIQ")  # struct mu_key {tgid, cmd, cgroup}
+_TOTAL = struct.Struct("<QQQQ")  # struct mu_total {calls, entries, first_ns, last_ns}
+_U32, _U64, _ON = struct.Struct("<I"), struct.Struct("<Q"), b"\x01"
+# The maps as this reader decodes them, checked against the kernel's at load.
+LAYOUTS = {
+    "mu_totals": (_KEY.size, _TOTAL.size),
+    "mu_pids": (4, 1),
+    "mu_cgroups": (8, 1),
+    "mu_record_all": (4, 1),
+    "mu_drops": (4, 8),
+}
+
+
 class MapUpdateTracer:
     def __init__(self, pids: Iterable[int] | None = None, ringbuf_pages: int = 1024):
         self.pids = None if pids is None else list(pids)
         self.cgroups: list[int] = []
         self.ringbuf_pages = ringbuf_pages
-        self.bpf: Any = None
+        self.bpf: PinnedObject | None = None
+        self._ring: RingBuffer | None = None
         self._events: list[MapUpdateEvent] = []
 
     def load(self) -> None:
-        from swarmscope.probes.bcc_env import load_program
-
-        self.bpf = load_program("map_update", [f"-DSS_RINGBUF_PAGES={self.ringbuf_pages}"])
+        obj = pinned.load("map_update", [f"-DSS_RINGBUF_PAGES={self.ringbuf_pages}"], layouts=LAYOUTS)
+        try:
+            self._ring = RingBuffer(obj.maps["mu_events"].fd, self._on_event)
+        except BaseException:
+            obj.cleanup()
+            raise
+        self.bpf = obj
         pids, self.pids = self.pids, []  # set_pids compares with what is in the kernel: nothing yet
         self.set_pids(pids)
         cgroups, self.cgroups = self.cgroups, []
         self.set_cgroups(cgroups)
-        self.bpf[b"mu_events"].open_ring_buffer(self._on_event)
+
+    def _maps(self) -> dict[str, PinnedMap]:
+        if self.bpf is None:
+            raise ProbeError("MapUpdateTracer used before load()")
+        return self.bpf.maps
 
     def add_pid(self, pid: int) -> None:
-        self._need()
-        self.bpf[b"mu_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        self._maps()["mu_pids"].update(_U32.pack(pid), _ON)
         if self.pids is not None and pid not in self.pids:
             self.pids.append(pid)
 
     def set_pids(self, pids: Iterable[int] | None) -> None:
         """Record only ``pids`` from now on (None: every process), without reloading."""
-        self._need()
+        maps = self._maps()
         want = None if pids is None else list(dict.fromkeys(int(p) for p in pids))
-        table, all_ = self.bpf[b"mu_pids"], self.bpf[b"mu_record_all"]
         # Add before removing, and widen before narrowing, so a pid kept across the change is
         # never unrecorded for a moment.
         for p in want or ():
-            table[ctypes.c_uint32(p)] = ctypes.c_uint8(1)
-        all_[ctypes.c_int(0)] = ctypes.c_uint8(1 if want is None else 0)
+            maps["mu_pids"].update(_U32.pack(p), _ON)
+        maps["mu_record_all"].update(_U32.pack(0), bytes([want is None]))
         for p in (self.pids or []) if want is None else set(self.pids or ()) - set(want):
-            with contextlib.suppress(KeyError):
-                del table[ctypes.c_uint32(p)]
+            maps["mu_pids"].delete(_U32.pack(p))
         self.pids = want
 
     def set_cgroups(self, ids: Iterable[int]) -> None:
         """Also record every caller in these cgroup v2 ids from now on ([] for none), without
         reloading; added before the others are removed, as in :meth:`set_pids`."""
-        self._need()
+        table = self._maps()["mu_cgroups"]
         want = list(dict.fromkeys(int(i) for i in ids))
-        table = self.bpf[b"mu_cgroups"]
         for i in want:
-            table[ctypes.c_uint64(i)] = ctypes.c_uint8(1)
+            table.update(_U64.pack(i), _ON)
         for i in set(self.cgroups) - set(want):
-            with contextlib.suppress(KeyError):
-                del table[ctypes.c_uint64(i)]
+            table.delete(_U64.pack(i))
         self.cgroups = want
 
-    def _need(self) -> None:
-        if self.bpf is None:
-            raise ProbeError("MapUpdateTracer used before load()")
-
-    def _on_event(self, ctx: Any, data: Any, size: int) -> int:
-        self._events.append(MapUpdateEvent(*_EVENT.unpack(ctypes.string_at(data, _EVENT.size))))
-        return 0
+    def _on_event(self, data: bytes) -> None:
+        self._events.append(MapUpdateEvent(*_EVENT.unpack_from(data)))
 
     def events(self) -> list[MapUpdateEvent]:
         """Every event recorded since the previous call, in ring-buffer order."""
-        self._need()
-        self.bpf.ring_buffer_consume()
+        self._maps()
+        assert self._ring is not None
+        self._ring.consume()
         out, self._events = self._events, []
         return out
 
@@ -133,28 +148,28 @@ class MapUpdateTracer:
 
     def snapshot_by_cgroup(self) -> dict[tuple[int, int, int], MapUpdateTotal]:
         """Cumulative totals per (tgid, cmd, cgroup id), reduced over CPUs."""
-        self._need()
         out: dict[tuple[int, int, int], MapUpdateTotal] = {}
-        for k, per_cpu in self.bpf[b"mu_totals"].items():
-            vals = [v for v in per_cpu if v.calls]
-            if not vals:
-                continue
-            out[(int(k.tgid), int(k.cmd), int(k.cgroup))] = MapUpdateTotal(
-                calls=sum(int(v.calls) for v in vals),
-                entries=sum(int(v.entries) for v in vals),
-                first_ns=min(int(v.first_ns) for v in vals),
-                last_ns=max(int(v.last_ns) for v in vals),
-            )
+        for k, cpus in self._maps()["mu_totals"].percpu_items():
+            vals = [t for t in (_TOTAL.unpack(v) for v in cpus) if t[0]]
+            if vals:
+                out[_KEY.unpack(k)] = MapUpdateTotal(
+                    calls=sum(t[0] for t in vals),
+                    entries=sum(t[1] for t in vals),
+                    first_ns=min(t[2] for t in vals),
+                    last_ns=max(t[3] for t in vals),
+                )
         return out
 
     def dropped(self) -> int:
-        self._need()
-        return int(sum(self.bpf[b"mu_drops"][ctypes.c_int(0)]))
+        return sum(_U64.unpack(v)[0] for _k, cpus in self._maps()["mu_drops"].percpu_items() for v in cpus)
 
     def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         if self.bpf is not None:
-            self.bpf.cleanup()
-            self.bpf = None
+            obj, self.bpf = self.bpf, None
+            obj.cleanup()
 
 
 def _merge(a: MapUpdateTotal | None, b: MapUpdateTotal) -> MapUpdateTotal:

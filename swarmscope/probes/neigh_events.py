@@ -6,19 +6,23 @@
     t.snapshot_full()   # {NeighKey(tgid, kind, cgroup, dev): NeighTotal, ...}
     t.close()
 
-Loads bpf/neigh_events.bpf.c. RTM_NEWNEIGH is handled inside the writer's sendmsg(), so the
-tgid is the writer's own. Timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns). The counters are
-cumulative; a window is the difference of two snapshots.
+Loads bpf/neigh_events.bpf.c through the short-lived loader (probes.pinned) and reads its pins.
+RTM_NEWNEIGH is handled inside the writer's sendmsg(), so the tgid is the writer's own.
+Timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns). The counters are cumulative; a window is the
+difference of two snapshots.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
-from typing import Any
 
 from swarmscope.core.errors import ProbeError
+from swarmscope.probes import pinned
 
 KINDS = {0: "create", 1: "update"}
+_KEY = struct.Struct("<IIQ16s")  # struct ne_key {tgid, kind, cgroup, dev} in neigh_events.bpf.c
+_TOTAL = struct.Struct("<QQQ")  # struct ne_total {count, first_ns, last_ns}
 
 
 @dataclass(frozen=True)
@@ -39,12 +43,11 @@ class NeighTotal:
 class NeighEventCounter:
     def __init__(self, ipv4_only: bool = True):
         self.ipv4_only = ipv4_only
-        self.bpf: Any = None
+        self.bpf: pinned.PinnedObject | None = None
 
     def load(self) -> None:
-        from swarmscope.probes.bcc_env import load_program
-
-        self.bpf = load_program("neigh_events", ["-DSS_FAMILY=2"] if self.ipv4_only else [])
+        cflags = ["-DSS_FAMILY=2"] if self.ipv4_only else []
+        self.bpf = pinned.load("neigh_events", cflags, layouts={"ne_totals": (_KEY.size, _TOTAL.size)})
 
     def snapshot(self) -> dict[tuple[int, str], NeighTotal]:
         """Cumulative totals per (tgid, kind), summed over cgroups and devices."""
@@ -63,19 +66,16 @@ class NeighEventCounter:
         if self.bpf is None:
             raise ProbeError("NeighEventCounter used before load()")
         out: dict[NeighKey, NeighTotal] = {}
-        for k, per_cpu in self.bpf[b"ne_totals"].items():
-            vals = [v for v in per_cpu if v.count]
+        for k, cpus in self.bpf.maps["ne_totals"].percpu_items():
+            vals = [t for t in (_TOTAL.unpack(v) for v in cpus) if t[0]]
             if vals:
-                key = NeighKey(
-                    int(k.tgid),
-                    KINDS.get(int(k.kind), str(k.kind)),
-                    int(k.cgroup),
-                    bytes(k.dev).split(b"\0", 1)[0].decode("ascii", "replace"),
-                )
+                tgid, kind, cgroup, dev = _KEY.unpack(k)
+                name = dev.split(b"\0", 1)[0].decode("ascii", "replace")
+                key = NeighKey(tgid, KINDS.get(kind, str(kind)), cgroup, name)
                 out[key] = NeighTotal(
-                    count=sum(int(v.count) for v in vals),
-                    first_ns=min(int(v.first_ns) for v in vals),
-                    last_ns=max(int(v.last_ns) for v in vals),
+                    count=sum(t[0] for t in vals),
+                    first_ns=min(t[1] for t in vals),
+                    last_ns=max(t[2] for t in vals),
                 )
         return out
 

@@ -6,7 +6,7 @@
     obj.maps["exec_open"].update(key_bytes, value_bytes)
     obj.funcs                                     # {b"tracepoint__sched__...": fn with .fd}
     obj.cleanup()                                 # unpin: links detach, maps and programs go
-    pinned.sweep_stale()                          # pins of light probes that died unclean
+    pinned.sweep_stale()                          # pins of probes that died unclean
 
 The pin directory is ``/sys/fs/bpf/ss-probe-<pid>-<program>-<hex>``, claimed (kind ``pindir``,
 swarmscope.core.sys.owners) by this process *before* the loader makes it, so the sweep at a later
@@ -83,6 +83,19 @@ class PinnedMap:
     def update(self, key: bytes, value: bytes) -> None:
         bpf.map_update_elem(self.fd, key, value)
 
+    def delete(self, key: bytes) -> bool:
+        """Remove ``key``; False when it was absent."""
+        return bpf.map_delete_elem(self.fd, key)
+
+    def drain(self) -> Iterable[tuple[bytes, bytes]]:
+        """Every (key, value) of a (not per-CPU) map, removed from it as it is read, in batches."""
+        chunk = max(1, min(_CHUNK, self.max_entries))
+        pages = bpf.map_lookup_batches(self.fd, self.key_size, self.value_size, chunk, delete=True)
+        for keys, vals in pages:
+            ks, vs = self.key_size, self.value_size
+            for i in range(len(keys) // ks):
+                yield keys[i * ks : (i + 1) * ks], vals[i * vs : (i + 1) * vs]
+
 
 class PinnedObject:
     """One loaded program's pins, opened: what ``load`` returns."""
@@ -115,7 +128,7 @@ class PinnedObject:
 
 
 def sweep_stale() -> list[str]:
-    """Remove the pin directories of light probes that died without ``cleanup`` (SIGKILL, OOM):
+    """Remove the pin directories of probes that died without ``cleanup`` (SIGKILL, OOM):
     their programs are still attached and counting. The same as a run's start-up sweep does,
     for probes that start where no run has since."""
     swept = []
@@ -129,11 +142,17 @@ def sweep_stale() -> list[str]:
 
 
 def load(
-    program: str, cflags: Iterable[str] = (), timeout_s: float = 180.0, loader_args: Iterable[str] = ()
+    program: str,
+    cflags: Iterable[str] = (),
+    timeout_s: float = 180.0,
+    loader_args: Iterable[str] = (),
+    layouts: dict[str, tuple[int, int]] | None = None,
 ) -> PinnedObject:
     """Compile, load and pin ``bpf/<program>.bpf.c`` in a loader process; open its pins here.
 
-    ``loader_args`` go to the loader before the program (``--xdp FUNC --ifaces ...``)."""
+    ``loader_args`` go to the loader before the program (``--xdp FUNC --ifaces ...``);
+    ``layouts`` is {map: (key size, value size)} as the caller decodes them, checked against
+    the kernel's (ProbeError on a mismatch)."""
     from swarmscope.probes.bcc_env import ensure_mounts
 
     ensure_mounts()
@@ -161,6 +180,8 @@ def load(
         missing = set(manifest["maps"]) - set(obj.maps)
         if missing or set(manifest["funcs"]) != {f.decode() for f in obj.funcs}:
             raise ProbeError(f"loading {program}: pins missing under {obj.path} ({sorted(missing)})")
+        for name, (key_size, value_size) in (layouts or {}).items():
+            obj.maps[name].check(key_size, value_size)
     except BaseException:
         obj.cleanup()
         raise

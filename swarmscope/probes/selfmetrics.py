@@ -22,35 +22,77 @@ The ring buffer families are always present (HELP/TYPE, no samples) so dashboard
 before a program uses one; a program opts in with a ``ringbuf_stats() -> (delivered, dropped,
 counted_in_map)`` method. Caveats: run counts grow only while BPF statistics are on (the probe
 turns them on with ``--metrics-port``); counting a hash map's entries walks its keys (one
-syscall each) on every scrape, capped at ``MAX_WALK``; array maps are always full.
+syscall each) on every scrape, capped at ``MAX_WALK``; array maps are always full. The text
+format is written here (``TextRegistry``), not with prometheus_client: that library imports
+``ssl`` and costs the probe about 8 MiB of RSS with it (docs/probe.md); ``serve`` also takes a
+prometheus_client registry (``top-ebpf --prometheus``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from swarmscope.core.errors import BpfError, ProbeError
 from swarmscope.core.sys import bpf
 from swarmscope.probes import bpfstats
 
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """Serve ``/metrics`` (the registry) and ``/healthz`` on a daemon thread; port 0 picks one."""
+
+class Family:
+    """One metric family of the text format; a counter's samples are named ``<name>_total``."""
+
+    def __init__(self, name: str, kind: str, doc: str, labels: Iterable[str] = ()) -> None:
+        self.name, self.kind, self.doc, self.labels = name, kind, doc, tuple(labels)
+        self.samples: list[tuple[tuple[str, ...], float]] = []
+
+    def add_metric(self, values: Iterable[str], value: float) -> None:
+        self.samples.append((tuple(values), float(value)))
+
+    def render(self) -> str:
+        sample = self.name + ("_total" if self.kind == "counter" else "")
+        lines = [f"# HELP {sample} {self.doc}", f"# TYPE {sample} {self.kind}"]
+        for values, v in self.samples:
+            pairs = sorted(zip(self.labels, values, strict=True))  # as prometheus_client writes them
+            labels = ",".join(f'{k}="{_escape(x)}"' for k, x in pairs)
+            lines.append(f"{sample}{{{labels}}} {v!r}" if labels else f"{sample} {v!r}")
+        return "\n".join(lines) + "\n"
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class TextRegistry:
+    """Collectors (each ``collect() -> Iterable[Family]``) rendered in the Prometheus text format."""
+
+    def __init__(self) -> None:
+        self.collectors: list[Callable[[], Iterable[Family]]] = []
+
+    def render(self) -> bytes:
+        return "".join(f.render() for c in self.collectors for f in c()).encode()
+
+
+def serve(registry: Any, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve ``/metrics`` (a TextRegistry, or a prometheus_client registry) and ``/healthz`` on a
+    daemon thread; port 0 picks one."""
+    if isinstance(registry, TextRegistry):
+        render, ctype_metrics = registry.render, CONTENT_TYPE
+    else:
+        from prometheus_client import generate_latest
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        render, ctype_metrics = (lambda: generate_latest(registry)), CONTENT_TYPE_LATEST
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+                body, ctype, code = render(), ctype_metrics, 200
             elif path == "/healthz":
                 body, ctype, code = b"ok\n", "text/plain", 200
             else:
@@ -71,38 +113,45 @@ def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> Th
 
 
 def bcc_of(program: Any) -> Any:
-    """The BCC object behind one of our programs (they keep it in ``_bpf``), or None."""
+    """The loaded object behind one of our programs (they keep it in ``_bpf``), or None."""
     return getattr(program, "_bpf", None)
 
 
 class ProbeSelfMetrics:
     def __init__(self, programs: Callable[[], Mapping[str, Any]] = dict) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = TextRegistry()
         self._programs = programs
-        self.windows_opened = Counter(
-            "swarmscope_probe_windows_opened", "windows opened on this probe", registry=self.registry
-        )
-        self.windows_closed = Counter(
-            "swarmscope_probe_windows_closed", "windows closed on this probe", registry=self.registry
-        )
-        self.readings_sent = Counter(
-            "swarmscope_probe_readings_sent", "readings queued to the controller", registry=self.registry
-        )
-        self.features = Gauge(
+        self.windows_opened = self.windows_closed = self.readings_sent = 0
+        # feature -> 1 if the reading works here, 0 if dropped for a missing capability
+        self.features: dict[str, int] = {}
+        self.registry.collectors += [self._own, _ProgramCollector(self).collect]
+
+    def _own(self) -> Iterator[Family]:
+        for name, doc, v in (
+            ("swarmscope_probe_windows_opened", "windows opened on this probe", self.windows_opened),
+            ("swarmscope_probe_windows_closed", "windows closed on this probe", self.windows_closed),
+            ("swarmscope_probe_readings_sent", "readings queued to the controller", self.readings_sent),
+        ):
+            f = Family(name, "counter", doc)
+            f.add_metric((), v)
+            yield f
+        f = Family(
             "swarmscope_probe_feature_available",
+            "gauge",
             "1 if the reading works here, 0 if dropped for a missing capability",
             ["feature"],
-            registry=self.registry,
         )
-        self.registry.register(_ProgramCollector(self))  # type: ignore[arg-type]
+        for feature, v in sorted(self.features.items()):
+            f.add_metric([feature], v)
+        yield f
 
     # The agent calls these (see ProbeAgent(metrics=...)).
     def window_opened(self) -> None:
-        self.windows_opened.inc()
+        self.windows_opened += 1
 
     def window_closed(self, readings: int) -> None:
-        self.windows_closed.inc()
-        self.readings_sent.inc(readings)
+        self.windows_closed += 1
+        self.readings_sent += readings
 
     def set_programs(self, programs: Callable[[], Mapping[str, Any]]) -> None:
         self._programs = programs
@@ -112,25 +161,8 @@ class ProbeSelfMetrics:
 
 
 def held_map_fds(b: Any) -> dict[int, int]:
-    """{map id: fd} of the maps a BCC module holds (libbcc's own table list)."""
-    if b is None or getattr(b, "module", None) is None:
-        return {}
-    from bcc.libbcc import lib
-
-    # libbcc exports these two without the Python binding declaring them: declare them here,
-    # or ctypes passes the module pointer as a C int.
-    lib.bpf_num_tables.argtypes, lib.bpf_num_tables.restype = [ctypes.c_void_p], ctypes.c_size_t
-    lib.bpf_table_name.argtypes, lib.bpf_table_name.restype = (
-        [ctypes.c_void_p, ctypes.c_size_t],
-        ctypes.c_char_p,
-    )
-    out: dict[int, int] = {}
-    for i in range(int(lib.bpf_num_tables(b.module))):
-        name = lib.bpf_table_name(b.module, i)
-        fd = int(lib.bpf_table_fd(b.module, name)) if name else -1
-        if fd >= 0:
-            out[int(bpf.map_info(fd).id)] = fd
-    return out
+    """{map id: fd} of the maps a loaded program holds (its pins, opened: probes.pinned)."""
+    return {int(bpf.map_info(m.fd).id): m.fd for m in dict(getattr(b, "maps", {}) or {}).values()}
 
 
 def _fill_by_id(map_id: int) -> bpfstats.MapFill | None:
@@ -147,27 +179,32 @@ class _ProgramCollector:
     def __init__(self, owner: ProbeSelfMetrics) -> None:
         self.owner = owner
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Family]:
         pl = ["program", "func"]
-        runs = CounterMetricFamily(
-            "swarmscope_probe_program_run_count", "runs of the probe's BPF functions", labels=pl
+        runs = Family(
+            "swarmscope_probe_program_run_count", "counter", "runs of the probe's BPF functions", pl
         )
-        secs = CounterMetricFamily(
-            "swarmscope_probe_program_run_time_seconds", "run time of the probe's BPF functions", labels=pl
+        secs = Family(
+            "swarmscope_probe_program_run_time_seconds",
+            "counter",
+            "run time of the probe's BPF functions",
+            pl,
         )
         ml = ["program", "map"]
-        entries = GaugeMetricFamily("swarmscope_probe_map_entries", "entries in the map", labels=ml)
-        maxe = GaugeMetricFamily("swarmscope_probe_map_max_entries", "capacity of the map", labels=ml)
-        fill = GaugeMetricFamily("swarmscope_probe_map_fill_ratio", "entries / max_entries", labels=ml)
-        rb = CounterMetricFamily(
+        entries = Family("swarmscope_probe_map_entries", "gauge", "entries in the map", ml)
+        maxe = Family("swarmscope_probe_map_max_entries", "gauge", "capacity of the map", ml)
+        fill = Family("swarmscope_probe_map_fill_ratio", "gauge", "entries / max_entries", ml)
+        rb = Family(
             "swarmscope_probe_ringbuf_events",
+            "counter",
             "per-event ring buffer records by outcome",
-            labels=["program", "outcome"],
+            ["program", "outcome"],
         )
-        ratio = GaugeMetricFamily(
+        ratio = Family(
             "swarmscope_probe_ringbuf_map_ratio",
+            "gauge",
             "ring-buffer events / events counted in maps",
-            labels=["program"],
+            ["program"],
         )
         for pname, prog in self.owner.programs().items():
             b = bcc_of(prog)

@@ -13,7 +13,7 @@ onto the wall clock with this host's offset, so it lines up with the other proce
 exec_count gives one ``exec.window`` sample per node (first and last exec of the window), so
 its nodes get first/last the same way. Caveats: other counting programs keep no per-event
 times, so their nodes have counters but no first/last. Events are bounded by the span limits
-of the probe's provider (swarmscope.core.sys.otlpjson.WindowSpans allows EVENT_LIMIT);
+of the probe's spans (swarmscope.probes.spans allows EVENT_LIMIT);
 ``swarmscope.bpf.events_dropped`` says how many did not fit.
 """
 
@@ -23,12 +23,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry import trace
+from swarmscope.core.sys.otlpconf import EVENT_LIMIT
+from swarmscope.probes.spans import WindowSpan
 
-from swarmscope.core.sys.otlpjson import EVENT_LIMIT
 
-
-def annotate(span: trace.Span, readings: Sequence[Any], end_ns: int) -> None:
+def annotate(span: WindowSpan, readings: Sequence[Any], end_ns: int) -> None:
     """Counters, per-event samples and first/last BPF times of ``readings`` onto ``span``."""
     off = time.time_ns() - time.monotonic_ns()
     budget = EVENT_LIMIT - len(readings)

@@ -13,7 +13,7 @@ no ``bpf()`` syscall number or ``union bpf_attr`` layout is hard-coded here: lib
 for the architecture it was built for. The exception is ``perf_event_open`` (no libbpf
 wrapper), whose number and attr prefix ``tracepoint_link`` writes out. BCC loads the programs;
 this module walks, reads and writes objects that already exist, and pins them and links
-tracepoint programs for the light probe (docs/platform.md#pinning-the-light-probe).
+tracepoint programs for the probe (docs/platform.md#pinning-the-probe).
 
 Errors: a failed call raises :class:`swarmscope.core.errors.BpfError` (a ProbeError) carrying the
 kernel's errno, chained from the OSError. "Object gone" (ENOENT) is not an error where it is
@@ -57,7 +57,9 @@ _SIGNATURES: dict[str, list[type]] = {
     "bpf_map_lookup_elem": [_c.c_int, _vp, _vp],
     "bpf_map_update_elem": [_c.c_int, _vp, _vp, _c.c_uint64],
     "bpf_map_create": [_c.c_int, _c.c_char_p, _c.c_uint32, _c.c_uint32, _c.c_uint32, _vp],
+    "bpf_map_delete_elem": [_c.c_int, _vp],
     "bpf_map_lookup_batch": [_c.c_int, _vp, _vp, _vp, _vp, _u32p, _vp],
+    "bpf_map_lookup_and_delete_batch": [_c.c_int, _vp, _vp, _vp, _vp, _u32p, _vp],
     "bpf_map_update_batch": [_c.c_int, _vp, _vp, _u32p, _vp],
     "bpf_map_delete_batch": [_c.c_int, _vp, _u32p, _vp],
     "bpf_obj_pin": [_c.c_int, _c.c_char_p],
@@ -413,6 +415,17 @@ def map_update_elem(fd: int, key: bytes, value: bytes, flags: int = 0) -> None:
         raise _wrap(f"bpf_map_update_elem(fd {fd})", e) from e
 
 
+def map_delete_elem(fd: int, key: bytes) -> bool:
+    """Delete one element; False when the key was absent."""
+    try:
+        _call("bpf_map_delete_elem", fd, _addr(key))
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return False
+        raise _wrap(f"bpf_map_delete_elem(fd {fd})", e) from e
+    return True
+
+
 BPF_MAP_TYPE_HASH = 1
 
 
@@ -463,9 +476,10 @@ def map_delete_batch(fd: int, keys: bytes, key_size: int = 4) -> int:
 
 
 def map_lookup_batches(
-    fd: int, key_size: int = 4, value_size: int = 12, chunk: int = 65536
+    fd: int, key_size: int = 4, value_size: int = 12, chunk: int = 65536, delete: bool = False
 ) -> Iterator[tuple[bytes, bytes]]:
-    """The whole map as packed (keys, values) pages of up to ``chunk`` entries each.
+    """The whole map as packed (keys, values) pages of up to ``chunk`` entries each; with
+    ``delete``, each page is removed from the map as it is read (BPF_MAP_LOOKUP_AND_DELETE_BATCH).
 
     Caveat: hash maps need an out_batch token at least as large as their key and per-CPU maps
     return value_size rounded up to 8 times the CPU count; pass that as ``value_size``.
@@ -480,7 +494,7 @@ def map_lookup_batches(
         done = False
         try:
             _call(
-                "bpf_map_lookup_batch",
+                "bpf_map_lookup_and_delete_batch" if delete else "bpf_map_lookup_batch",
                 fd,
                 None if first else ctypes.addressof(tok_in),
                 ctypes.addressof(tok_out),
@@ -491,7 +505,7 @@ def map_lookup_batches(
             )
         except OSError as e:
             if e.errno != errno.ENOENT:
-                raise _wrap(f"bpf_map_lookup_batch(fd {fd})", e) from e
+                raise _wrap(f"bpf_map_lookup{'_and_delete' if delete else ''}_batch(fd {fd})", e) from e
             done = True  # ENOENT: this page (maybe empty) is the last
         n = int(count.value)
         if n:

@@ -30,24 +30,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from swarmscope import __version__
+from swarmscope.core.sys.otlpconf import otlp_endpoint as otlp_endpoint  # callers: otel.otlp_endpoint()
+from swarmscope.core.sys.otlpconf import otlp_protocol
 
 _lock = threading.Lock()
-
-
-def otlp_endpoint() -> str:
-    """The OTLP traces endpoint from the environment, "" when spans are not to be exported."""
-    endpoint = os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-    exporters = {e.strip().lower() for e in os.getenv("OTEL_TRACES_EXPORTER", "otlp").split(",")}
-    return (endpoint or "") if "otlp" in exporters else ""
 
 
 def otlp_exporter() -> SpanExporter | None:
     """An OTLP span exporter configured from OTEL_* variables, None without an endpoint."""
     if not otlp_endpoint():
         return None
-    proto = (
-        os.getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.getenv("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-    )
+    proto = otlp_protocol()
     # Imported here: each exporter pulls in its transport (grpc or requests), only one is needed.
     if proto.startswith("http"):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter

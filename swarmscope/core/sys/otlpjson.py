@@ -44,11 +44,11 @@ from swarmscope import __version__
 from swarmscope.core.errors import ResultsError
 from swarmscope.core.sys import otel
 
-WINDOW_ATTR = "swarmscope.window_id"
 # Span limits of a WindowSpans provider: a neighbor window's probe span carries one event per
 # map-update call (the SDK's default keeps 128).
-EVENT_LIMIT = 20_000
-ATTRIBUTE_LIMIT = 2_000
+from swarmscope.core.sys.otlpconf import ATTRIBUTE_LIMIT, EVENT_LIMIT
+
+WINDOW_ATTR = "swarmscope.window_id"
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
 

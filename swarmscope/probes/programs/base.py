@@ -126,7 +126,7 @@ class ProgramEntry:
 
     def make(self) -> Program:
         # Imported here, when a program is made: importing the registry imports neither BCC nor
-        # any program module (a light probe never imports BCC at all).
+        # any program module (the probe never imports BCC: its loader process does).
         obj: Any = importlib.import_module(self.module)
         for part in self.spec.partition(":")[2].split("."):
             obj = getattr(obj, part)

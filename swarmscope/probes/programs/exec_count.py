@@ -27,16 +27,18 @@ sets ``exec_open_any``, which applies to every cgroup without its own open time.
 
 from __future__ import annotations
 
-import ctypes
+import struct
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from swarmscope.core.errors import ProbeError
-from swarmscope.probes import bcc_env
+from swarmscope.probes import pinned
 from swarmscope.probes.programs.base import NodeLike, Sample, Snapshot
 
 SERIES = "exec.window"
+_U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
+_STAT = struct.Struct("<QQQ")  # struct exec_stat {count, first, last} in exec_count.bpf.c
+LAYOUTS = {"exec_count": (8, _STAT.size), "exec_open": (8, 8), "exec_open_any": (4, 8)}
 
 # cgroup id -> per-CPU (first, last) bpf_ktime of execs; (0, 0) on a CPU that never ran one.
 Times = dict[int, list[tuple[int, int]]]
@@ -47,13 +49,13 @@ class ExecCount:
     counters: tuple[str, ...] = ("exec",)
 
     def __init__(self) -> None:
-        self._bpf: Any = None
+        self._bpf: pinned.PinnedObject | None = None
         self._opens: dict[int, int] = {}  # cgroup id (0 = host) -> open time (CLOCK_MONOTONIC)
         self._times: Times = {}  # as read by the last snapshot
 
     def load(self) -> None:
         if self._bpf is None:
-            self._bpf = bcc_env.load_program(self.name)
+            self._bpf = pinned.load(self.name, layouts=LAYOUTS)
 
     def open_window(self, nodes: Iterable[NodeLike]) -> None:
         """Restart the first/last times of ``nodes``' cgroups; call before the open snapshot."""
@@ -64,11 +66,11 @@ class ExecCount:
             for n in nodes:
                 key = int(n.cgroup_id)
                 if key == 0:  # the host: every cgroup that has no open time of its own
-                    self._bpf[b"exec_open_any"][ctypes.c_int(0)] = ctypes.c_uint64(now)
+                    self._bpf.maps["exec_open_any"].update(_U32.pack(0), _U64.pack(now))
                 else:
-                    self._bpf[b"exec_open"][ctypes.c_uint64(key)] = ctypes.c_uint64(now)
+                    self._bpf.maps["exec_open"].update(_U64.pack(key), _U64.pack(now))
                 self._opens[key] = now
-        except Exception as e:  # BCC map writes raise bare Exception / OSError
+        except ProbeError as e:
             raise ProbeError(f"exec_count: writing the open time failed: {e}") from e
 
     def snapshot(self) -> Snapshot:
@@ -76,11 +78,14 @@ class ExecCount:
             raise ProbeError("exec_count: snapshot before load()")
         try:
             # One read of each slot gives its count and its times together.
-            rows = [(k.value, list(v)) for k, v in self._bpf[b"exec_count"].items()]
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+            rows = [
+                (_U64.unpack(k)[0], [_STAT.unpack(v) for v in cpus])
+                for k, cpus in self._bpf.maps["exec_count"].percpu_items()
+            ]
+        except ProbeError as e:
             raise ProbeError(f"exec_count: reading the map failed: {e}") from e
-        self._times = {cg: [(int(c.first), int(c.last)) for c in cpus] for cg, cpus in rows}
-        return {cg: {"exec": sum(int(c.count) for c in cpus)} for cg, cpus in rows}
+        self._times = {cg: [(first, last) for _c, first, last in cpus] for cg, cpus in rows}
+        return {cg: {"exec": sum(c for c, _f, _l in cpus)} for cg, cpus in rows}
 
     def window_samples(
         self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]

@@ -21,13 +21,14 @@ machine is skipped (in a distributed run each probe sees every worker's targets)
 
 The flow table is drained at every window's close (``window_gauges``), so each window's flows
 are its own; the totals (``snapshot``) are cumulative, as counters must be. Caveats: XDP sees
-received packets only (put the target on the receiving side); generic (skb) mode; ``close()``
-must run to detach.
+received packets only (put the target on the receiving side); generic (skb) mode; each
+attachment is one run of the short-lived BCC loader (probes.pinned, a compile of 1-4 s), read
+through its pins; ``close()`` must run to detach (a probe killed first leaves the pins to the
+next start-up sweep).
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import struct
 from collections.abc import Iterable, Mapping
@@ -35,11 +36,11 @@ from typing import Any
 
 from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ProbeError
-from swarmscope.probes import bcc_env
+from swarmscope.probes import pinned
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import NodeLike, Snapshot
 from swarmscope.probes.programs.params import startup_values
-from swarmscope.probes.programs.pkt_count import XDP_FLAGS_SKB_MODE, in_netns
+from swarmscope.probes.programs.pkt_count import XDP_FLAGS_SKB_MODE
 
 TOTALS = ("packets", "bytes", "flows", "drops", "other")
 COUNTERS = tuple(f"flow.{f}" for f in TOTALS)
@@ -76,44 +77,46 @@ def parse_target(text: str) -> tuple[int, str, str]:
     return int(parts[0]), parts[1], parts[2]
 
 
+_KEY = struct.Struct("<IIHHB3x")  # struct flow_key in bpf/flow_key.h
+_VAL = struct.Struct("<QQ")  # struct flow_val {packets, bytes}
+_TOT = struct.Struct("<5Q")  # struct flow_tot, in TOTALS order
+LAYOUTS = {"flows": (_KEY.size, _VAL.size), "flow_tot": (4, _TOT.size)}
+
+
 class _Attached:
-    """One interface with its own loaded object."""
+    """One interface with its own loaded object: the loader attaches it through a pinned XDP
+    link; removing the pins (close) detaches it, also when the namespace is already gone."""
 
     def __init__(self, cgroup: int, netns: str, dev: str, max_flows: int) -> None:
         self.cgroup, self.netns, self.dev = cgroup, netns, dev
-        self.bpf = bcc_env.load_program("flow_count", cflags=[f"-DFLOW_MAX={int(max_flows)}"])
+        args = ["--xdp", "flow_count_xdp", "--ifaces", dev, "--xdp-flags", str(XDP_FLAGS_SKB_MODE)]
+        if netns:
+            args += ["--netns", netns]
         try:
-            import bcc
-
-            fn = self.bpf.load_func(b"flow_count_xdp", bcc.BPF.XDP)
-            with in_netns(netns or None):
-                self.bpf.attach_xdp(dev.encode(), fn, XDP_FLAGS_SKB_MODE)
-        except Exception as e:  # BCC raises bare Exception; OSError for an unknown name
-            self.bpf.cleanup()
+            self.bpf = pinned.load(
+                "flow_count", [f"-DFLOW_MAX={int(max_flows)}"], loader_args=args, layouts=LAYOUTS
+            )
+        except ProbeError as e:
             raise ProbeError(f"flow_count: attaching XDP to {netns}/{dev} failed: {e}") from e
 
     def totals(self) -> dict[str, int]:
         out = dict.fromkeys(COUNTERS, 0)
-        for per_cpu in self.bpf[b"flow_tot"].values():
-            for v in per_cpu:
-                for f in TOTALS:
-                    out[f"flow.{f}"] += int(getattr(v, f))
+        for _k, cpus in self.bpf.maps["flow_tot"].percpu_items():
+            for v in cpus:
+                for f, n in zip(TOTALS, _TOT.unpack(v), strict=True):
+                    out[f"flow.{f}"] += n
         return out
 
     def drain(self) -> dict[FlowKey, tuple[int, int]]:
         """Every flow in the table, removed from it (one batch syscall loop, not per key)."""
-        table = self.bpf[b"flows"]
         out: dict[FlowKey, tuple[int, int]] = {}
-        with contextlib.suppress(StopIteration):
-            for k, v in table.items_lookup_and_delete_batch():
-                key = (_ip(k.saddr), _ip(k.daddr), int(k.sport), int(k.dport), int(k.proto))
-                out[key] = (int(v.packets), int(v.bytes))
+        for k, v in self.bpf.maps["flows"].drain():
+            saddr, daddr, sport, dport, proto = _KEY.unpack(k)
+            out[(_ip(saddr), _ip(daddr), sport, dport, proto)] = _VAL.unpack(v)
         return out
 
     def close(self) -> None:
-        with contextlib.suppress(Exception), in_netns(self.netns or None):  # the netns may be gone
-            self.bpf.remove_xdp(self.dev.encode(), XDP_FLAGS_SKB_MODE)
-        self.bpf.cleanup()
+        self.bpf.cleanup()  # the link pin goes: XDP detaches
 
 
 def _ip(v: int) -> str:
@@ -186,7 +189,7 @@ class FlowCount:
                     tot[c] += v
                     # Per interface too: workers on one machine may share a cgroup.
                     tot[f"flow.dev.{a.dev}.{c[len('flow.') :]}"] = v
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+        except Exception as e:  # a map read fails as BpfError (a ProbeError) or OSError
             raise ProbeError(f"flow_count: reading the totals failed: {e}") from e
         return out
 

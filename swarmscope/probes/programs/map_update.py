@@ -137,7 +137,7 @@ class MapUpdateCount:
 
     @property
     def _bpf(self) -> Any:
-        """The BCC object (what probes.selfmetrics reads run times and map fill from)."""
+        """The pinned object (what probes.selfmetrics reads run times and map fill from)."""
         return self.tracer.bpf
 
     def ringbuf_stats(self) -> tuple[int, int, int]:
@@ -243,7 +243,7 @@ class MapUpdateCount:
             self._drain()
             totals = self.tracer.snapshot_by_cgroup()
             dropped = self.tracer.dropped()
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+        except Exception as e:  # a map read fails as BpfError (a ProbeError) or OSError
             raise ProbeError(f"map_update: reading the maps failed: {e}") from e
         out: Snapshot = {}
         for (tgid, cmd, cgroup), t in totals.items():
@@ -283,7 +283,7 @@ class MapUpdateCount:
                     self._calls = collections.deque(c for c in self._calls if c.exit_ns >= lo)
                 calls = sorted((c for c in self._calls if c.exit_ns < hi), key=lambda c: c.exit_ns)
                 evicted, limit = self._evicted_ns >= lo, self.max_samples
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+        except Exception as e:  # a map read fails as BpfError (a ProbeError) or OSError
             raise ProbeError(f"map_update: reading the samples failed: {e}") from e
         # The open snapshot is the first mark at or after the window's start.
         at_open = next((d for t, d in self._drop_marks if t >= start_ns), dropped)

@@ -44,7 +44,7 @@ class NeighEvents:
 
     @property
     def _bpf(self) -> Any:
-        """The BCC object (what probes.selfmetrics reads run times and map fill from)."""
+        """The pinned object (what probes.selfmetrics reads run times and map fill from)."""
         return self.counter.bpf
 
     def load(self) -> None:
@@ -56,7 +56,7 @@ class NeighEvents:
             raise ProbeError("neigh_events: snapshot before load()")
         try:
             full = self.counter.snapshot_full()
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+        except Exception as e:  # a map read fails as BpfError (a ProbeError) or OSError
             raise ProbeError(f"neigh_events: reading the map failed: {e}") from e
         out: Snapshot = {}
         for k, t in full.items():

@@ -1,7 +1,7 @@
 """Packets and bytes per interface, counted by an XDP program (``bpf/pkt_count.bpf.c``).
 
     prog = PktCount(["eth0"])                     # or PktCount(["veth1"], netns="ss-test-x")
-    prog.load()                                   # attaches XDP (generic mode) to each interface
+    prog.load()                                   # the loader attaches XDP (generic) to each one
     prog.snapshot()   # {0: {"if.eth0.packets": n, "if.eth0.bytes": b, ".ipv4", ".ipv6", ".arp"}}
     prog.close()                                  # detaches from every interface
 
@@ -11,8 +11,8 @@ rather than guessing which links to attach to. Counts are host-level (cgroup key
 belong to interfaces, not to cgroups. Caveats: XDP sees received packets only (ingress);
 generic (skb) mode is the default because it works on every driver, ``mode="native"`` is
 faster where the driver supports it; an interface that already has an XDP program is refused
-by the kernel (we never replace someone else's); ``close()`` must run to detach (the XDP
-program stays attached to the link otherwise, still passing everything).
+by the kernel (we never replace someone else's); ``close()`` must run to detach (the pinned
+XDP links stay otherwise, still passing everything, until the next start-up sweep).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import contextlib
 import ctypes
 import os
 import socket
+import struct
 from collections.abc import Iterator
-from typing import Any
 
 from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ProbeError
-from swarmscope.probes import bcc_env
+from swarmscope.probes import pinned
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.probes.programs.params import startup_values
 
@@ -36,6 +36,8 @@ FIELDS = ("packets", "bytes", "ipv4", "ipv6", "arp")
 XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 CLONE_NEWNET = 0x40000000
+_U32 = struct.Struct("<I")
+_VAL = struct.Struct("<5Q")  # struct pkt_val {packets, bytes, ipv4, ipv6, arp} in pkt_count.bpf.c
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -76,7 +78,7 @@ def in_netns(name: str | None) -> Iterator[None]:
     if not name:
         yield
         return
-    # setns(CLONE_NEWNET) changes only the calling thread, so netlink sockets BCC opens here
+    # setns(CLONE_NEWNET) changes only the calling thread, so netlink sockets opened here
     # see the namespace's links; we switch back before returning.
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
@@ -106,8 +108,7 @@ class PktCount:
         self.interfaces = list(dict.fromkeys(interfaces))
         self.netns = netns
         self._flags = XDP_FLAGS_SKB_MODE if mode == "generic" else XDP_FLAGS_DRV_MODE
-        self._bpf: Any = None
-        self._attached: list[str] = []
+        self._bpf: pinned.PinnedObject | None = None
         self._ifindex: dict[int, str] = {}
         self.counters: tuple[str, ...] = tuple(f"if.{i}.{f}" for i in self.interfaces for f in FIELDS)
 
@@ -117,52 +118,42 @@ class PktCount:
         return cls(v["pkt_count.interfaces"] or [], v["pkt_count.netns"], v["pkt_count.mode"])
 
     def load(self) -> None:
+        """The loader attaches XDP to each interface through a pinned link (``link_xdp_<ifindex>``)."""
         if self._bpf is not None:
             return
         if not self.interfaces:
             raise ProbeError(f"pkt_count: no interfaces to attach to (set ${ENV_IFACES})")
-        bpf = bcc_env.load_program(self.name)
+        with in_netns(self.netns):
+            try:
+                self._ifindex = {socket.if_nametoindex(dev): dev for dev in self.interfaces}
+            except OSError as e:
+                raise ProbeError(f"pkt_count: attaching XDP failed: {e}") from e
+        args = ["--xdp", "pkt_count_xdp", "--ifaces", ",".join(self.interfaces)]
+        args += ["--xdp-flags", str(self._flags)]
+        if self.netns:
+            args += ["--netns", self.netns]
         try:
-            import bcc
-
-            fn = bpf.load_func(b"pkt_count_xdp", bcc.BPF.XDP)
-            with in_netns(self.netns):
-                for dev in self.interfaces:
-                    self._ifindex[socket.if_nametoindex(dev)] = dev
-                    bpf.attach_xdp(dev.encode(), fn, self._flags)
-                    self._attached.append(dev)
-        except Exception as e:  # BCC raises bare Exception; OSError for an unknown name
-            self._detach(bpf)
-            bpf.cleanup()
+            self._bpf = pinned.load(self.name, [], loader_args=args, layouts={"pkt_count": (4, _VAL.size)})
+        except ProbeError as e:
             raise ProbeError(f"pkt_count: attaching XDP failed: {e}") from e
-        self._bpf = bpf
 
     def snapshot(self) -> Snapshot:
         if self._bpf is None:
             raise ProbeError("pkt_count: snapshot before load()")
         out = {c: 0 for c in self.counters}
         try:
-            for k, per_cpu in self._bpf[b"pkt_count"].items():
-                dev = self._ifindex.get(int(k.value))
+            for k, cpus in self._bpf.maps["pkt_count"].percpu_items():
+                dev = self._ifindex.get(_U32.unpack(k)[0])
                 if dev is None:
                     continue  # an ifindex we did not attach to (cannot happen unless reused)
-                for f in FIELDS:
-                    out[f"if.{dev}.{f}"] += sum(int(getattr(v, f)) for v in per_cpu)
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+                for v in cpus:
+                    for f, n in zip(FIELDS, _VAL.unpack(v), strict=True):
+                        out[f"if.{dev}.{f}"] += n
+        except ProbeError as e:
             raise ProbeError(f"pkt_count: reading the map failed: {e}") from e
         return {0: out}
 
-    def _detach(self, bpf: Any) -> None:
-        with in_netns(self.netns):
-            while self._attached:
-                dev = self._attached.pop()
-                with contextlib.suppress(Exception):  # the link may be gone (netns deleted)
-                    bpf.remove_xdp(dev.encode(), self._flags)
-
     def close(self) -> None:
         if self._bpf is not None:
-            bpf, self._bpf = self._bpf, None
-            try:
-                self._detach(bpf)
-            finally:
-                bpf.cleanup()
+            obj, self._bpf = self._bpf, None
+            obj.cleanup()  # the link pins go: XDP detaches

@@ -9,32 +9,34 @@
 
 The registry entry ``syscall_count`` reads its filter (param ``syscall_count.syscalls``) from
 $SWARMSCOPE_SYSCALLS (comma list; unset = all). Per window, a new filter set is written into the
-kernel's filter array without a reload; switching between filtered and unfiltered needs the other
-build, so ``configure`` reloads the program: its counters restart from zero and a window still
-open across the reload gets a "went down" error at close. Counter names are ``sys.<name>``
-where the x86_64 table (``asm/unistd_64.h``, linux-libc-dev) names the number, else
-``sys.<nr>``. Caveats: raw_syscalls:sys_enter fires on every syscall of the host, so an
-unfiltered counter costs a hash update per syscall (see bench/probes.py for ns/run); the map
-holds at most SS_MAX_KEYS (cgroup, nr) pairs.
+kernel's filter array without a reload; switching between filtered and unfiltered needs the
+other build, so ``configure`` reloads the program (through the loader, as at start): its
+counters restart from zero and a window still open across the reload gets a "went down" error at
+close. Counter names are ``sys.<name>`` where the x86_64 table (``asm/unistd_64.h``, linux-libc-
+dev) names the number, else ``sys.<nr>``. Caveats: raw_syscalls:sys_enter fires on every syscall
+of the host, so an unfiltered counter costs a hash update per syscall (see bench/probes.py for
+ns/run); the map holds at most SS_MAX_KEYS (cgroup, nr) pairs.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import re
+import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ProbeError
-from swarmscope.probes import bcc_env
+from swarmscope.probes import pinned
 from swarmscope.probes.programs.base import Snapshot
 from swarmscope.probes.programs.params import startup_values
 
 UNISTD = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"
 ENV_FILTER = "SWARMSCOPE_SYSCALLS"
 MAX_SYSCALL = 1024  # SS_MAX_SYSCALL in the C file
+_KEY = struct.Struct("<QQ")  # struct sc_key {cgroup, nr} in syscall_count.bpf.c
+_U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
 
 
 @functools.cache
@@ -95,7 +97,7 @@ class SyscallCount:
     name: str = "syscall_count"
 
     def __init__(self, syscalls: Iterable[str | int] | None = None) -> None:
-        self._bpf: Any = None
+        self._bpf: pinned.PinnedObject | None = None
         self.filter: list[int] | None = None
         self.counters: tuple[str, ...] = ()
         self._set_filter(None if syscalls is None else sorted({syscall_nr(s) for s in syscalls}))
@@ -137,13 +139,17 @@ class SyscallCount:
 
     def _filter_slot(self, nr: int, on: bool) -> None:
         """Count syscall ``nr`` (or stop counting it) in the loaded filtered build."""
-        self._bpf[b"syscall_filter"][ctypes.c_int(nr)] = ctypes.c_uint8(int(on))
+        assert self._bpf is not None
+        self._bpf.maps["syscall_filter"].update(_U32.pack(nr), bytes([int(on)]))
 
     def load(self) -> None:
         if self._bpf is not None:
             return
         cflags = ["-DSS_FILTER_SYSCALLS=1"] if self.filter is not None else []
-        self._bpf = bcc_env.load_program(self.name, cflags)
+        layouts = {"syscall_count": (_KEY.size, _U64.size)}
+        if self.filter is not None:  # the unfiltered build has no filter map
+            layouts["syscall_filter"] = (_U32.size, 1)
+        self._bpf = pinned.load(self.name, cflags, layouts=layouts)
         # The program is already attached: until the filter is filled it counts nothing,
         # which only delays the start (never counts unwanted syscalls).
         for nr in self.filter or ():
@@ -154,11 +160,12 @@ class SyscallCount:
             raise ProbeError("syscall_count: snapshot before load()")
         out: Snapshot = {}
         try:
-            for k, v in self._bpf[b"syscall_count"].items():
-                cg = out.setdefault(int(k.cgroup), {})
-                name = counter_name(int(k.nr))
-                cg[name] = cg.get(name, 0) + int(sum(v))
-        except Exception as e:  # BCC map reads raise bare Exception / OSError
+            for k, cpus in self._bpf.maps["syscall_count"].percpu_items():
+                cgroup, nr = _KEY.unpack(k)
+                cg = out.setdefault(cgroup, {})
+                name = counter_name(nr)
+                cg[name] = cg.get(name, 0) + sum(_U64.unpack(v)[0] for v in cpus)
+        except ProbeError as e:
             raise ProbeError(f"syscall_count: reading the map failed: {e}") from e
         return out
 

@@ -1,6 +1,6 @@
-"""The light probe (``swarmscope probe --mode light``): BCC only in a short-lived loader process,
-the long-lived probe reads pinned maps. Real BPF, real gRPC (the stand-in controller of
-agent_helpers), real execs in a throw-away cgroup; what a killed light probe leaves is swept."""
+"""The probe (``swarmscope probe``): BCC only in a short-lived loader process, the long-lived
+probe reads pinned maps. Real BPF, real gRPC (the stand-in controller of
+agent_helpers), real execs in a throw-away cgroup; what a killed probe leaves is swept."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from agent_helpers import TOKEN, TestController, serve_controller
-from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
+from probe_helpers import exec_in_cgroup, map_updates_in_cgroup, probe_cli, temp_cgroup
 
 from swarmscope.app import lifecycle
 from swarmscope.core.sys import bpf, owners
@@ -29,11 +29,11 @@ def controller() -> Iterator[tuple[TestController, str]]:
 
 
 @contextlib.contextmanager
-def _light_probe(controller: tuple[TestController, str], node: str) -> Iterator[subprocess.Popen[str]]:
-    """``swarmscope probe --mode light`` as a process, registered (its first heartbeat in), and
+def _probe(controller: tuple[TestController, str], node: str) -> Iterator[subprocess.Popen[str]]:
+    """``swarmscope probe`` as a process, registered (its first heartbeat in), and
     killed (if still running) at the end."""
     ctl, addr = controller
-    args = ["--controller", addr, "--node", node, "--mode", "light", "--programs", "exec_count,bpf_stats"]
+    args = ["--controller", addr, "--node", node, "--programs", "exec_count,bpf_stats"]
     with probe_cli(args, {"SWARMSCOPE_TOKEN": TOKEN}) as proc:
         ctl.wait_for("heartbeat", timeout=60)
         yield proc
@@ -68,9 +68,9 @@ def _mapped(pid: int) -> str:
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_light_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(controller) -> None:
+def test_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(controller) -> None:
     ctl = controller[0]
-    with _light_probe(controller, "light-node") as proc:
+    with _probe(controller, "pin-node") as proc:
         assert list(ctl.registers[0].programs) == ["exec_count", "bpf_stats"]
         # The loader pinned under a claimed directory of the probe's own (not the loader's).
         (claim,) = _claims(proc.pid).values()
@@ -85,8 +85,8 @@ def test_light_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(control
         # A stable property, not a timing: neither BCC nor LLVM is mapped in the long-lived probe.
         maps = _mapped(proc.pid)
         assert "libLLVM" not in maps and "libbcc" not in maps and "libclang" not in maps
-        with temp_cgroup("light") as cg:
-            node = pb.NodeInfo(name="light-node", cgroup_id=cgroup_id(cg))
+        with temp_cgroup("pinned") as cg:
+            node = pb.NodeInfo(name="pin-node", cgroup_id=cgroup_id(cg))
             for window, execs in (("w1", 37), ("w2", 0), ("w3", 5)):
                 ctl.send(open=pb.OpenWindow(run_id="r", window_id=window, nodes=[node]))
                 assert ctl.wait_for("ack").ack.ok
@@ -102,7 +102,7 @@ def test_light_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(control
                     assert s.series == "exec.window" and before <= s.start_ns <= s.end_ns <= after
                 else:
                     assert list(r.samples) == []
-                assert done.trace  # the window span rides back as in the full probe
+                assert done.trace  # the window span rides back
         ctl.send(shutdown=pb.Shutdown(reason="test over"))
         assert proc.wait(timeout=15) == 0
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
@@ -111,8 +111,8 @@ def test_light_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(control
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_killed_light_probe_leaves_pins_that_the_next_run_sweeps(controller) -> None:
-    with _light_probe(controller, "light-killed") as proc:
+def test_killed_probe_leaves_pins_that_the_next_run_sweeps(controller) -> None:
+    with _probe(controller, "pin-killed") as proc:
         (name, claim), *_ = _claims(proc.pid).items()
         fd = bpf.obj_get(f"{claim['path']}/prog_tracepoint__sched__sched_process_exec")
         prog_id = bpf.prog_info(fd).id
@@ -143,30 +143,50 @@ def test_failed_load_leaves_no_pin_dir_and_no_claim() -> None:
     assert not [e for e in os.listdir(pinned.PIN_ROOT) if e.startswith(f"ss-probe-{os.getpid()}-no_such")]
 
 
-def test_light_mode_refuses_what_it_does_not_carry_naming_each() -> None:
-    from swarmscope.core.errors import ConfigError
-    from swarmscope.probes.programs.light import NOT_LIGHT, light_factory
-
-    with pytest.raises(ConfigError) as e:
-        light_factory(["exec_count", "flow_count", "map_update"])
-    assert [p.key for p in e.value.problems] == ["flow_count", "map_update"]
-    assert all("use --mode full" in p.reason for p in e.value.problems)
-    assert set(NOT_LIGHT) == {"flow_count", "map_update"}
+@pytest.mark.root
+@pytest.mark.bpf
+def test_map_update_samples_come_from_the_pinned_ring_buffer_without_bcc(controller) -> None:
+    """map_update in nodes mode: the calls of the node's cgroup, exactly, with one sample per
+    call read from the pinned ring buffer through libbpf (no BCC in the long-lived probe)."""
+    ctl, addr = controller
+    n, m = 13, 250
+    args = ["--controller", addr, "--node", "mu-node", "--programs", "map_update"]
+    env = {"SWARMSCOPE_TOKEN": TOKEN, "SWARMSCOPE_MAP_UPDATE_NODES": "1"}
+    with probe_cli(args, env) as proc:
+        ctl.wait_for("heartbeat", timeout=60)
+        maps = _mapped(proc.pid)
+        assert "libLLVM" not in maps and "libbcc" not in maps and "libclang" not in maps
+        with temp_cgroup("mu") as cg:
+            node = pb.NodeInfo(name="mu-node", cgroup_id=cgroup_id(cg))
+            ctl.send(open=pb.OpenWindow(run_id="r", window_id="w1", nodes=[node]))
+            assert ctl.wait_for("ack").ack.ok
+            with map_updates_in_cgroup(cg, n, m) as (pid, mid):
+                time.sleep(0.3)  # > poll_s: the pump resolved the fd while the child holds it
+                ctl.send(close=pb.CloseWindow(run_id="r", window_id="w1"))
+                (r,), _done = ctl.window_result()
+        assert r.error == ""
+        assert (r.counters["map_update.calls"], r.counters["map_update.entries"]) == (n + 1, n + m)
+        assert r.counters[f"map_update.map.{mid}.entries"] == n + m
+        assert [s.value for s in r.samples] == [1] * n + [m]
+        assert {(s.labels["pid"], s.labels["map_id"]) for s in r.samples} == {(str(pid), str(mid))}
+        ctl.send(shutdown=pb.Shutdown(reason="test over"))
+        assert proc.wait(timeout=15) == 0
+    assert _claims(proc.pid) == {}
 
 
 @pytest.mark.root
 @pytest.mark.bpf
-def test_probe_once_in_light_mode_counts_a_cgroup_and_leaves_no_pins() -> None:
+def test_probe_once_counts_a_cgroup_and_leaves_no_pins() -> None:
     with temp_cgroup("once") as cg:
         cmd = [sys.executable, "-m", "swarmscope", "probe", "--once", "--seconds", "6", "--json"]
-        proc = subprocess.Popen([*cmd, "--mode", "light"], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         try:
             # The window starts once the loader is done (the claim comes before it): wait for
             # the pinned link and the loader's exit, then exec.
             deadline = time.monotonic() + 60
             while not (_pinned_link(proc.pid) and not _children(proc.pid)) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert _pinned_link(proc.pid), "the light probe never pinned its program"
+            assert _pinned_link(proc.pid), "the probe never pinned its program"
             time.sleep(1.0)  # the first snapshot follows the loader's exit by milliseconds
             exec_in_cgroup(cg, 9)
             out, _ = proc.communicate(timeout=60)
