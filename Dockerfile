@@ -14,18 +14,17 @@
 # the exec helpers, which are compiled from it, are built on top.
 #
 # Before them, the `native` stage: the Go binaries the image carries, static (CGO_ENABLED=0),
-# built by the same scripts as on a development machine from the same sources: the relay of
-# `swarmscope relay --engine native` and the reader of `swarmscope probe --mode native`. Copied
-# as their own layer between base and code, so it changes only with their sources; the ENV
-# below points relay_native.py and probes/native.py at them (no build on demand in a pod).
+# built by the same scripts as on a development machine from the same sources: the reader of
+# `swarmscope probe --mode native`. Copied as their own layer between base and code, so it
+# changes only with their sources; the ENV below points probes/native.py at them (no build on
+# demand in a pod).
 # tools/build_image.py runs this stage on the build host (python 3.11 with grpc_tools, Go from
 # tools/go.sh), where the binaries are cached by a hash of their sources.
 FROM python:3.11-bookworm AS native
 COPY --from=golang:1.26-bookworm /usr/local/go /usr/local/go
 WORKDIR /src
 COPY constraints.txt /src/
-COPY tools/go.sh tools/go_build.sh tools/native-stage.sh tools/build_relayd.sh tools/build_probe_reader.sh /src/tools/
-COPY swarmscope/controller/relayd /src/swarmscope/controller/relayd/
+COPY tools/go.sh tools/go_build.sh tools/native-stage.sh tools/build_probe_reader.sh /src/tools/
 COPY swarmscope/probes/reader /src/swarmscope/probes/reader/
 COPY proto /src/proto/
 RUN tools/native-stage.sh out
@@ -49,7 +48,6 @@ RUN .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; pri
 ENV PATH=/opt/swarmscope/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    SWARMSCOPE_RELAYD=/usr/local/bin/swarmscope-relayd \
     SWARMSCOPE_PROBE_READER=/usr/local/bin/swarmscope-probe-reader
 
 USER 10001

@@ -8,7 +8,7 @@ test builds the real image (tools/build_image.py, no Docker engine; cached by co
 it is three layers (base, the Go binaries of the native stage, code) and that a code-only change
 adds a new code layer on the same two, unpacks it and runs it the way the chart's pods do: uid
 10001 on a read-only root filesystem, where the exec helpers must already be built and
-`swarmscope relay --engine native` execs the image's swarmscope-relayd (no Go, no build).
+`swarmscope relay` runs (no Go, no build).
 """
 
 from __future__ import annotations
@@ -136,9 +136,8 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     assert [p.split("/")[4].split("-")[0] for p in prebuilt] == ["agent", "native", "native"], prebuilt
     # The native stage's binaries: static, root-owned, executable by all, found through the ENV.
     env_of = dict(e.split("=", 1) for e in proc["env"])
-    assert env_of["SWARMSCOPE_RELAYD"] == "/usr/local/bin/swarmscope-relayd"
     assert env_of["SWARMSCOPE_PROBE_READER"] == "/usr/local/bin/swarmscope-probe-reader"
-    for name in ("swarmscope-relayd", "swarmscope-probe-reader"):
+    for name in ("swarmscope-probe-reader",):
         st = (rootfs / "usr/local/bin" / name).stat()
         assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o755), name
         assert not has_interpreter(rootfs / "usr/local/bin" / name), name  # static: no ld.so needed
@@ -158,8 +157,8 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
           touch /opt/swarmscope/x 2>/dev/null && echo WRITABLE
           python -c "{script}"
           swarmscope-probe-reader --help 2>&1 | head -n1
-          # As the chart runs a native relay; a closed upstream: it retries until stopped.
-          SWARMSCOPE_TOKEN=t timeout -s INT 4 swarmscope relay --engine native \
+          # As the chart runs a relay; a closed upstream: it retries until stopped.
+          SWARMSCOPE_TOKEN=t timeout -s INT 4 swarmscope relay \
             --upstream 127.0.0.1:1 --bind 127.0.0.1:0 || echo relay rc $?'
         """],
         capture_output=True, text=True, timeout=120,
@@ -170,5 +169,4 @@ def test_image_builds_and_runs_read_only_as_uid_10001(tmp_path: Path) -> None:
     assert out[2].startswith("Usage of swarmscope-probe-reader"), out
     assert out[3].startswith("swarmscope relay relay-") and " listening on port " in out[3], out
     assert out[4:] == ["relay rc 124"], out  # ran until timeout stopped it, no build attempted
-    # The Go relay's own words (the Python relay says nothing of the kind): it was exec'd.
-    assert "relayd: upstream 127.0.0.1:1: Hello: Unavailable" in r.stderr, r.stderr
+    assert "relay: upstream 127.0.0.1:1: UNAVAILABLE; trying 127.0.0.1:1" in r.stderr, r.stderr

@@ -74,7 +74,6 @@ def test_every_dockerfile_instruction_is_in_the_plan() -> None:
         "PATH": "/opt/swarmscope/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "SWARMSCOPE_RELAYD": "/usr/local/bin/swarmscope-relayd",
         "SWARMSCOPE_PROBE_READER": "/usr/local/bin/swarmscope-probe-reader",
     }
     # The base is the one install script, and it never reads the code (which is not there yet);
@@ -155,12 +154,12 @@ def test_context_follows_dockerignore_and_keys_by_content(tmp_path: Path) -> Non
 
 def test_dockerignore_exception_takes_a_file_back(tmp_path: Path) -> None:
     # As Docker: the last matching line decides; `!` re-includes a file under an ignored pattern.
-    (tmp_path / ".dockerignore").write_text("tools/build_*\n!tools/build_relayd.sh\nlib\n!lib/keep.txt\n")
-    for f in ("tools/build_relayd.sh", "tools/build_image.py", "tools/go.sh", "lib/keep.txt", "lib/drop.txt"):
+    (tmp_path / ".dockerignore").write_text("tools/build_*\n!tools/build_keep.sh\nlib\n!lib/keep.txt\n")
+    for f in ("tools/build_keep.sh", "tools/build_image.py", "tools/go.sh", "lib/keep.txt", "lib/drop.txt"):
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text(f)
     files = [str(f) for f in build_image.context_files(tmp_path)]
-    assert files == [".dockerignore", "lib/keep.txt", "tools/build_relayd.sh", "tools/go.sh"]
+    assert files == [".dockerignore", "lib/keep.txt", "tools/build_keep.sh", "tools/go.sh"]
 
 
 def test_stage_mapping_refuses_what_the_host_cannot_stand_for(tmp_path: Path) -> None:

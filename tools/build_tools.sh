@@ -60,7 +60,6 @@ lane2() {
   step k6-upstream tools/build_k6.sh     # unmodified k6: bench/http_flood.py's plain k6 (mostly links)
   step ig tools/build_ig.sh
   step reader tools/build_probe_reader.sh
-  step relayd tools/build_relayd.sh  # the native relay (tests/test_relay.py's engine=native)
   step simprobes tools/build_simprobes.sh  # tests/test_simprobes_go.py
 }
 

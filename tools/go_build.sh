@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # go_build.sh — build one of the project's Go programs once per source version, cache it, print
-# the binary's path. The per-program scripts (build_probe_reader.sh, build_relayd.sh,
-# build_simprobes.sh) name what to build and call this.
+# the binary's path. The per-program scripts (build_probe_reader.sh, build_simprobes.sh) name
+# what to build and call this.
 #
-#   tools/go_build.sh controller/relayd relayd swarmscope-relayd swarmscope.dev/relayd
-#   # -> /var/cache/swarmscope/tools/relayd-<hash>/swarmscope-relayd
+#   tools/go_build.sh bench/simprobes_go simprobes swarmscope-simprobes swarmscope.dev/simprobes
+#   # -> /var/cache/swarmscope/tools/simprobes-<hash>/swarmscope-simprobes
 #
 # Arguments: the source directory (relative to the repository), the cache entry's name, the
 # binary's name, and the Go module whose `pb` package receives probe.proto's generated code.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # native-stage.sh — the Dockerfile's `native` stage: build the Go binaries the image carries into
-# OUT (the relay of `swarmscope relay --engine native`, the reader of `swarmscope probe --mode
-# native`), each with its own build script, so the image's copies are the ones a development
-# machine builds from the same sources (static, CGO_ENABLED=0).
+# OUT (the reader of `swarmscope probe --mode native`), each with its own build script, so the
+# image's copies are the ones a development machine builds from the same sources (static,
+# CGO_ENABLED=0).
 #
-#   tools/native-stage.sh out      # -> out/swarmscope-relayd, out/swarmscope-probe-reader
+#   tools/native-stage.sh out      # -> out/swarmscope-probe-reader
 #
 # Python for protoc: $PYTHON when it has grpc_tools (tools/build_image.py runs this stage on the
 # build host with its venv), else python3 with the grpcio-tools pin of constraints.txt installed
@@ -23,7 +23,7 @@ if ! "$PY" -c 'import grpc_tools' 2>/dev/null; then
   PY=$venv/bin/python
 fi
 mkdir -p "$OUT"
-for tool in relayd probe_reader; do
+for tool in probe_reader; do
   bin=$(PYTHON=$PY "$ROOT/tools/build_$tool.sh" | tail -n1)
   install -m 0755 "$bin" "$OUT/"
 done

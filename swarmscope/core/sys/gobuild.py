@@ -1,7 +1,7 @@
 """The project's compiled (Go) programs, found or built: one rule for all of them.
 
     from swarmscope.core.sys.gobuild import go_binary
-    path = go_binary(BUILD, "the native relay", env_var="SWARMSCOPE_RELAYD")
+    path = go_binary(BUILD, "the probe reader", env_var="SWARMSCOPE_PROBE_READER")
 
 ``$env_var`` when set (an image sets it to its prebuilt copy; it must be executable), else the
 program's ``tools/build_*.sh`` builds it, or finds it cached by a hash of its sources
@@ -21,7 +21,7 @@ from swarmscope.core.errors import SetupError
 
 
 def go_binary(build: Path, what: str, env_var: str = "") -> str:
-    """The path of ``what`` (e.g. "the native relay"): ``$env_var``, else built by ``build``."""
+    """The path of ``what`` (e.g. "the probe reader"): ``$env_var``, else built by ``build``."""
     given = os.environ.get(env_var, "").strip() if env_var else ""
     if given:
         if not os.access(given, os.X_OK):
