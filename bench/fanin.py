@@ -19,7 +19,7 @@ in-process controller fleet, and runs
 windows: open on every probe, close, collect one reading per node. The controller (this process:
 the fleet's event loop and the caller) is pinned to CPU 0 and the simulated probes to CPU 1, so
 the controller's CPU-seconds per window per 1,000 probes mean something on a shared machine.
-``--sim go`` (the default when tools/build_simprobes.sh builds them; else ``python``, said on
+``--sim go`` (the default when tools/go_build.sh builds them; else ``python``, said on
 stderr) runs the compiled simulated probes (bench/simprobes_go via bench/simprobes_compiled.py),
 ``--sim python`` bench/simprobes.py's (grpc.aio, thousands of Sessions per process), same wire
 behaviour; ``--sim go,python`` runs each N with both, side by side. The Python ones cost more

@@ -60,7 +60,7 @@ lane2() {
   step k6-upstream tools/build_k6.sh     # unmodified k6: bench/http_flood.py's plain k6 (mostly links)
   step ig tools/build_ig.sh
   step reader tools/build_probe_reader.sh
-  step simprobes tools/build_simprobes.sh  # tests/test_simprobes_go.py
+  step simprobes tools/go_build.sh  # bench/simprobes_go: tests/test_simprobes_go.py
 }
 
 step go tools/go.sh  # both lanes need it: fetched once, before they start
