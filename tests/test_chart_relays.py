@@ -56,7 +56,7 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
     assert spec["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in c["env"]}
     assert env["SWARMSCOPE_RELAY_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert sorted(env) == ["SWARMSCOPE_RELAY_ID"]  # no engine to pick, no TLS unless asked
+    assert sorted(env) == ["PYTHONDONTWRITEBYTECODE", "SWARMSCOPE_RELAY_ID"]  # no TLS unless asked
     svc = one(objs, "Service", "-relays")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 7002, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "grpc"}
