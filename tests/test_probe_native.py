@@ -21,7 +21,7 @@ from probe_helpers import exec_in_cgroup, probe_cli, temp_cgroup
 from test_probe_agent_cli import OtlpSink  # the same OTLP/HTTP receiver
 from test_probe_neigh_prog import netns_with_veth, write  # the same netns and writer
 from test_probe_syscall_count import getppid_in_cgroup
-from test_relay import ENGINES, start_relay
+from test_relay import start_relay
 from tls_helpers import make_pki
 
 from swarmscope.controller.fleet import Fleet
@@ -233,16 +233,14 @@ def test_native_probe_reconnects_mid_window_and_keeps_the_exact_count(reader: st
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.parametrize("engine", ENGINES)
 def test_native_probe_moves_from_a_killed_relay_to_the_controller_with_its_count(
-    reader: str, fleet: Fleet, engine: str
+    reader: str, fleet: Fleet
 ) -> None:
     """``--controller relay,controller``: the reader registers at the relay; the relay is
     SIGKILLed mid-window; the reader re-registers (same id) at the controller, which moves the
-    open window to it, and the window closes with every exec of both halves. With the native
-    relay the path below the controller is Go end to end."""
+    open window to it, and the window closes with every exec of both halves."""
     node = f"nat-rl-{os.getpid()}"
-    relay, addr = start_relay("relay-nat", fleet.address, token=TOKEN, engine=engine)
+    relay, addr = start_relay("relay-nat", fleet.address, token=TOKEN)
     try:
         with _native(reader, f"{addr},{fleet.address}", node) as proc, temp_cgroup("natrl") as cg:
             fleet.wait_for_probes(hosts={node}, timeout_s=120)
