@@ -12,22 +12,6 @@
 # packages and pinned wheels depend on and installs them (the editable install's .pth points at
 # /opt/swarmscope, so the venv does not depend on the code); the code is copied last and only
 # the exec helpers, which are compiled from it, are built on top.
-#
-# Before them, the `native` stage: the Go binaries the image carries, static (CGO_ENABLED=0),
-# built by the same scripts as on a development machine from the same sources: the relay of
-# `swarmscope relay --engine native`. Copied as their own layer between base and code, so it
-# changes only with their sources; the ENV below points relay_native.py at it (no build on
-# demand in a pod).
-# tools/build_image.py runs this stage on the build host (python 3.11 with grpc_tools, Go from
-# tools/go.sh), where the binaries are cached by a hash of their sources.
-FROM python:3.11-bookworm AS native
-COPY --from=golang:1.26-bookworm /usr/local/go /usr/local/go
-WORKDIR /src
-COPY constraints.txt /src/
-COPY tools/go.sh tools/go_build.sh tools/native-stage.sh tools/build_relayd.sh /src/tools/
-COPY swarmscope/controller/relayd /src/swarmscope/controller/relayd/
-COPY proto /src/proto/
-RUN tools/native-stage.sh out
 
 FROM debian:bookworm-slim
 
@@ -35,7 +19,6 @@ WORKDIR /opt/swarmscope
 COPY pyproject.toml constraints.txt README.md /opt/swarmscope/
 COPY tools/setup.sh tools/image-install.sh /opt/swarmscope/tools/
 RUN tools/image-install.sh
-COPY --from=native /src/out/ /usr/local/bin/
 
 COPY . /opt/swarmscope
 # The exec-storm helpers and the neighbor agent's compiled list, prebuilt into
@@ -47,8 +30,7 @@ RUN .venv/bin/python -c 'from swarmscope.workers.native import ensure_built; pri
 
 ENV PATH=/opt/swarmscope/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    SWARMSCOPE_RELAYD=/usr/local/bin/swarmscope-relayd
+    PYTHONDONTWRITEBYTECODE=1
 
 USER 10001
 ENTRYPOINT ["swarmscope"]

@@ -19,7 +19,7 @@ in-process controller fleet, and runs
 windows: open on every probe, close, collect one reading per node. The controller (this process:
 the fleet's event loop and the caller) is pinned to CPU 0 and the simulated probes to CPU 1, so
 the controller's CPU-seconds per window per 1,000 probes mean something on a shared machine.
-``--sim go`` (the default when tools/build_simprobes.sh builds them; else ``python``, said on
+``--sim go`` (the default when tools/go_build.sh builds them; else ``python``, said on
 stderr) runs the compiled simulated probes (bench/simprobes_go via bench/simprobes_compiled.py),
 ``--sim python`` bench/simprobes.py's (grpc.aio, thousands of Sessions per process), same wire
 behaviour; ``--sim go,python`` runs each N with both, side by side. The Python ones cost more
@@ -239,11 +239,6 @@ def main() -> None:
     ap.add_argument("--baseline-probes", type=int, default=1000)
     ap.add_argument("--relays", type=int, default=0, help="K: run --probes through K relays (0: direct)")
     ap.add_argument("--direct-probes", type=int, default=10000, help="with --relays: the direct figure's N")
-    ap.add_argument(
-        "--relay-engine",
-        default="python",
-        help="with --relays: python, native (swarmscope-relayd), or both (python,native: each N with each)",
-    )
     ap.add_argument("--compare-ref", default="", help="git ref: run this same bench there too, per N")
     ap.add_argument(
         "--sim",
@@ -257,9 +252,6 @@ def main() -> None:
     sims = [pick_sim(s) for s in a.sim.split(",")]
     if not set(sims) <= set(SIMS):
         ap.error(f"--sim: {a.sim!r}: want go, python, a comma list of them, or auto")
-    engines = a.relay_engine.split(",")
-    if not set(engines) <= {"python", "native"}:
-        ap.error(f"--relay-engine: {a.relay_engine!r}: want python, native or python,native")
     rows = []
     load0 = os.getloadavg()
     if a.baseline_ref != "none" and not a.relays:
@@ -272,10 +264,10 @@ def main() -> None:
     if a.relays:
         # Relays first: the figure this mode is for; the direct one after, in the same run.
         for n in a.probes.split(","):
-            for sim, engine in ((s, e) for s in sims for e in engines):
+            for sim in sims:
                 row = run_relays(
                     int(n), a.relays, a.windows, a.per_process, a.per_channel, a.heartbeat_s, TOKEN, pin_all,
-                    sim=sim_probes(sim), engine=engine,
+                    sim=sim_probes(sim),
                 )  # fmt: skip
                 # heartbeat_s: the relays hand it out; the table's beats/s column needs it
                 row = dict(row, design=f"{row['design']}, {sim} sims", sim=sim, heartbeat_s=a.heartbeat_s)
@@ -318,7 +310,10 @@ def main() -> None:
             f"{r['close_p99_ms']:.0f}ms",
             ("< 2000ms" if r.get("relays") else "< 1000ms") if r["probes"] >= 10000 else "-",
             f"{r['ctl_cpu_s_per_window_per_1k']:.3f}",
-            f"{r.get('heartbeats_per_s', r['probes'] / r['heartbeat_s']):.0f}",
+            # The baseline's and --compare-ref's rows may carry neither: said as "-".
+            f"{r['heartbeats_per_s']:.0f}"
+            if "heartbeats_per_s" in r
+            else (f"{r['probes'] / r['heartbeat_s']:.0f}" if "heartbeat_s" in r else "-"),
             f"{r['controller_rss_mib']:.0f}MiB",
             f"{r['relays_cpu_s_per_window_per_1k']:.3f}" if r.get("relays") else "-",
             f"{r['relays_rss_mib']:.0f}MiB" if r.get("relays") else "-",

@@ -9,8 +9,7 @@ other relays, then the controller). Each window opens on every probe and closes;
 is a node with no reading at close. Prints the controller's CPU-seconds per window per 1,000
 probes (the figure a shared machine does not distort) and the relays' together. Caveat: on a
 two-core machine the relays share CPU 1 with every simulated probe, so close latency here is
-bounded by that core, not by the controller. ``engine``: the relays' (``swarmscope relay
---engine``: python, or native, the Go relay of controller/relayd); bench/relay_engines.py runs both.
+bounded by that core, not by the controller.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from swarmscope.core.errors import FleetError
 
 
 def _start_relays(
-    k: int, upstream: str, token: str, heartbeat_s: float, timeout_s: float, engine: str = "python"
+    k: int, upstream: str, token: str, heartbeat_s: float, timeout_s: float
 ) -> list[tuple[subprocess.Popen[str], str]]:
     env = dict(os.environ, SWARMSCOPE_TOKEN=token)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -41,8 +40,7 @@ def _start_relays(
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "swarmscope", "relay", "--upstream", upstream, "--bind", "127.0.0.1:0",
              "--relay-id", f"relay-{i}", "--heartbeat", str(heartbeat_s),
-             "--liveness", str(max(30.0, 6 * heartbeat_s)), "--window-timeout", str(timeout_s - 10),
-             "--engine", engine],
+             "--liveness", str(max(30.0, 6 * heartbeat_s)), "--window-timeout", str(timeout_s - 10)],
             env=env, stdout=subprocess.PIPE, text=True,
         ))  # fmt: skip
     out = []
@@ -68,7 +66,6 @@ def run_relays(
     pin_all: Any,
     timeout_s: float = 300.0,
     sim: Any = SimProbes,
-    engine: str = "python",
 ) -> dict[str, Any]:
     fleet = Fleet(token, liveness_s=max(30.0, 6 * heartbeat_s), heartbeat_s=heartbeat_s)
     names = [f"node-{i:06d}" for i in range(n)]
@@ -82,7 +79,7 @@ def run_relays(
         # Generous timeouts: on a loaded two-core machine a window of 100,000 can take minutes,
         # and a relay that timed out would report its probes missing (a loss the bench would
         # count, of time, not of design). The relay's stays under the controller's.
-        relays = _start_relays(k, fleet.address, token, heartbeat_s, timeout_s, engine)
+        relays = _start_relays(k, fleet.address, token, heartbeat_s, timeout_s)
         t0 = time.monotonic()
         ups = [addr for _, addr in relays] + [fleet.address]
         sims = sim.spawn(ups, token, names, per_process, per_channel, spread=k)
@@ -127,7 +124,7 @@ def run_relays(
         fleet.stop()
         pin_all(os.getpid(), saved)
     return {
-        "design": f"grpc.aio+{k} relays" + (f" ({engine})" if engine != "python" else ""),
+        "design": f"grpc.aio+{k} relays",
         "probes": n,
         "relays": k,
         "windows": windows,

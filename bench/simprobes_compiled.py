@@ -7,7 +7,7 @@
 The same wire behaviour as SimProbes (the reference: simprobes.py's docstring) and the same
 interface the benches use: ``spawn`` with the same arguments, ``procs`` (one OS process per
 ``per_process`` probes, with ``.pid`` and ``.kill()``), ``registered.value``, ``wait_registered``,
-``stop``, ``stop_event.set()``. The binary is built by tools/build_simprobes.sh (cached by source
+``stop``, ``stop_event.set()``. The binary is built by tools/go_build.sh (cached by source
 hash: the first call after an edit takes a few seconds, a cold module cache a minute). Each
 process gets its slice as one JSON line on stdin and stops when stdin ends; it prints
 "registered N" on stdout as its count changes. Caveat: each process runs with GOMAXPROCS=1, as
@@ -30,13 +30,13 @@ from simprobes import Registering, SimProbes
 from swarmscope.core.errors import SetupError
 from swarmscope.core.sys.gobuild import go_binary
 
-BUILD = Path(__file__).resolve().parent.parent / "tools" / "build_simprobes.sh"
+BUILD = Path(__file__).resolve().parent.parent / "tools" / "go_build.sh"
 SIMS = ("go", "python")
 _built: list[str] = []  # the binary's path, once built in this process
 
 
 def build() -> str:
-    """The binary's path (built and cached by tools/build_simprobes.sh on first use)."""
+    """The binary's path (built and cached by tools/go_build.sh on first use)."""
     if not _built:
         _built.append(go_binary(BUILD, "Go simulated probes"))
     return _built[0]

@@ -18,7 +18,6 @@ from fakeprobe import FakeProbe
 from helpers import ROOT
 from test_chart import CHART, KUBE_VERSION, by_kind, docs, helm_template, one, tools  # noqa: F401
 from test_chart_security import _secret_files
-from test_relay import ENGINES, relayd
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
@@ -57,8 +56,7 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
     assert spec["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in c["env"]}
     assert env["SWARMSCOPE_RELAY_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["SWARMSCOPE_RELAY_ENGINE"] == {"name": "SWARMSCOPE_RELAY_ENGINE", "value": "python"}
-    assert not any(k.startswith("SWARMSCOPE_TLS") for k in env)  # no TLS unless asked
+    assert sorted(env) == ["PYTHONDONTWRITEBYTECODE", "SWARMSCOPE_RELAY_ID"]  # no TLS unless asked
     svc = one(objs, "Service", "-relays")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 7002, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "grpc"}
@@ -94,7 +92,7 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
             "needs relays.tlsSecret",
         ),
         (["relays.windowTimeout=30"], "exclusiveMaximum"),
-        (["relays.engine=rust"], "at '/relays/engine': value must be one of 'python', 'native'"),
+        (["relays.engine=native"], "additional properties 'engine' not allowed"),
     ],
 )
 def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str], message: str) -> None:  # noqa: F811
@@ -103,12 +101,10 @@ def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str]
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engine: str) -> None:  # noqa: F811
+def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path) -> None:  # noqa: F811
     """The chart's relay certificate, towards probes (mTLS) and the controller (mTLS, its
-    server name), with the relay configured by environment only (as the chart does), each
-    engine chosen by relays.engine alone: the rendered SWARMSCOPE_RELAY_ENGINE is what runs."""
-    values = ("-f", str(CHART / "ci" / "mtls-values.yaml"), "--set", f"relays.engine={engine}")
+    server name), with the relay configured by environment only (as the chart does)."""
+    values = ("-f", str(CHART / "ci" / "mtls-values.yaml"))
     objs = docs(helm_template(tools, tmp_path, *ON, *values).stdout)
     for o in objs:
         kubernetes_validate.validate(o, KUBE_VERSION, strict=True)
@@ -116,7 +112,6 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engi
     assert secret["data"]["ca.crt"] == one(objs, "Secret", "-tls-controller")["data"]["ca.crt"]
     dep = one(objs, "Deployment", "-relays")
     rendered = {e["name"]: e.get("value") for e in _container(dep)["env"]}
-    assert rendered["SWARMSCOPE_RELAY_ENGINE"] == engine
     assert (
         rendered["SWARMSCOPE_RELAY_TLS_CLIENT_CA"]
         == rendered["SWARMSCOPE_TLS_CA"]
@@ -143,10 +138,7 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engi
         SWARMSCOPE_TLS_CERT=rly["tls.crt"],
         SWARMSCOPE_TLS_KEY=rly["tls.key"],
         SWARMSCOPE_TLS_SERVER_NAME=CTL,
-        SWARMSCOPE_RELAY_ENGINE=rendered["SWARMSCOPE_RELAY_ENGINE"],
     )
-    if engine == "native":  # the image sets $SWARMSCOPE_RELAYD (its /usr/local/bin copy)
-        env["SWARMSCOPE_RELAYD"] = relayd()
     relay = subprocess.Popen(
         [
             sys.executable,
@@ -165,8 +157,6 @@ def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path, engi
     try:
         assert relay.stdout is not None
         port = int(relay.stdout.readline().rsplit(" ", 1)[1])
-        if engine == "native":  # $SWARMSCOPE_RELAY_ENGINE alone chose it
-            assert os.readlink(f"/proc/{relay.pid}/exe") == env["SWARMSCOPE_RELAYD"]
         files = TLSFiles(cert=prb["tls.crt"], key=prb["tls.key"], ca=prb["ca.crt"], server_name=RELAYS)
         p = FakeProbe(f"127.0.0.1:{port}", "chart-token", "node-1", credentials=channel_credentials(files),
                       options=channel_options(files)).start()  # fmt: skip

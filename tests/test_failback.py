@@ -1,7 +1,7 @@
 """Failback (probes/failback.py): a probe whose first upstream (a
 relay) was not there when it started registers at the controller, then moves to the relay once
 it answers, between windows only, and a window through the relay is exact. Real controller
-fleet, real `swarmscope relay` processes (both engines), the real agent with a stand-in
+fleet, real `swarmscope relay` processes, the real agent with a stand-in
 program, and the `swarmscope probe` CLI with real BPF. Plus the watcher's rules with stand-ins.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from agent_helpers import FakeProgram, _free_port, fake_factory
 from probe_helpers import exec_in_cgroup, temp_cgroup
 from test_probe_fleet import TOKEN, _probe
-from test_relay import ENGINES, start_relay
+from test_relay import start_relay
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.core.sys.cgroups import cgroup_id
@@ -66,8 +66,7 @@ def test_watcher_stops_with_its_session_and_is_off_at_zero() -> None:
     assert Failback(0.0).start(ended, lambda: True, lambda: True, lambda: None) is None
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_agent_started_before_its_relay_moves_to_it_between_windows(engine: str) -> None:
+def test_agent_started_before_its_relay_moves_to_it_between_windows() -> None:
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
     fleet.start()
     port = _free_port()
@@ -90,9 +89,7 @@ def test_agent_started_before_its_relay_moves_to_it_between_windows(engine: str)
         assert _routes(fleet) == {"fb-1": ""}  # no relay yet: straight to the controller
         node = {"fb-node": [pb.NodeInfo(name="fb-node", cgroup_id=42)]}
         assert fleet.open_window("run", "w1", node, timeout_s=20) == {}
-        relay, addr = start_relay(
-            "relay-fb", fleet.address, "--bind", f"127.0.0.1:{port}", token=TOKEN, engine=engine
-        )
+        relay, addr = start_relay("relay-fb", fleet.address, "--bind", f"127.0.0.1:{port}", token=TOKEN)
         assert addr == f"127.0.0.1:{port}"
         time.sleep(2.0)  # ~4 checks, each answered: the open window holds the probe where it is
         assert _routes(fleet) == {"fb-1": ""}
@@ -119,14 +116,13 @@ def test_agent_started_before_its_relay_moves_to_it_between_windows(engine: str)
         fleet.stop()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_stopped_relay_lets_its_probe_move_on_instead_of_stopping_it(engine: str) -> None:
+def test_a_stopped_relay_lets_its_probe_move_on_instead_of_stopping_it() -> None:
     """SIGTERM to a relay (a rollout, a scale-down) ends its sessions; it does not tell its
     probes to stop (only the controller's Shutdown is passed on): the agent registers at the
     controller, still running, and a window there is exact."""
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
     fleet.start()
-    relay, addr = start_relay("relay-stop", fleet.address, token=TOKEN, engine=engine)
+    relay, addr = start_relay("relay-stop", fleet.address, token=TOKEN)
     agent = ProbeAgent(
         f"{addr},{fleet.address}",
         TOKEN,

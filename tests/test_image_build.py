@@ -28,37 +28,18 @@ import build_image_stage  # noqa: E402
 def test_every_dockerfile_instruction_is_in_the_plan() -> None:
     ins = build_image.instructions((ROOT / "Dockerfile").read_text())
     p = build_image.plan(ROOT / "Dockerfile")
-    stage_end = [i for i, a in ins].index("FROM", 1)  # the native stage, then the image
-    stage, ins = ins[:stage_end], ins[stage_end:]
+    # No build stage: the image carries no Go binaries (the relay and the probe are Python).
+    assert [i for i, a in ins].count("FROM") == 1 and p.stage is None and p.stage_copies == []
     froms = [a for i, a in ins if i == "FROM"]
     assert [build_image.BASES[f] for f in froms] == [(p.suite, p.variant)] == [("bookworm", "minbase")]
     copies = [a.split() for i, a in ins if i == "COPY"]
     assert [c[-1] for c in copies if c[:-1] == ["."]] == p.copies == ["/opt/swarmscope"]
-    # In order: the base's named files, the base's RUN, the stage's output, then `COPY .` and the
-    # code's RUN.
+    # In order: the base's named files, the base's RUN, then `COPY .` and the code's RUN.
     order = [i if i != "COPY" else ("COPY ." if a.startswith(". ") else "COPY files") for i, a in ins]
-    assert order == ["FROM", "WORKDIR", "COPY files", "COPY files", "RUN", "COPY files", "COPY .", "RUN",
+    assert order == ["FROM", "WORKDIR", "COPY files", "COPY files", "RUN", "COPY .", "RUN",
                      "ENV", "USER", "ENTRYPOINT", "CMD"]  # fmt: skip
-    assert [c for c in copies if c[0].startswith("--from=")] == [
-        ["--from=native", "/src/out/", "/usr/local/bin/"]
-    ]
-    assert p.stage_copies == [("/src/out/", "/usr/local/bin/")]
-    # The stage: every instruction mapped, in order; its one RUN is the script the host runs too.
-    assert p.stage is not None and stage[0] == ("FROM", "python:3.11-bookworm AS native")
-    assert [("WORKDIR", p.stage.workdir)] == [x for x in stage if x[0] == "WORKDIR"]
-    assert [a for i, a in stage if i == "RUN"] == p.stage.runs == ["tools/native-stage.sh out"]
-    stage_copies = [a.split() for i, a in stage if i == "COPY"]
-    tools = [(c[0].removeprefix("--from="), c[1], c[2]) for c in stage_copies if c[0].startswith("--from=")]
-    assert tools == p.stage.tools == [("golang:1.26-bookworm", "/usr/local/go", "/usr/local/go")]
-    assert [(c[:-1], c[-1]) for c in stage_copies if not c[0].startswith("--from=")] == p.stage.copies
-    # Every file the stage copies is in the build context (.dockerignore takes the scripts back).
-    context = {str(f) for f in build_image.context_files(ROOT)}
-    for srcs, _dst in p.stage.copies:
-        for s in srcs:
-            assert s in context or any(f.startswith(f"{s}/") for f in context), s
-    assert len(stage) == 1 + 1 + len(stage_copies) + 1
     assert (
-        [(c[:-1], c[-1]) for c in copies if c[:-1] != ["."] and not c[0].startswith("--from=")]
+        [(c[:-1], c[-1]) for c in copies if c[:-1] != ["."]]
         == p.base_copies
         == [
             (["pyproject.toml", "constraints.txt", "README.md"], "/opt/swarmscope/"),
@@ -74,7 +55,6 @@ def test_every_dockerfile_instruction_is_in_the_plan() -> None:
         "PATH": "/opt/swarmscope/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "SWARMSCOPE_RELAYD": "/usr/local/bin/swarmscope-relayd",
     }
     # The base is the one install script, and it never reads the code (which is not there yet);
     # the code's RUN prebuilds the exec helpers.
@@ -154,12 +134,12 @@ def test_context_follows_dockerignore_and_keys_by_content(tmp_path: Path) -> Non
 
 def test_dockerignore_exception_takes_a_file_back(tmp_path: Path) -> None:
     # As Docker: the last matching line decides; `!` re-includes a file under an ignored pattern.
-    (tmp_path / ".dockerignore").write_text("tools/build_*\n!tools/build_relayd.sh\nlib\n!lib/keep.txt\n")
-    for f in ("tools/build_relayd.sh", "tools/build_image.py", "tools/go.sh", "lib/keep.txt", "lib/drop.txt"):
+    (tmp_path / ".dockerignore").write_text("tools/build_*\n!tools/build_keep.sh\nlib\n!lib/keep.txt\n")
+    for f in ("tools/build_keep.sh", "tools/build_image.py", "tools/go.sh", "lib/keep.txt", "lib/drop.txt"):
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text(f)
     files = [str(f) for f in build_image.context_files(tmp_path)]
-    assert files == [".dockerignore", "lib/keep.txt", "tools/build_relayd.sh", "tools/go.sh"]
+    assert files == [".dockerignore", "lib/keep.txt", "tools/build_keep.sh", "tools/go.sh"]
 
 
 def test_stage_mapping_refuses_what_the_host_cannot_stand_for(tmp_path: Path) -> None:

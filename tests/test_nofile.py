@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from helpers import ROOT
-from test_relay import ENGINES, TOKEN, start_relay
+from test_relay import TOKEN, start_relay
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.core.sys.limits import raise_nofile
@@ -56,8 +56,7 @@ def test_raise_nofile_lifts_soft_to_hard_in_a_fresh_process() -> None:
     assert raise_nofile() == resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_relay_started_with_64_open_files_takes_150_connections(engine: str) -> None:
+def test_relay_started_with_64_open_files_takes_150_connections() -> None:
     from simprobes import SimProbes
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -68,7 +67,7 @@ def test_relay_started_with_64_open_files_takes_150_connections(engine: str) -> 
     relay = sims = None
     try:
         fleet.start()
-        relay, addr = start_relay("relay-nofile", fleet.address, preexec=_lower_soft, engine=engine)
+        relay, addr = start_relay("relay-nofile", fleet.address, preexec=_lower_soft)
         assert _soft_hard(relay.pid) == (hard, hard)
         names = [f"nofile-{i:03d}" for i in range(n)]
         # per_channel=1: one TCP connection per probe, as real probes have; the relay is their

@@ -1,16 +1,15 @@
-"""The chart's native relay on a real node: the image's Go relay carries the probe, windows exact.
+"""The chart's relay on a real node: the image's `swarmscope relay` carries the probe, windows exact.
 
     .venv/bin/python -m pytest tests/test_realnode_chart_relays.py -v -s   # -s: timings, report
 
-One `helm install` with relays.enabled and relays.engine=native (one relay pod), the image built
-here and imported into the node's containerd (as tests/test_realnode_chart.py). Checked: every
-pod Running and ready; the relay pod's process, seen from the host, is the image's
-/usr/local/bin/swarmscope-relayd (the CLI exec'd it: no Go, no build, read-only root) running as
-uid 10001 and holding the probe's session (an established connection from the probe pod's IP
+One `helm install` with relays.enabled (one relay pod), the image built here and imported into
+the node's containerd (as tests/test_realnode_chart.py). Checked: every pod Running and ready;
+the relay pod's process, seen from the host, is the image's `swarmscope relay` (read-only root)
+running as uid 10001 and holding the probe's session (an established connection from the probe pod's IP
 on its port); then the controller runs one headless exec storm (a `helm upgrade`, as in
 test_realnode_chart.py) and every window is exact, generated == kernel, for the real node. The
 controller's connections, sampled every second until the report: the relay pod's, never the
-probe pod's: the probe reached the controller only through the Go relay. The upgrade replaces
+probe pod's: the probe reached the controller only through the relay. The upgrade replaces
 the controller; the relay outlasts it (relays.upstreamRetries) and never restarts.
 Seen in CI once: the probe started before the relay pod was ready (its Service refused), so it
 registered at the controller; failback (probes/failback.py, within 15-45 s) now brings it to
@@ -41,11 +40,11 @@ from test_realnode_chart import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
 
 ROOT = Path(__file__).resolve().parent.parent
-RELAYD = "/usr/local/bin/swarmscope-relayd"
+CLI = b"/opt/swarmscope/.venv/bin/swarmscope"  # the image's entry point: argv[1] under its python
 PORT = 7002  # values.yaml relays.port
 
 
-def test_native_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
+def test_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
     tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
     with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
         t = time.monotonic()
@@ -65,15 +64,13 @@ def test_native_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None
             comps = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
             assert comps == ["controller", "probes", "relays", "workers"]
             (relay_pod,) = _pods(c, "relays")
-            env = {e["name"]: e.get("value") for e in relay_pod["spec"]["containers"][0]["env"]}
-            assert env["SWARMSCOPE_RELAY_ENGINE"] == "native"
-
             # The relay, seen from the host: the image's binary, uid 10001, holding the probe.
-            pid = wait_for("the relay's process", _relayd_pid, 30.0)
+            pid = wait_for("the relay's process", _relay_pid, 30.0)
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
             print(f"relay process {pid}: {argv}", flush=True)
-            assert argv[0] == RELAYD
-            assert f"--upstream={RELEASE}-swarmscope-controller.{NS}.svc:7001" in argv
+            assert argv[1:3] == [CLI.decode(), "relay"]
+            upstream = argv[argv.index("--upstream") + 1]
+            assert upstream == f"{RELEASE}-swarmscope-controller.{NS}.svc:7001"
             uids = next(
                 ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("Uid:")
             )
@@ -124,7 +121,7 @@ def test_native_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None
                     print(f"--- {log.name}\n{log.read_text()[-3000:]}", flush=True)
             assert restarts == 0
             assert at_controller == {relay_now["status"]["podIP"]} == {relay_ip}
-            now = _relayd_pid()
+            now = _relay_pid()
             assert now is not None and probe_ip in _peers(now, PORT)
         finally:
             c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
@@ -134,7 +131,7 @@ def _values(node: RealNode) -> dict[str, Any]:
     return {
         "tracing": {"enabled": False},  # not what this test checks: no Jaeger image to import
         "jaeger": {"enabled": False},
-        "relays": {"enabled": True, "engine": "native", "replicas": 1},
+        "relays": {"enabled": True, "replicas": 1},
         # This kubelet keeps pod logs in its own dir: the probe names pods from it.
         "probes": {"podLogs": {"podsDir": str(node.dir / "pod-logs")}},
     }
@@ -154,10 +151,10 @@ def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
     return pods if ok else None
 
 
-def _relayd_pid() -> int | None:
-    """The one process on this machine whose argv[0] is the image's relay path (no host build
-    runs from /usr/local/bin: the tests' relays run from $SWARMSCOPE_CACHE/tools)."""
-    found = [pid for pid, argv in _processes() if argv[0] == RELAYD.encode()]
+def _relay_pid() -> int | None:
+    """The one process on this machine that is the image's `swarmscope relay` (the tests' relays
+    on the host run from the worktree's .venv, never from /opt/swarmscope)."""
+    found = [pid for pid, argv in _processes() if argv[1:3] == [CLI, b"relay"]]
     assert len(found) <= 1, found
     return found[0] if found else None
 
@@ -181,7 +178,7 @@ def _processes() -> list[tuple[int, list[bytes]]]:
 
 def _peers(pid: int, port: int) -> set[str]:
     """The IPv4 peers of established TCP connections to local `port`, in pid's network
-    namespace (Go listens dual-stack: an IPv4 peer is listed in tcp6, v4-mapped)."""
+    namespace (a dual-stack listener lists an IPv4 peer in tcp6, v4-mapped)."""
     out = set()
     try:
         rows = [

@@ -3,8 +3,8 @@ simulated probes (bench/simprobes.py: real gRPC, the real handshake) with the up
 [relay-a, relay-b, controller]. A window through both relays; a window with relay-a SIGKILLed
 mid-window (its probes move to relay-b, the window closes with every reading); a window with
 relay-b and four probes SIGKILLed (sixteen go straight to the controller, the four are named
-missing, exactly). Each runs with both engines: the Python relay and the compiled one
-(``--engine native``, controller/relayd built by tools/build_relayd.sh).
+missing, exactly). The first also with the compiled simulated probes (bench/simprobes_go), the
+pair the fan-in benches measure.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -29,21 +28,7 @@ from swarmscope.v1 import probe_pb2 as pb
 sys.path.insert(0, str(ROOT / "bench"))
 
 TOKEN = "relay-test-token"
-ENGINES = ["python", "native"]
 pytestmark = pytest.mark.timeout(120)
-
-
-@cache
-def relayd() -> str:
-    """The compiled relay, built (or found cached by source hash) once per test process."""
-    p = subprocess.run(
-        ["bash", str(ROOT / "tools" / "build_relayd.sh")],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHON=sys.executable),
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    return p.stdout.strip().splitlines()[-1]
 
 
 def start_relay(
@@ -52,14 +37,10 @@ def start_relay(
     *extra: str,
     token: str = TOKEN,
     preexec: Callable[[], None] | None = None,
-    engine: str = "python",
 ) -> tuple[subprocess.Popen[str], str]:
     """A real `swarmscope relay` process; returns it and its address (also used by other tests).
-    ``preexec`` runs in the child before the relay starts (e.g. to lower a limit); ``engine``
-    native: the CLI execs the compiled relay (same pid)."""
+    ``preexec`` runs in the child before the relay starts (e.g. to lower a limit)."""
     env = dict(os.environ, SWARMSCOPE_TOKEN=token, PYTHONPATH=str(ROOT))
-    if engine == "native":
-        env["SWARMSCOPE_RELAYD"] = relayd()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -76,8 +57,6 @@ def start_relay(
             "3",
             "--window-timeout",
             "15",
-            "--engine",
-            engine,
             *extra,
         ],
         env=env,
@@ -88,8 +67,6 @@ def start_relay(
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert f"swarmscope relay {name} listening on port " in line, line
-    if engine == "native":  # the CLI became the Go binary: no Python left in the relay
-        assert os.readlink(f"/proc/{proc.pid}/exe") == env["SWARMSCOPE_RELAYD"]
     return proc, f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
 
 
@@ -107,10 +84,8 @@ def _window(
     return fleet.close_window("run", wid, timeout_s=40)
 
 
-# The compiled simulated probes (bench/simprobes_go) once too, behind the compiled relay: the
-# pair the fan-in benches measure.
-@pytest.mark.parametrize(("engine", "sim"), [("python", "python"), ("native", "python"), ("native", "go")])
-def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str, sim: str) -> None:
+@pytest.mark.parametrize("sim", ["python", "go"])
+def test_relay_killed_mid_window_probes_move_and_window_closes_exact(sim: str) -> None:
     from simprobes import COUNTERS, SimProbes
     from simprobes_compiled import GoSimProbes
 
@@ -121,7 +96,7 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str
     relays, sims = [], []
     try:
         for name in ("relay-a", "relay-b"):
-            relays.append(start_relay(name, fleet.address, engine=engine))
+            relays.append(start_relay(name, fleet.address))
         ups = [relays[0][1], relays[1][1], fleet.address]
         names = [f"node-{i:02d}" for i in range(20)]
         # 16 probes in one process, 4 in another (killed in window 3); even ones start at relay-a.
@@ -167,8 +142,7 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact(engine: str
         fleet.stop()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay(engine: str) -> None:
+def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay() -> None:
     """Six probes behind one relay (their only upstream); two SIGKILLed mid-window. The relay
     names exactly those two in its WindowDone after its own grace (3 s): the controller, whose
     grace is 60 s, closes the window on the relay's word with the four readings."""
@@ -176,7 +150,7 @@ def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay(engine
 
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=60.0)
     fleet.start()
-    relay, addr = start_relay("relay-l", fleet.address, engine=engine)
+    relay, addr = start_relay("relay-l", fleet.address)
     names = [f"lost-{i}" for i in range(6)]
     sims = [
         SimProbes.spawn([addr], TOKEN, names[:4], per_process=4, per_channel=2),
@@ -203,8 +177,7 @@ def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay(engine
         fleet.stop()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token(engine: str) -> None:
+def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token() -> None:
     """Upstreams [a closed port, the controller]: the relay registers at the second, same id,
     and a window through it is exact. A relay whose only upstream cannot prove the token exits
     1 at once, having sent it nothing keyed by the token."""
@@ -215,8 +188,8 @@ def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token(eng
     with socket.socket() as s:  # a port nothing listens on (bound, never listening)
         s.bind(("127.0.0.1", 0))
         closed = f"127.0.0.1:{s.getsockname()[1]}"
-        relay, addr = start_relay("relay-u", f"{closed},{fleet.address}", engine=engine)
-    impostor, _ = start_relay("relay-x", fleet.address, token="not-the-token", engine=engine)
+        relay, addr = start_relay("relay-u", f"{closed},{fleet.address}")
+    impostor, _ = start_relay("relay-x", fleet.address, token="not-the-token")
     names = ["up-0", "up-1"]
     sims = SimProbes.spawn([addr], TOKEN, names, per_process=2, per_channel=2)
     try:
@@ -236,10 +209,7 @@ def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token(eng
         fleet.stop()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(
-    tmp_path: Path, engine: str
-) -> None:
+def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_path: Path) -> None:
     """The real probe agent (stand-in programs) with ``--controller relay,controller``, mTLS on
     both levels: a plaintext probe is refused by the relay; SIGKILL the relay mid-window and
     the agent re-registers (same id) at the controller, whose window closes with its delta."""
@@ -264,7 +234,6 @@ def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(
         *("--tls-cert", pki["server.crt"], "--tls-key", pki["server.key"], "--tls-client-ca", pki["ca.crt"]),
         *("--upstream-tls-ca", pki["ca.crt"], "--upstream-tls-cert", pki["client.crt"]),
         *("--upstream-tls-key", pki["client.key"]),
-        engine=engine,
     )
     client = TLSFiles(cert=pki["client.crt"], key=pki["client.key"], ca=pki["ca.crt"])
     agent = ProbeAgent(
@@ -313,12 +282,11 @@ def test_relay_cli_reports_every_bad_setting_at_once(monkeypatch, capsys) -> Non
 
     for var in ("SWARMSCOPE_RELAY_UPSTREAM", "SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY"):
         monkeypatch.delenv(var, raising=False)
-    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0", "--engine", "rust", "--retries", "0"])
+    rc = main(["relay", "--tls-cert", "c.pem", "--window-timeout", "0", "--retries", "0"])
     err = capsys.readouterr().err
     assert rc == 2
     assert "--upstream" in err and "--tls-cert" in err and "--window-timeout" in err, err
     assert "--retries: retries: must be >= 1" in err, err
-    assert "--engine" in err and "one of python, native, not 'rust'" in err, err
 
 
 def test_python_relay_roster_carries_each_probes_last_change_only() -> None:

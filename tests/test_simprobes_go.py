@@ -1,5 +1,5 @@
 """The compiled simulated probes of the fan-in benches (bench/simprobes_go, built by
-tools/build_simprobes.sh) against a real in-process controller fleet and real `swarmscope relay`
+tools/go_build.sh) against a real in-process controller fleet and real `swarmscope relay`
 processes, over real gRPC: 200 register and answer windows with exactly 200 readings of
 ``{"exec": 1000}``; a wrong token joins nobody (the controller's proof is checked before
 anything is sent keyed by it). A SIGKILLed relay's probes moving with their open window:

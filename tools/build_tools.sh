@@ -59,8 +59,7 @@ lane2() {
   step k6 tools/build_k6.sh --swarmscope  # k6 with swarmscope's output: the k6 path and its tests
   step k6-upstream tools/build_k6.sh     # unmodified k6: bench/http_flood.py's plain k6 (mostly links)
   step ig tools/build_ig.sh
-  step relayd tools/build_relayd.sh  # the native relay (tests/test_relay.py's engine=native)
-  step simprobes tools/build_simprobes.sh  # tests/test_simprobes_go.py
+  step simprobes tools/go_build.sh  # bench/simprobes_go: tests/test_simprobes_go.py
 }
 
 step go tools/go.sh  # both lanes need it: fetched once, before they start

@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# go_build.sh — build one of the project's Go programs once per source version, cache it, print
-# the binary's path. The per-program scripts (build_probe_reader.sh, build_relayd.sh,
-# build_simprobes.sh) name what to build and call this.
+# go_build.sh — build the project's one Go module outside k6 (bench/simprobes_go: the fan-in
+# benches' simulated probes, bench/simprobes_compiled.py) once per source version, cache it,
+# print the binary's path. (The k6 extension, swarmscope/workers/k6out, is its own module:
+# it is compiled into k6 by tools/build_k6.sh.)
 #
-#   tools/go_build.sh controller/relayd relayd swarmscope-relayd swarmscope.dev/relayd
-#   # -> /var/cache/swarmscope/tools/relayd-<hash>/swarmscope-relayd
+#   tools/go_build.sh      # -> /var/cache/swarmscope/tools/simprobes-<hash>/swarmscope-simprobes
 #
-# Arguments: the source directory (relative to the repository), the cache entry's name, the
-# binary's name, and the Go module whose `pb` package receives probe.proto's generated code.
-# The version is a hash of the directory's *.go, go.mod, go.sum and proto/swarmscope/v1/probe.proto,
+# The version is a hash of the module's *.go, go.mod, go.sum and proto/swarmscope/v1/probe.proto,
 # so an edit rebuilds and an unchanged tree only checks the cached binary. The Go code of
-# probe.proto is generated at build time (never committed): grpc_tools.protoc (the Python package
-# the project already pins) with protoc-gen-go built from its module, at the version of
-# google.golang.org/protobuf that the program's go.mod pins. The gRPC services are hand-written
-# over grpc.ServiceDesc / grpc.ClientConn, so protoc-gen-go-grpc is not needed.
+# probe.proto is generated at build time, once, into the build's copy of the module (never
+# committed): grpc_tools.protoc (the Python package the project already pins) with
+# protoc-gen-go built from its module, at the version of google.golang.org/protobuf that go.mod
+# pins. The gRPC client is hand-written over grpc.ClientConn, so protoc-gen-go-grpc is not needed.
 # Caveats: a cold build fetches go.mod's modules through the Go module proxy (about a minute on
 # 2 cores); PYTHON (default: the repo's .venv, else python3) must have grpc_tools; Go comes from
-# tools/go.sh. Binaries are static (CGO_ENABLED=0), so the image can carry them as they are.
+# tools/go.sh. The binary is static (CGO_ENABLED=0).
 set -euo pipefail
-[ $# -eq 4 ] || { echo "usage: $0 SRC_DIR CACHE_NAME BINARY GO_MODULE" >&2; exit 2; }
-rel=$1 name=$2 binary=$3 module=$4
+[ $# -eq 0 ] || { echo "usage: $0   (builds bench/simprobes_go)" >&2; exit 2; }
+rel=bench/simprobes_go name=simprobes binary=swarmscope-simprobes
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/$rel
 PY=${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}
@@ -36,6 +34,7 @@ mkdir -p "$DIR"
 tmp=$(mktemp -d "$DIR/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cp "$SRC"/*.go "$SRC"/go.mod "$SRC"/go.sum "$tmp/"
+module=$(cd "$tmp" && go list -m)
 protobuf_ver=$(cd "$tmp" && go list -m -f '{{.Version}}' google.golang.org/protobuf)
 echo "go_build: $name $ver (protoc-gen-go $protobuf_ver)" >&2
 GOBIN="$tmp/bin" go install "google.golang.org/protobuf/cmd/protoc-gen-go@$protobuf_ver" >&2

@@ -9,8 +9,7 @@ comma-separated: the controller, or relays, tried in turn), ``--bind`` ($SWARMSC
 ``--token-file`` ($SWARMSCOPE_TOKEN). TLS towards the probes: ``--tls-cert``/``--tls-key``
 ($SWARMSCOPE_RELAY_TLS_CERT/_KEY), with ``--tls-client-ca`` ($SWARMSCOPE_RELAY_TLS_CLIENT_CA) for
 mTLS; towards the upstream: the probe's ``--upstream-tls-*`` ($SWARMSCOPE_TLS_CA/_CERT/_KEY/
-_SERVER_NAME). ``--engine native`` ($SWARMSCOPE_RELAY_ENGINE) runs the compiled relay instead,
-same flags (controller/relay_native.py). Caveat: no gevent here (grpc.aio runs in this process).
+_SERVER_NAME). Caveat: no gevent here (grpc.aio runs in this process).
 """
 
 from __future__ import annotations
@@ -39,13 +38,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "upstream-tls-cert": ("SWARMSCOPE_TLS_CERT", "", "mTLS upstream: this relay's client certificate"),
     "upstream-tls-key": ("SWARMSCOPE_TLS_KEY", "", "mTLS upstream: the key of --upstream-tls-cert"),
     "upstream-tls-server-name": ("SWARMSCOPE_TLS_SERVER_NAME", "", "TLS upstream: the name to check"),
-    "engine": (
-        "SWARMSCOPE_RELAY_ENGINE",
-        "python",
-        "python, or native: the compiled relay (controller/relayd, Go; controller/relay_native.py)",
-    ),
 }
-ENGINES = ("python", "native")
 
 
 def register(subparsers: Any) -> None:
@@ -118,23 +111,9 @@ def run(args: argparse.Namespace) -> int:
         problems.append(Problem("--window-timeout", "window_timeout", "must be > 0"))
     if args.retries < 1:
         problems.append(Problem("--retries", "retries", "must be >= 1"))
-    if s["engine"] not in ENGINES:
-        problems.append(Problem("--engine", "engine", f"one of {', '.join(ENGINES)}, not {s['engine']!r}"))
     if problems:
         raise ConfigError(problems)
     token = auth.load_token(args.token_file)
-    if s["engine"] == "native":
-        from swarmscope.controller.relay_native import exec_relayd
-
-        numbers = {
-            "heartbeat": args.heartbeat,
-            "liveness": args.liveness,
-            "heartbeat-budget": args.heartbeat_budget,
-            "window-timeout": args.window_timeout,
-        }
-        flags = {k: v for k, v in s.items() if k != "engine"}
-        floats = {k: repr(float(v)) for k, v in numbers.items()}
-        exec_relayd({**flags, **floats, "retries": str(args.retries)}, token)
     relay = Relay(
         upstreams,
         token,

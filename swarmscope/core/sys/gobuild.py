@@ -1,7 +1,7 @@
 """The project's compiled (Go) programs, found or built: one rule for all of them.
 
     from swarmscope.core.sys.gobuild import go_binary, tool_binary
-    path = go_binary(BUILD, "the native relay", env_var="SWARMSCOPE_RELAYD")
+    path = go_binary(BUILD, "the simulated probes", env_var="SWARMSCOPE_SIMPROBES")
     path = tool_binary("k6 v1.8.1", cached, [str(TOOLS / "build_k6.sh")], "4.5 min")
 
 ``tool_binary`` is for the third-party tools a run may need (k6, ig): found in the cache, else
@@ -29,7 +29,7 @@ from swarmscope.core.errors import SetupError
 
 
 def go_binary(build: Path, what: str, env_var: str = "") -> str:
-    """The path of ``what`` (e.g. "the native relay"): ``$env_var``, else built by ``build``."""
+    """The path of ``what`` (e.g. "the probe reader"): ``$env_var``, else built by ``build``."""
     given = os.environ.get(env_var, "").strip() if env_var else ""
     if given:
         if not os.access(given, os.X_OK):
