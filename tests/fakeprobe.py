@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import grpc
 
 from swarmscope.core import auth
+from swarmscope.core.wire import frames
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 
@@ -77,7 +78,7 @@ class FakeProbe:
             m = out.get()
             if m is None:
                 return
-            yield m
+            yield from frames(m)
 
     def start(self) -> FakeProbe:
         self.register()

@@ -8,9 +8,9 @@ Built only on Locust's documented extension points: ``extended_tabs`` / ``extend
 ``/stats/requests`` answer the UI polls every 2 s (the rows, so the tab updates live), and Flask
 routes on ``environment.web_ui.app``: ``/swarmscope/`` (a plain page with the same table and
 links, refreshing itself), ``/swarmscope/live.json``, ``/swarmscope/report.html`` (rendered from
-the results store on demand, so it works mid-run), ``/swarmscope/report.json`` and
+the results store mid-run, once per closed window), ``/swarmscope/report.json`` and
 ``/swarmscope/trace.json``. Those links are also in Locust's "Download Data" tab
-(``extended_csv_files``).
+(``extended_csv_files``). With ``--web-login`` every one of them is behind Locust's login.
 
 Rows are the kind's (``Kind.live_columns`` / ``Kind.live_rows``, from the windows reconciled so
 far; a window's row appears when it closes): by default generated, kernel, reported and loss %
@@ -28,6 +28,23 @@ from typing import Any
 TAB_KEY = "swarmscope"
 
 _KIND: list[str] = []
+
+
+class ReportCache:
+    """report.html/report.json mid-run, rendered when a window has closed since the last render,
+    not per request: a render draws charts and fsyncs, on the controller, mid-measurement."""
+
+    def __init__(self) -> None:
+        self._key: tuple[str, int] | None = None
+
+    def fresh(self, proc: Any) -> None:
+        from swarmscope.controller.report import write_report
+
+        windows = len(proc.controller.results) if proc.controller is not None else 0
+        key = (proc.run.run_id, windows)
+        if key != self._key:
+            write_report(proc.store, proc.run.run_id, proc.run.run_dir)
+            self._key = key
 
 
 def install(kind_name: str) -> None:
@@ -109,6 +126,10 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         {"href": "swarmscope/trace.json", "title": "swarmscope trace (trace.json)"},
     ]
     app = web_ui.app
+    # Every route added here is behind --web-login when it is on (Locust's own decorator);
+    # tests/test_security_webui.py walks app.url_map for any left open.
+    guard = web_ui.auth_required_if_enabled
+    reports = ReportCache()
 
     @app.after_request
     def _extend_stats(response: Any) -> Any:
@@ -121,6 +142,7 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         return response
 
     @app.route("/swarmscope/")
+    @guard
     def _swarmscope_page() -> Any:
         p = proc()
         if p is None:
@@ -128,30 +150,32 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         return Response(_page(now(p)), mimetype="text/html")
 
     @app.route("/swarmscope/live.json")
+    @guard
     def _swarmscope_live() -> Any:
         p = proc()
         return jsonify(now(p) if p is not None else {})
 
     def _report(name: str) -> Any:
-        from swarmscope.controller.report import write_report
-
         p = proc()
         if p is None or p.run is None:
             return Response("no run yet", 404)
         path = os.path.join(p.run.run_dir, name)
-        if p.report is None:  # mid-run: render from the store now (status "running")
-            write_report(p.store, p.run.run_id, p.run.run_dir)
+        if p.report is None:  # mid-run: from the store (status "running"), once per window
+            reports.fresh(p)
         return send_file(path, max_age=0)
 
     @app.route("/swarmscope/report.html")
+    @guard
     def _swarmscope_report() -> Any:
         return _report("report.html")
 
     @app.route("/swarmscope/report.json")
+    @guard
     def _swarmscope_report_json() -> Any:
         return _report("report.json")
 
     @app.route("/swarmscope/trace.json")
+    @guard
     def _swarmscope_trace() -> Any:
         p = proc()
         if p is None or p.run is None:

@@ -27,8 +27,12 @@ heartbeats stay near the budget), and a liveness of ``liveness_s`` scaled by the
 per probe, fixed at its Register.
 ``options`` are checked by each probe against its programs' declared params: a bad key or
 value comes back as that host's problem.
-Readings with per-event samples can be large (map_update: up to ``map_update.max_samples`` per
-node), so the server accepts messages up to ``MAX_MESSAGE_BYTES``.
+Before a session is authenticated the server holds little for a stranger: its gRPC receive
+limit is ``wire.WIRE_LIMIT`` (1 MiB) on every call, Hello nonces are exactly 16 bytes, pending
+Hellos are bounded (controller/fleet_hello.py) and a Session must send its first message within
+``first_message_s``. Readings with per-event samples can be large (map_update: up to
+``map_update.max_samples`` per node): an authenticated session sends those in parts, joined up
+to ``wire.MAX_MESSAGE_BYTES`` (core/wire.py).
 
 The server is grpc.aio on an event loop of its own thread (controller/fleet_loop.py): a task
 per stream, not a thread. Caveat: grpc.aio does not run in a gevent-patched process (every
@@ -52,17 +56,19 @@ import grpc
 
 from swarmscope.controller import fleet_live, relay_routes
 from swarmscope.controller.fleet_gc import collect_young, gc_held, spare_gc
+from swarmscope.controller.fleet_hello import PendingHellos
 from swarmscope.controller.fleet_loop import (
     AioServerThread,
     gevent_patched,
     parse_request,
     probe_control_handlers,
     read_loop,
+    refuse,
 )
 from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
 from swarmscope.controller.options import HEARTBEAT_BUDGET
-from swarmscope.core import auth
+from swarmscope.core import auth, wire
 from swarmscope.core.errors import FleetError
 from swarmscope.core.sys.limits import raise_nofile
 from swarmscope.core.tls import TLSFiles, server_credentials
@@ -71,13 +77,8 @@ from swarmscope.v1 import probe_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-# One WindowDone carries every reading of a probe, samples included (~100 bytes each): gRPC's
-# 4 MiB default would refuse a window of a few tens of thousands of map-update calls.
-MAX_MESSAGE_BYTES = 512 * 2**20
-
-# Hello is unauthenticated: its one-time server nonces are bounded in number and lifetime.
-MAX_PENDING_HELLOS = 100_000
-HELLO_TTL_S = 30.0
+# How long a Session may take to send its first (authenticating) message.
+FIRST_MESSAGE_S = 30.0
 
 
 class Fleet(pb_grpc.ProbeControlServicer):
@@ -120,9 +121,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
         self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
         self._direct: set[str] = set()  # ids in _probes with a session here (not via a relay)
-        self._hellos: OrderedDict[bytes, tuple[bytes, float]] = (
-            OrderedDict()
-        )  # server nonce -> (probe nonce, t)
+        self.hellos = PendingHellos()
+        self.first_message_s = FIRST_MESSAGE_S
         self._windows: dict[str, Window] = {}
         self._spans: dict[str, list[bytes]] = {}  # window id -> probes' spans (OTLP request bytes)
         self._closed_reconnects: OrderedDict[str, dict[str, int]] = OrderedDict()
@@ -153,12 +153,25 @@ class Fleet(pb_grpc.ProbeControlServicer):
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", 100000),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # Every call, the unauthenticated ones included: larger messages come in parts.
+                ("grpc.max_receive_message_length", wire.WIRE_LIMIT),
+                # No flow-control window growth (BDP probing): gRPC takes in a stream's window
+                # before it refuses a message over the limit, and a grown window made that
+                # ~6 MiB per unauthenticated call in flight (bench/abuse.py).
+                ("grpc.http2.bdp_probe", 0),
             ],
             credentials=server_credentials(self.tls) if self.tls is not None else None,
         )
+        self._aio.post(self._expire_hellos)
         log.info("probe fleet listening on port %d (%s)", self.port, self._mode())
         return self.port
+
+    def _expire_hellos(self) -> None:
+        """On the loop, every half TTL: stale Hellos go even when no new Hello comes."""
+        with self._lock:
+            self.hellos.expire(time.monotonic())
+        if self._aio.loop is not None:
+            self._aio.loop.call_later(self.hellos.ttl_s / 2, self._expire_hellos)
 
     def _mode(self) -> str:
         if self.tls is None:
@@ -380,17 +393,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
 
     # -- gRPC service --------------------------------------------------------------------
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
-        if len(request.probe_nonce) < 16:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "probe_nonce must be at least 16 bytes")
+        if len(request.probe_nonce) != auth.NONCE_BYTES:
+            why = f"probe_nonce must be exactly {auth.NONCE_BYTES} bytes"
+            refuse(context, grpc.StatusCode.INVALID_ARGUMENT, why)
+            return pb.HelloReply()
         server_nonce = auth.new_nonce()
-        now = time.monotonic()
         with self._lock:
-            while self._hellos and (
-                len(self._hellos) >= MAX_PENDING_HELLOS
-                or now - next(iter(self._hellos.values()))[1] > HELLO_TTL_S
-            ):
-                self._hellos.popitem(last=False)
-            self._hellos[server_nonce] = (bytes(request.probe_nonce), now)
+            self.hellos.add(context.peer(), server_nonce, bytes(request.probe_nonce), time.monotonic())
         proof = auth.controller_proof(self.token, request.probe_nonce, server_nonce)
         return pb.HelloReply(server_nonce=server_nonce, proof=proof)
 
@@ -398,13 +407,13 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.RegisterReply:
         with self._lock:
-            hello = self._hellos.pop(bytes(request.server_nonce), None)  # one use only
-        fresh = hello is not None and time.monotonic() - hello[1] <= HELLO_TTL_S
+            probe_nonce = self.hellos.take(bytes(request.server_nonce), time.monotonic())  # one use only
         expected = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
-        if not fresh or hello is None or hello[0] != request.nonce or not auth.check(expected, request.proof):
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
+        if probe_nonce is None or probe_nonce != request.nonce or not auth.check(expected, request.proof):
+            refuse(
+                context, grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
             )
+            return pb.RegisterReply()
         sid = uuid.uuid4().hex
         # One hold of the lock from counting the sessions to adding this one: registrations that
         # arrive together are paced by distinct sizes, as if one by one.
@@ -455,20 +464,23 @@ class Fleet(pb_grpc.ProbeControlServicer):
         # A coroutine handler (context.write); reads in a task of their own, by context.read()
         # (never mixed with request_iterator: one async-generator step less per message).
         try:
-            raw = await context.read()
+            raw = await asyncio.wait_for(context.read(), self.first_message_s)
+        except TimeoutError:
+            refuse(context, grpc.StatusCode.UNAUTHENTICATED, "no session message in time")
+            return
         except (grpc.RpcError, grpc.aio.UsageError, asyncio.CancelledError):
             return
         if raw is grpc.aio.EOF:
             return
-        first = await parse_request(pb.ProbeMessage, raw, context)
+        first = parse_request(pb.ProbeMessage, raw, context)
+        if first is None:
+            return
         with self._lock:
             state = self._sessions.get(first.session_id)
             if state is not None and self._probes.get(state.probe_id) is not state:
                 state = None  # a replaced session cannot be resumed
         if state is None:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first"
-            )
+            refuse(context, grpc.StatusCode.UNAUTHENTICATED, "unknown session: call Hello and Register first")
             return
         with self._lock:
             state.connected = True
@@ -491,7 +503,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
                 data = await outbox.get()
                 if data is None:  # after a Shutdown too (put_all)
                     if bad:
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
+                        refuse(context, grpc.StatusCode.INVALID_ARGUMENT, bad[0])
                     return
                 await write(data)
         finally:

@@ -39,6 +39,7 @@ from swarmscope.controller.options import HEARTBEAT_BUDGET
 from swarmscope.core import auth
 from swarmscope.core.errors import FleetError
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
+from swarmscope.core.wire import frames
 from swarmscope.probes.backoff import Backoff
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
@@ -192,7 +193,7 @@ class Relay:
             def requests() -> Iterator[pb.ProbeMessage]:
                 yield pb.ProbeMessage(session_id=sid, roster=roster)
                 while (m := out.get()) is not None:
-                    yield m
+                    yield from frames(m)  # a WindowDone for many probes goes in parts (core/wire.py)
 
             def tick() -> None:
                 beat = 0.0

@@ -31,8 +31,13 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+# Every nonce of the handshake is exactly this long: the fleet refuses others (an unauthenticated
+# Hello must not choose how much the fleet keeps).
+NONCE_BYTES = 16
+
+
 def new_nonce() -> bytes:
-    return secrets.token_bytes(16)
+    return secrets.token_bytes(NONCE_BYTES)
 
 
 def proof(token: str, nonce: bytes) -> bytes:

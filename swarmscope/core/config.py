@@ -285,11 +285,13 @@ class Schema:
             # Imported here: the probe on every node uses Field but never reads YAML (~1.4 MiB).
             import yaml
 
+            from swarmscope.core import yamlsafe
+
             path = os.fspath(file)
             try:
                 if text is None:
                     text = read_text(path)
-                raw = yaml.safe_load(text)
+                raw = yamlsafe.load(text)  # aliases, depth and expansion bounded
             except OSError as e:
                 raise ConfigError([Problem(path, "-", f"cannot read: {e.strerror}")]) from e
             except yaml.YAMLError as e:
@@ -374,8 +376,10 @@ def _key_lines(text: str, known: Mapping[str, Any]) -> dict[str, int]:
     """Dotted key -> 1-based line of the key in the YAML text (for error locations)."""
     import yaml
 
+    from swarmscope.core import yamlsafe
+
     try:
-        root = yaml.compose(text)
+        root = yamlsafe.compose(text)
     except yaml.YAMLError:
         return {}
     out: dict[str, int] = {}

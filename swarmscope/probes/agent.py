@@ -52,6 +52,7 @@ from swarmscope.core import auth
 from swarmscope.core.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
 from swarmscope.core.sys.cgroups import resolve_cgroup_id
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
+from swarmscope.core.wire import frames
 from swarmscope.probes import window_span
 from swarmscope.probes.backoff import Backoff
 from swarmscope.probes.failback import Failback, hello_ok
@@ -338,7 +339,7 @@ class ProbeAgent:
                 m = out.get()
                 if m is None:
                     return
-                yield m
+                yield from frames(m)  # a large WindowDone goes in parts (core/wire.py)
 
         def beat() -> None:
             while not ended.wait(interval):

@@ -267,17 +267,27 @@ class Roster(_message.Message):
     def __init__(self, added: _Optional[_Iterable[_Union[RosterEntry, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProbeMessage(_message.Message):
-    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done", "roster")
+    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done", "roster", "part")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     READING_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ROSTER_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     heartbeat: Heartbeat
     ack: WindowAck
     reading: Reading
     done: WindowDone
     roster: Roster
-    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ...) -> None: ...
+    part: Part
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., part: _Optional[_Union[Part, _Mapping]] = ...) -> None: ...
+
+class Part(_message.Message):
+    __slots__ = ("data", "last")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    last: bool
+    def __init__(self, data: _Optional[bytes] = ..., last: bool = ...) -> None: ...

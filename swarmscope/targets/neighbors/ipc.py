@@ -21,8 +21,10 @@ Puts already waiting on a connection (a pipelining writer) are committed togethe
 one read, in one group commit (store.py), each acknowledged with its own revision.
 ``G`` get ``(key)`` -> ``(found, mod_revision, value)``; ``W`` watch -> ``(revision, tail)``, after
 which the connection carries notes only. Limits: the gRPC side's (entries per message, write
-rate, watchers) plus ``MAX_CONNECTIONS``; a watcher whose socket buffer is full is closed (it
-is that far behind: it lists again). The socket's directory is private (0700, root).
+rate, watchers) plus ``MAX_CONNECTIONS``; before the token, a hello frame of at most
+``MAX_HELLO_FRAME`` bytes within ``HELLO_TIMEOUT_S``, ``MAX_UNAUTHENTICATED`` at once; a
+watcher whose socket buffer is full is closed (it is that far behind: it lists again). The
+socket's directory is private (0700, root).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ ACK = struct.Struct("<QQ")  # revision, server_ns (CLOCK_MONOTONIC after the dur
 GOT = struct.Struct("<BQ")  # found, mod_revision (+ value)
 MAX_FRAME = 32 << 20
 MAX_CONNECTIONS = 80
+# Before the token is checked: the hello frame's size, the connections waiting to send it, and
+# how long one may wait (a stranger holds a thread and a buffer only this long, this small).
+MAX_HELLO_FRAME = 4096
+MAX_UNAUTHENTICATED = 8
+HELLO_TIMEOUT_S = 5.0
 MAX_WATCHERS = 64
 MAX_GROUP = 64  # put frames from one connection taken into one group commit
 
@@ -62,13 +69,13 @@ class _Conn:
         self.sock = sock
         self.buf = bytearray()
 
-    def frame(self) -> tuple[int, bytes] | None:
+    def frame(self, limit: int = MAX_FRAME) -> tuple[int, bytes] | None:
         """(op, payload), or None at a clean end of stream."""
         while True:
             if len(self.buf) >= FRAME.size:
                 n, op = FRAME.unpack_from(self.buf)
-                if n > MAX_FRAME:
-                    raise LoadGenError(f"frame of {n} bytes (most {MAX_FRAME})")
+                if n > limit:
+                    raise LoadGenError(f"frame of {n} bytes (most {limit})")
                 if len(self.buf) >= FRAME.size + n:
                     body = bytes(self.buf[FRAME.size : FRAME.size + n])
                     del self.buf[: FRAME.size + n]
@@ -76,7 +83,7 @@ class _Conn:
                 want = FRAME.size + n - len(self.buf)
             else:
                 want = FRAME.size - len(self.buf)
-            chunk = self.sock.recv(max(want, 1 << 16))
+            chunk = self.sock.recv(min(max(want, 1 << 16), limit + FRAME.size))
             if not chunk:
                 if self.buf:
                     raise LoadGenError("connection ended mid-frame")
@@ -114,6 +121,7 @@ class IpcServer:
         self.watchers: list[socket.socket] = []
         self._commit_ns: dict[int, int] = {}
         self.conns = 0
+        self.unauthenticated = 0
         self._lock = threading.Lock()
         with store.lock:  # what the store holds already (a reopened db) is the log's first record
             if store.values:
@@ -161,18 +169,25 @@ class IpcServer:
             except OSError:
                 return
             with self._lock:
-                if self.conns >= MAX_CONNECTIONS:
+                if self.conns >= MAX_CONNECTIONS or self.unauthenticated >= MAX_UNAUTHENTICATED:
                     s.close()
                     continue
                 self.conns += 1
+                self.unauthenticated += 1
             threading.Thread(target=self._serve, args=(s,), name="ipc-conn", daemon=True).start()
 
     def _serve(self, s: socket.socket) -> None:
         c = _Conn(s)
+        waiting = True  # counted in self.unauthenticated until the token checks
         try:
-            first = c.frame()
+            s.settimeout(HELLO_TIMEOUT_S)
+            first = c.frame(MAX_HELLO_FRAME)
             if first is None or first[0] != ord("H") or not auth.token_matches(self.token, first[1].decode()):
                 return
+            s.settimeout(None)
+            with self._lock:
+                self.unauthenticated -= 1
+                waiting = False
             rfd = self.log.reader_fd()
             try:
                 with self.store.lock:
@@ -212,6 +227,7 @@ class IpcServer:
                     self.watchers.remove(s)
             with self._lock:
                 self.conns -= 1
+                self.unauthenticated -= waiting
             s.close()
 
     def _check_put(self, body: bytes) -> tuple[bytes, bytes, bytes] | bytes:
