@@ -51,6 +51,8 @@ def kind_name(
     (``text``: its content, when read already)."""
     import yaml
 
+    from swarmscope.core import yamlsafe
+
     for s in reversed(sets):
         if s.startswith("scenario="):
             return s.split("=", 1)[1]
@@ -59,7 +61,8 @@ def kind_name(
         return from_env
     if path:
         try:
-            raw = yaml.safe_load(text if text is not None else read_text(path)) or {}
+            # Bounded (aliases, depth): a bomb is the schema load's located error, not a hang here.
+            raw = yamlsafe.load(text if text is not None else read_text(path)) or {}
         except (OSError, yaml.YAMLError):
             return "exec_storm"  # any kind's schema load reports the read/parse problem, located
         if isinstance(raw, dict) and raw.get("scenario"):
