@@ -71,7 +71,8 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     pod = cgroup2_mount() / f"ss-test-pod-{os.getpid()}"
     pod.mkdir()
     worker = subprocess.Popen(
-        [sw, "worker", "--controller", "127.0.0.1", "--locust-port", str(ports["locust"])],
+        [sw, "worker", "--kind", "exec_storm", "--controller", "127.0.0.1",
+         "--locust-port", str(ports["locust"])],
         cwd=ROOT, env=node_env, stdout=logs["worker"], stderr=subprocess.STDOUT,
         preexec_fn=lambda: (pod / "cgroup.procs").write_text(str(os.getpid())),
     )  # fmt: skip
