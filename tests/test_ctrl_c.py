@@ -19,12 +19,11 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from helpers import free_port, is_root, load_report, locust_exec_storm, locust_master_worker, only_run_dir
+from helpers import free_port, load_report, locust_exec_storm, locust_master_worker, only_run_dir
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import is_root, load_report, only_run_dir, run_cli
+from helpers import load_report, only_run_dir, run_cli
 
 from swarmscope.controller.model import ProbeReading
 from swarmscope.kinds.ebpf_cost.table import COLUMNS, per_window, runtime, text_table
@@ -26,7 +26,6 @@ from swarmscope.workers.ebpf_cost import CostDriver
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 HOST = SimpleNamespace(name="host", cgroup_id=0)

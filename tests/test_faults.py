@@ -22,12 +22,11 @@ import time
 
 import pytest
 from fault_harness import CASES, run_fault
-from helpers import is_root, run_cli
+from helpers import run_cli
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 

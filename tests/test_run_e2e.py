@@ -16,7 +16,6 @@ from helpers import (
     BIN,
     ROOT,
     free_port,
-    is_root,
     load_report,
     locust_exec_storm,
     locust_master_worker,
@@ -29,7 +28,6 @@ from trace_helpers import read_spans
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 

@@ -12,7 +12,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from helpers import is_root, load_report
+from helpers import load_report
 from trace_helpers import distributed_exec_run, read_spans, run_without_otlp, tree_lines
 
 from swarmscope.core.sys import otlpjson
@@ -23,7 +23,6 @@ def root_only(fn: Any) -> Any:
     for m in (
         pytest.mark.root,
         pytest.mark.bpf,
-        pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
     ):
         fn = m(fn)
     return fn

@@ -1,7 +1,7 @@
 """Every run is one trace, and it really reaches a Jaeger process over OTLP.
 
-The fixture builds Jaeger v2 from the Go module proxy (tools/build_jaeger.sh, cached by version;
-about 6 minutes the first time) and runs it with in-memory storage on free loopback ports.
+The fixture runs Jaeger v2 as `make tools` built it (tools/build_jaeger.sh, cached by version)
+with in-memory storage on loopback ports.
 """
 
 from __future__ import annotations
@@ -14,22 +14,21 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
+import prebuilt
 import pytest
-from helpers import ROOT, free_port, is_root, load_report, only_run_dir, run_cli
+from helpers import ROOT, free_port, load_report, only_run_dir, run_cli
 from trace_helpers import OTEL_VARS, distributed_exec_run, read_spans, tree_lines
 
 pytestmark = [
+    pytest.mark.cluster,  # Jaeger, built by `make tools`
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 
 @pytest.fixture(scope="module")
 def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
-    binary = subprocess.run(
-        [str(ROOT / "tools" / "build_jaeger.sh")], capture_output=True, text=True, check=True, timeout=1800
-    ).stdout.strip()
+    binary = prebuilt.run([str(ROOT / "tools" / "build_jaeger.sh")]).strip()
     ports = {
         k: free_port() for k in ("SS_OTLP_GRPC", "SS_OTLP_HTTP", "SS_JAEGER_QUERY", "SS_JAEGER_QUERY_GRPC")
     }
@@ -75,7 +74,6 @@ def get_trace(port: int, trace_id: str, want_spans: int, timeout_s: float = 30) 
     return last
 
 
-@pytest.mark.timeout(2400)  # the fixture builds Jaeger on a fresh machine (~6 min, more when busy)
 def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     env = {
@@ -108,7 +106,6 @@ def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path
     assert probe_spans, f"no probe spans in {sorted(set(names))} (services {services})"
 
 
-@pytest.mark.timeout(2400)  # the fixture may build Jaeger (see above)
 def test_trace_push_replays_a_run_into_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path) -> None:
     """A distributed run with no OTLP endpoint, then `swarmscope trace push`: Jaeger holds the
     whole tree (controller, two workers, the probe) as trace.json has it."""

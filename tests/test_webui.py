@@ -23,12 +23,11 @@ import urllib.request
 from typing import Any
 
 import pytest
-from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, load_report, only_run_dir
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 CHROMIUM = shutil.which("chromium")
 
