@@ -165,9 +165,11 @@ def test_downtime_from_timeline() -> None:
     tl += [(3.0 + t / 100, False) for t in range(1, 150)]  # failing until 4.5
     tl += [(4.5 + t / 100, True) for t in range(0, 300)]
     d = downtime(tl, fault_t=2.995)
-    assert d["downtime_s"] == pytest.approx(1.5, abs=0.02)
+    # last success 2.99, first success after 4.5; its 1-s bin [4.5, 5.5) has all 100 again
+    assert (d["last_success_before"], d["first_success_after"]) == (2.99, 4.5)
+    assert d["downtime_s"] == pytest.approx(4.5 - 2.99)
     assert d["failed_requests"] == 149
-    assert d["recovery_s"] == pytest.approx(1.5, abs=0.3)
+    assert d["recovery_s"] == pytest.approx(4.5 - 2.995)
 
 
 def test_fault_registry_and_kill_pod_with_fake_api() -> None:
@@ -525,7 +527,7 @@ def test_downtime_is_the_outage_not_a_stray_success() -> None:
     d = downtime(tl, fault_t=2.995)
     assert d["last_success_before"] == 3.004 and d["first_success_after"] == 4.0
     assert d["downtime_s"] == pytest.approx(0.996) and d["failed_requests"] == 100
-    assert d["recovery_s"] == pytest.approx(1.005, abs=0.3)
+    assert d["recovery_s"] == pytest.approx(4.0 - 2.995)  # [4.0, 5.0) holds all 100 again
     # no success after the fault: the outage runs to the end of the load
     d = downtime([(1.0, True), (2.0, False), (2.5, False)], fault_t=1.5)
     assert (d["downtime_s"], d["failed_requests"], d["first_success_after"]) == (1.5, 2, None)
