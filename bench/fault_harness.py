@@ -14,7 +14,8 @@ checks: every iteration stored before the kill is still stored; the run's status
 ``running`` (``interrupted`` when the controller itself was signalled); no process of the tree
 lives; no cgroup group, netns or link it made exists; no BPF program it held is loaded.
 
-Used by tests/test_faults.py (a few cases) and bench/faults.py (the whole matrix). Caveats:
+Used by bench/faults.py (the whole matrix) and tests/test_faults.py (a few cases; tests may import
+bench/, benchmarks never import tests/). Caveats:
 root only; each case is a real run of a few seconds to a minute.
 """
 
