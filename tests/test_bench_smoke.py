@@ -50,9 +50,10 @@ CASES = [
          root, pytest.mark.bpf),
     case("flow_storm.py", ["--flows", "200", "--cache", "1000,100"],
          ["generated == kernel per flow at every point: True", "cacheMaxFlows | flows/s"], root,
-         pytest.mark.bpf),
+         pytest.mark.bpf, pytest.mark.slow),  # 20 s
     case("neighbors.py", ["--set", "repeats=1", "--set", "neighbors=1", "--clock-calls", "100"],
-         ["mode                        N rep   total ms  µs/neigh"], root, pytest.mark.bpf),
+         ["mode                        N rep   total ms  µs/neigh"], root, pytest.mark.bpf,
+         pytest.mark.slow),  # 60-100 s: the disk-sync table and three modes
     case("http_flood.py", ["--paths", "locust", "--users", "2", "--warmup", "0.5", "--window", "1",
                            "--tail", "0.5", "--repeat", "1"], ["locust_plain", "locust_swarmscope"],
          root, pytest.mark.slow),
