@@ -161,8 +161,8 @@ class _Watch:
         # register under /run/swarmscope/owners is still audited.
         self.netns_inodes: set[int] = set()
         self.cgroups: set[str] = set()
-        self.host_netns = os.stat("/proc/1/ns/net").st_ino
-        self.host_cgroups = set(_cgroups_of(1)) | set(_cgroups_of(os.getpid()))
+        self.host_netns = os.stat("/proc/self/ns/net").st_ino  # this process runs in the host's
+        self.host_cgroups = set(_cgroups_of(os.getpid()))
 
     def sample(self) -> None:
         try:

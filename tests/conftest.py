@@ -1,9 +1,10 @@
 """Markers that mean something, and a skip policy that lets no test skip where it could run.
 
-    pytest -m "not slow"              # the quick set (`slow` tests take more than ~20 s)
+    pytest -m "not cluster and not slow"   # `make test-fast`: the development loop
     pytest -m bpf tests/              # only the tests that load BPF programs
 
-- ``root``: skipped with reason ``not root`` when the euid is not 0.
+- ``root``: skipped with reason ``not root`` when the euid is not 0. The one way a test says it
+  needs root (no ``skipif`` of its own), so ``-m "not root"`` deselects exactly what would skip.
 - ``bpf``: also needs root, and skipped with reason ``kernel lacks BPF: …`` when a probe that
   loads a two-instruction socket filter through bpf(2) really fails.
 - ``cluster``: needs the kube/node/image/Jaeger builds of `make tools` (selection only:
