@@ -13,6 +13,7 @@ import os
 import pathlib
 import signal
 import sqlite3
+import subprocess
 import time
 import urllib.parse
 import urllib.request
