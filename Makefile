@@ -2,12 +2,14 @@
 # Every target installs what it needs first (tools/setup.sh is idempotent and fast when done).
 
 PY := .venv/bin/python
+# Each step prints its wall time (tools/timed.sh), so a slow step is named where it ran.
+TIMED := tools/timed.sh
 SETUP_STAMP := .venv/.setup-done
 
-.PHONY: setup run test tools lint typecheck pytest proto bench bench-http bench-http-k6 clean
+.PHONY: setup run test test-fast tools lint typecheck pytest pytest-fast proto bench bench-http bench-http-k6 clean
 
 setup:
-	tools/setup.sh
+	$(TIMED) setup tools/setup.sh
 
 # The main job on one machine: exec storm, 2 simulated nodes, bpftrace as tracer under test.
 run: setup
@@ -15,20 +17,28 @@ run: setup
 
 test: setup lint typecheck tools pytest
 
+# The development loop (under 3 min warm): every test but the cluster/image/Jaeger ones and the
+# slow ones. The Go tools it runs (helm, k6, ig, …) come from `make tools`; a missing one fails
+# its test at once naming that target.
+test-fast: setup lint typecheck pytest-fast
+
 # Every Go tool and the image the tests run, built (or found cached) before the tests start.
 tools: setup
-	tools/build_tools.sh
+	$(TIMED) tools tools/build_tools.sh
 
 lint:
-	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
-	.venv/bin/lint-imports   # import direction: .importlinter
+	$(TIMED) ruff .venv/bin/ruff check .
+	$(TIMED) ruff-format .venv/bin/ruff format --check .
+	$(TIMED) lint-imports .venv/bin/lint-imports   # import direction: .importlinter
 
 typecheck:
-	.venv/bin/mypy
+	$(TIMED) mypy .venv/bin/mypy
 
 pytest:
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(TIMED) pytest $(PY) -m pytest -ra --durations=10 $(PYTEST_ARGS)
+
+pytest-fast:
+	$(TIMED) pytest-fast $(PY) -m pytest -ra --durations=10 -m "not cluster and not slow" $(PYTEST_ARGS)
 
 proto:
 	$(PY) tools/genproto.py

@@ -3,7 +3,7 @@
     sudo python bench/faults.py                     # every part x both signals, once
     sudo python bench/faults.py --repeat 3 --seed 7 --only controller,worker
 
-Each cell is a real `swarmscope run` (tests/fault_harness.py says what runs and how the victim
+Each cell is a real `swarmscope run` (bench/fault_harness.py says what runs and how the victim
 is found). The signal goes out after a random number of stored windows plus a random delay.
 Afterwards the start-of-run sweep of the next run is done, and the audit checks that every
 window stored before the kill is still stored, that the run is marked (not ``running``;
@@ -24,9 +24,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # swarmscope, run from anywhere
 
-from tests.fault_harness import CASES, Case, FaultResult, run_fault
+from fault_harness import CASES, Case, FaultResult, run_fault
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """A real, throw-away Kubernetes control plane on 127.0.0.1 for the Helm chart tests.
 
-    tools = build_tools()                      # builds helm/etcd/kube/kwok once (cached)
+    tools = find_tools()                       # helm/etcd/kube/kwok as `make tools` built them
     with Cluster.start(tools, tmp_path, nodes=3) as c:
         c.helm("install", "r1", "charts/swarmscope", "-n", "t1", "--create-namespace", "--wait")
         c.api.get("/apis/apps/v1/namespaces/t1/daemonsets")
@@ -13,8 +13,8 @@ running any container, so `helm install --wait` exercises the real API server, a
 controllers and scheduler but no image is pulled.
 
 Caveats: every wait is bounded (see the *_TIMEOUT constants); on a failure the last lines of
-each component's log are part of the exception. The binaries come from tools/k8s/build.sh; a
-fresh machine builds them first (minutes, printed to the log), later runs find them cached.
+each component's log are part of the exception. The binaries come from tools/k8s/build.sh,
+run by `make tools`; a test that finds one missing fails at once (tests/prebuilt.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import prebuilt
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "tools" / "k8s" / "build.sh"
 
@@ -56,17 +58,13 @@ class Tools:
     kwok_stages: Path  # directory of stage YAML files shipped with kwok
 
 
-def build_tools() -> Tools:
-    """Build (or find cached) every binary the cluster needs; prints what it builds."""
-    t0 = time.monotonic()
-    print(f"cluster: ensuring helm, etcd, kube-*, kwok via {BUILD} (cold builds take minutes)", flush=True)
-    out = subprocess.run(
-        [str(BUILD), "etcd", "kwok", "helm", "kube"], check=False, stdout=subprocess.PIPE, text=True
+def find_tools(need: tuple[str, ...] = ("etcd", "kwok", "helm", "kube")) -> Tools:
+    """The cluster's binaries, as `make tools` cached them; the test fails if one of ``need`` is
+    not (``need=("helm",)`` for the tests that only render the chart)."""
+    prebuilt.run([str(BUILD), *need])
+    etcd, kwok, helm, kube = (
+        Path(p) for p in prebuilt.run([str(BUILD), "--path", "etcd", "kwok", "helm", "kube"]).split()
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"{BUILD} failed (rc={out.returncode}); its log is above")
-    etcd, kwok, helm, kube = (Path(p) for p in out.stdout.split())
-    print(f"cluster: tools ready in {time.monotonic() - t0:.1f} s", flush=True)
     return Tools(
         helm=helm / "bin" / "helm",
         etcd=etcd / "bin" / "etcd",
@@ -492,7 +490,7 @@ def stop(procs: list[Proc], grace: float = 10.0) -> None:
 
 if __name__ == "__main__":
     # Manual use: python tests/cluster.py  -> builds, starts, prints the kubeconfig, waits for ^C.
-    tools = build_tools()
+    tools = find_tools()
     work = (
         Path(sys.argv[1])
         if len(sys.argv) > 1

@@ -1,11 +1,14 @@
 """Markers that mean something, and a skip policy that lets no test skip where it could run.
 
-    pytest -m "not slow"              # the quick set (`slow` tests take more than ~20 s)
+    pytest -m "not cluster and not slow"   # `make test-fast`: the development loop
     pytest -m bpf tests/              # only the tests that load BPF programs
 
-- ``root``: skipped with reason ``not root`` when the euid is not 0.
+- ``root``: skipped with reason ``not root`` when the euid is not 0. The one way a test says it
+  needs root (no ``skipif`` of its own), so ``-m "not root"`` deselects exactly what would skip.
 - ``bpf``: also needs root, and skipped with reason ``kernel lacks BPF: …`` when a probe that
   loads a two-instruction socket filter through bpf(2) really fails.
+- ``cluster``: needs the kube/node/image/Jaeger builds of `make tools` (selection only:
+  ``make test-fast`` is ``-m "not cluster and not slow"``).
 - ``slow``: selection only (``-m "not slow"``); an unmarked test that takes longer than
   SLOW_S is listed at the end of the run, so the marker stays true.
 
@@ -78,6 +81,9 @@ def allowed_skip(reason: str) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # No test builds a tool: the build scripts exit 3 naming `make tools` when one is missing
+    # (tests/prebuilt.py), so a cold build never runs inside a test's timeout.
+    os.environ["SWARMSCOPE_NO_BUILD"] = "1"
     # Every skip prints its reason in the summary, whatever -r the caller gave.
     chars = config.option.reportchars or ""
     if "s" not in chars and "a" not in chars and "A" not in chars:

@@ -7,6 +7,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
@@ -48,20 +50,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def locust_exec_storm(*args: str) -> subprocess.Popen[str]:
-    """``locust -f scenarios/exec_storm.py ARGS`` from the repo root, output piped."""
-    return subprocess.Popen(
-        [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class Logged(subprocess.Popen[str]):
+    """A child whose stdout and stderr go to unnamed files, so its output never waits on a full
+    pipe that nobody reads (Locust prints a stats table every 2 s); ``communicate()`` waits and
+    returns both, as Popen's does; ``output()`` is what it printed so far."""
+
+    def __init__(self, argv: list[str], **kw: Any):
+        self.files = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
+        super().__init__(argv, stdout=self.files[0], stderr=self.files[1], text=True, **kw)
+
+    def output(self) -> tuple[str, str]:
+        texts = []
+        for f in self.files:
+            f.seek(0)
+            texts.append(f.read())
+        return texts[0], texts[1]
+
+    def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.output()
 
 
-def locust_master_worker(
-    out: pathlib.Path, run_time: str, burst_s: str
-) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+def requests_done(base: str) -> int:
+    """Locust's own request counter (its web UI's /stats/requests, the "Aggregated" row)."""
+    import urllib.request
+
+    with urllib.request.urlopen(base + "/stats/requests", timeout=10) as r:
+        return int(json.loads(r.read())["stats"][-1]["num_requests"])
+
+
+def locust_exec_storm(*args: str) -> Logged:
+    """``locust -f scenarios/exec_storm.py ARGS`` from the repo root, its output to files."""
+    return Logged([str(BIN / "locust"), "-f", "scenarios/exec_storm.py", *args], cwd=ROOT)
+
+
+def locust_master_worker(out: pathlib.Path, run_time: str, burst_s: str) -> tuple[Logged, Logged]:
     """A headless exec-storm master on a free loopback port and one worker with two nodes."""
     port = free_port()
     master = locust_exec_storm(

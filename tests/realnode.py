@@ -1,6 +1,6 @@
 """A real Kubernetes node on this machine: containerd + runc + kubelet joined to the test cluster.
 
-    tools, node_tools = build_tools(), build_node_tools()
+    tools, node_tools = find_tools(), find_node_tools()
     with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as n:
         busybox = n.import_image(node_tools.busybox_tar, "swarmscope.local/busybox")
         c.api.post("/api/v1/namespaces/default/pods", pod_on(n.name, ...))
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import prebuilt
 from cluster import BUILD, Cluster, Proc, _wait, free_port, stop
 from clusterdns import ClusterDNS
 from tcpforward import forward
@@ -77,20 +78,11 @@ class NodeTools:
     jaeger_tar: Path  # the chart's Jaeger (docker.io/jaegertracing/jaeger:2.13.0)
 
 
-def build_node_tools() -> NodeTools:
-    """Build (or find cached) the node's binaries and base images; prints what it builds."""
-    t0 = time.monotonic()
-    print(f"realnode: ensuring kubelet, kubeproxy, containerd, runc, cni, images via {BUILD}", flush=True)
-    out = subprocess.run(
-        [str(BUILD), "kubelet", "kubeproxy", "containerd", "runc", "cni", "nodeimages", "jaegerimage"],
-        check=False,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{BUILD} failed (rc={out.returncode}); its log is above")
-    kubelet, kube_proxy, containerd, runc, cni, images, jaeger = (Path(p) for p in out.stdout.split())
-    print(f"realnode: tools ready in {time.monotonic() - t0:.1f} s", flush=True)
+def find_node_tools() -> NodeTools:
+    """The node's binaries and base images, as `make tools` cached them (fails the test if not)."""
+    names = ["kubelet", "kubeproxy", "containerd", "runc", "cni", "nodeimages", "jaegerimage"]
+    out = prebuilt.run([str(BUILD), *names])
+    kubelet, kube_proxy, containerd, runc, cni, images, jaeger = (Path(p) for p in out.split())
     return NodeTools(
         kubelet=kubelet / "bin" / "kubelet",
         kube_proxy=kube_proxy / "bin" / "kube-proxy",

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-from helpers import is_root
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAME = "tick"
@@ -234,7 +233,6 @@ def test_the_chart_tool_lists_the_new_kind(tree: pathlib.Path) -> None:
 
 
 @pytest.mark.root
-@pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
 def test_the_kind_runs_end_to_end(tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "swarmscope", "run", f"scenarios/{NAME}.yaml", "--out", str(tmp_path)],

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from net_helpers import send, veth_pair
@@ -73,20 +74,35 @@ def xdp() -> Iterator[tuple[str, int]]:
         os.close(fd)
 
 
+def bpftool_prog(prog_id: int) -> dict[str, Any]:
+    """bpftool's view of one program (run_cnt, run_time_ns, map_ids): the kernel's, not ours."""
+    out = subprocess.run(
+        ["bpftool", "-j", "prog", "show", "id", str(prog_id)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    info: dict[str, Any] = json.loads(out.stdout)
+    return {"run_cnt": 0, "run_time_ns": 0, **info}  # bpftool leaves them out while 0
+
+
 @pytest.mark.root
 @pytest.mark.bpf
 def test_list_programs_counts_exact_runs(xdp: tuple[str, int]) -> None:
     ns, pid = xdp
     before = bpfstats.list_programs()
+    tool_before = bpftool_prog(pid)
     send(ns, 300)
     after = bpfstats.list_programs(owners_too=True)
+    tool_after = bpftool_prog(pid)  # nothing but our 300 packets runs it (d_run_cnt == 300)
     p = after[pid]
     assert p.name == "pkt_count_xdp" and p.type == "xdp"
     assert p.map_memlock > 0 and p.map_ids
+    assert [p.map_ids[0]] == tool_after["map_ids"]
     (r,) = [r for r in bpfstats.rates(before, after, 10**9) if r.prog.id == pid]
-    assert r.d_run_cnt == 300
-    assert r.d_run_time_ns > 0 and 0 < r.avg_ns < 1_000_000
-    assert r.cpu_pct == pytest.approx(100 * r.d_run_time_ns / 1e9)
+    assert r.d_run_cnt == tool_after["run_cnt"] - tool_before["run_cnt"] == 300
+    d_ns = tool_after["run_time_ns"] - tool_before["run_time_ns"]  # bpftool's own reading
+    assert r.d_run_time_ns == d_ns > 0
+    assert r.avg_ns == d_ns / 300
+    assert r.cpu_pct == 100 * d_ns / 1e9  # over the 1 s interval given
     fill = bpfstats.map_fill(p.map_ids[0])
     assert fill is not None and fill.name == "pkt_count" and fill.entries == 1 and fill.max_entries == 4096
 

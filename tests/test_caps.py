@@ -8,11 +8,11 @@ import pathlib
 import subprocess
 
 import pytest
-from helpers import BIN, ROOT, is_root
+from helpers import BIN, ROOT
 
 from swarmscope.core.sys.caps import HOW, missing_bpf_caps
 
-pytestmark = pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
+pytestmark = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 DROP = ["setpriv", "--bounding-set=-bpf,-perfmon", "--"]
 
 

@@ -3,8 +3,8 @@
     .venv/bin/python -m pytest tests/test_chart.py -v -s      # -s shows build/start timings
 
 The cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok with 3 fake nodes; see
-tests/cluster.py) starts once per session. Every install uses its own namespace. A fresh
-machine first builds the Go tools (tools/k8s/build.sh, minutes; cached afterwards).
+tests/cluster.py) starts once per session. Every install uses its own namespace. The Go
+tools come from `make tools` (tools/k8s/build.sh); the install tests are marked `cluster`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from cluster import ROOT, Api, ApiError, Cluster, Tools, build_tools, helm_env
+from cluster import ROOT, Api, ApiError, Cluster, Tools, find_tools, helm_env
 from kill_pod_check import check_kill_pod
 
 CHART = ROOT / "charts" / "swarmscope"
@@ -29,19 +29,18 @@ CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 KUBE_VERSION = "1.36.0"
 N_NODES = 3
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # cold tool builds take minutes
 
 _ns_counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def tools() -> Tools:
-    return build_tools()
+    return find_tools(need=("helm",))  # rendering needs helm only
 
 
 @pytest.fixture(scope="session")
-def cluster(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster.start(tools, tmp_path_factory.mktemp("cluster"), nodes=N_NODES) as c:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster.start(find_tools(), tmp_path_factory.mktemp("cluster"), nodes=N_NODES) as c:
         yield c
 
 
@@ -347,6 +346,8 @@ def assert_probes_on_every_node(api: Api, ns: str, name: str, nodes: list[str]) 
     assert all(p["status"]["phase"] == "Running" for p in pods)
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_install_default_values(cluster: Cluster) -> None:
     api = cluster.api
     ns = "default-values"
@@ -411,6 +412,8 @@ def test_install_default_values(cluster: Cluster) -> None:
     assert base64.b64decode(secret["data"]["token"]).decode() == token
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 @pytest.mark.parametrize("values", CI_VALUES, ids=values_id)
 def test_install_ci_values(cluster: Cluster, values: Path) -> None:
     api = cluster.api
@@ -467,6 +470,8 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
         assert api.can(user, "delete", "pods", namespace=extra_ns)
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_install_rejects_bad_values_file(cluster: Cluster, tmp_path: Path) -> None:
     bad = tmp_path / "bad-values.yaml"
     bad.write_text("workers:\n  mode: pool\nprobes:\n  hostPid: true\n")
@@ -480,6 +485,8 @@ def test_install_rejects_bad_values_file(cluster: Cluster, tmp_path: Path) -> No
     assert "bad" not in cluster.helm("list", "-A", "-q").stdout.split()
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_install_invalid_combination_fails(cluster: Cluster) -> None:
     r = cluster.helm(
         "install",
@@ -497,6 +504,8 @@ def test_install_invalid_combination_fails(cluster: Cluster) -> None:
     assert "no monitoring.coreos.com/v1 ServiceMonitor CRD" in r.stderr, r.stderr
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_reuse_values_switches_the_kind(cluster: Cluster) -> None:
     """helm upgrade --reuse-values from the default exec storm to an ingress flood: the stored
     scenario is one the ingress flood accepts (its controller crash-looped on the exec storm's
@@ -551,6 +560,8 @@ SERVICEMONITOR_CRD = {
 }
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_install_servicemonitor_when_crd_present(cluster: Cluster, tmp_path: Path) -> None:
     api = cluster.api
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -580,6 +591,8 @@ def test_install_servicemonitor_when_crd_present(cluster: Cluster, tmp_path: Pat
         api.request("DELETE", f"{crds}/servicemonitors.monitoring.coreos.com")
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_cluster_refuses_privileged_pods(cluster: Cluster) -> None:
     # The API server runs with --allow-privileged=false: that the probe pods were admitted
     # (test_install_*) shows they are not privileged; this shows the guard is really on.
@@ -595,6 +608,8 @@ def test_cluster_refuses_privileged_pods(cluster: Cluster) -> None:
     assert "privileged" in e.value.body
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_kill_pod_fault_deletes_a_real_pod(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ingress scenario's kill-pod through the kubernetes client against this API server
     (tests/kill_pod_check.py): the pod is gone and its ReplicaSet's replacement Running."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import ROOT, Tools, build_tools, helm_env
+from cluster import ROOT, Tools, find_tools, helm_env
 
 from swarmscope.kinds import get_kind
 
@@ -30,7 +30,7 @@ CHART = ROOT / "charts" / "swarmscope"
 
 @pytest.fixture(scope="module")
 def tools() -> Tools:
-    return build_tools()
+    return find_tools(need=("helm",))  # rendering needs helm only
 
 
 def _template(tools: Tools, tmp: Path, *sets: str) -> subprocess.CompletedProcess[str]:

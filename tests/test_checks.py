@@ -11,7 +11,7 @@ import pathlib
 import subprocess
 
 import pytest
-from helpers import BIN, ROOT, is_root, load_report, only_run_dir, run_cli
+from helpers import BIN, ROOT, load_report, only_run_dir, run_cli
 
 from swarmscope.controller.checks import EXIT_CODE, evaluate_one, item_lines, parse_check, parse_checks
 from swarmscope.core.errors import ConfigError
@@ -148,7 +148,7 @@ def test_bad_check_in_scenario_file_names_its_line(tmp_path: pathlib.Path) -> No
     assert "Traceback" not in p.stderr
 
 
-root = pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
+root = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 SMALL = ["--set", "nodes=1", "--set", "iterations=2", "--set", "burst_s=0.3", "--set", "pause_s=0"]
 
 

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 import yaml
-from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, load_report, only_run_dir
 
 from swarmscope.core.sys.cgroups import cgroup2_mount
 from swarmscope.core.sys.otlpjson import spans_of
@@ -26,7 +26,6 @@ pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
     pytest.mark.slow,  # 34-39 s: a 10 s Locust run plus the chart's processes
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 

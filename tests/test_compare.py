@@ -7,7 +7,7 @@ import json
 import pathlib
 
 import pytest
-from helpers import is_root, load_report, run_cli
+from helpers import load_report, run_cli
 
 from swarmscope.controller.compare import compare, render_compare
 
@@ -58,7 +58,6 @@ def test_spread_rule() -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
 def test_compare_two_real_runs_with_different_tracers(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     ids = []

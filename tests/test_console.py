@@ -11,7 +11,7 @@ import pathlib
 import re
 
 import pytest
-from helpers import is_root, only_run_dir, run_cli
+from helpers import only_run_dir, run_cli
 
 from swarmscope.app.console import IterationPrinter, kind_summary
 from swarmscope.controller.model import IterationResult, NodeCount, WindowInfo
@@ -75,7 +75,6 @@ def test_kind_summary_from_report_sections() -> None:
 
 
 @pytest.mark.root
-@pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
 def test_ingress_run_prints_progress_and_summary(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli("run", "scenarios/ingress_flood.yaml", "--set", "steps=5,10", "--set", "step_duration=1",

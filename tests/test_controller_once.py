@@ -97,7 +97,8 @@ def test_a_restarted_headless_controller_does_not_run_again(tmp_path: Path) -> N
     second = _start(tmp_path, "rel-r3", ports, "second.log")
     try:
         _wait("the idle controller's /healthz", lambda: _get(ports["metrics"], "/healthz") == (200, b"ok\n"))
-        time.sleep(2.0)  # time enough for a master to bind, were one started
+        # Its decision, as it logs it: after this line it starts nothing (no timed guess).
+        _wait("the refusal in its log", lambda: "it was cut short" in (tmp_path / "second.log").read_text())
         assert not _listening(ports["locust"])
         assert second.poll() is None  # idle, not exited (the Deployment would restart it)
         assert _stop(second) == 0

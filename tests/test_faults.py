@@ -1,6 +1,6 @@
 """Faults in a run (issue 18, findings 6 and 7, and a slice of the fault matrix).
 
-A part of a real `swarmscope run` is killed mid-run (tests/fault_harness.py): what was stored
+A part of a real `swarmscope run` is killed mid-run (bench/fault_harness.py): what was stored
 before the kill is kept, the run is marked, and after the next run's start-of-run sweep
 nothing it made is left on the machine. bench/faults.py runs the whole matrix; here a few
 cells keep it fixed: the controller under SIGTERM for every kind (each owns different
@@ -21,13 +21,14 @@ import sys
 import time
 
 import pytest
-from fault_harness import CASES, run_fault
-from helpers import is_root, run_cli
+from helpers import ROOT, run_cli
+
+sys.path.insert(0, str(ROOT / "bench"))
+from fault_harness import CASES, run_fault  # bench/: shared with bench/faults.py
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 
@@ -46,11 +47,11 @@ def test_fault_cell(name: str, sig: signal.Signals, tmp_path: pathlib.Path) -> N
     r = run_fault(CASES[name], sig, tmp_path, after_windows=1, jitter_s=0.5, rng=random.Random(18))
     assert r.killed, r.problems
     assert r.problems == [] and r.leftovers == [], (r.problems, r.leftovers)
-    assert r.acked >= 1 and r.stored >= r.acked
-    if CASES[name].target == "controller":
-        assert r.status == "interrupted"
-    else:  # the run went on without the part: finished, with the part's nodes missing
-        assert r.status in ("ok", "failed")
+    assert r.acked >= 1  # stored when the signal went out (after_windows=1, plus up to 0.5 s)
+    if CASES[name].target == "controller":  # nothing is stored after the kill, nothing is lost
+        assert (r.status, r.stored) == ("interrupted", r.acked)
+    else:  # the run went on without the part: all 12 windows stored, the part's nodes missing
+        assert (r.status, r.stored) == ("ok", 12)
 
 
 def test_sigkill_at_point_k_keeps_every_finished_point(tmp_path: pathlib.Path) -> None:
@@ -84,8 +85,8 @@ def test_sigkill_at_point_k_keeps_every_finished_point(tmp_path: pathlib.Path) -
     from swarmscope.app.lifecycle import sweep_stale
 
     swept = sweep_stale()
-    assert len(swept.get("run", [])) >= 1
     run_dir = next(d for d in out.iterdir() if d.is_dir())
+    assert run_dir.name in swept["run"]  # this run (another job's stale run may be swept too)
     rep = run_cli("report", str(run_dir))
     assert rep.returncode == 0, rep.stderr[-2000:]
     report = json.loads((run_dir / "report.json").read_text())

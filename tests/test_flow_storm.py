@@ -13,7 +13,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from helpers import free_port, is_root, load_report, only_run_dir, run_cli
+from helpers import free_port, load_report, only_run_dir, run_cli
 
 from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo, WindowOutcome
 from swarmscope.kinds import load_scenario
@@ -28,7 +28,6 @@ def root(fn: Any) -> Any:
     marks = (
         pytest.mark.root,
         pytest.mark.bpf,
-        pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
     )
     for m in marks:
         fn = m(fn)
@@ -228,6 +227,7 @@ def test_reference_agent_cache_sweep(tmp_path: pathlib.Path) -> None:
     assert all(r["agent_proc"]["ticks"] >= 1 for r in rows)  # 3 s windows, 1 s procstat ticks
 
 
+@root  # makes network namespaces
 def test_killed_flow_storm_leaves_namespaces_that_the_next_run_sweeps() -> None:
     """A worker SIGKILLed inside FlowNetns leaves both namespaces and their claims; the next
     run's sweep (lifecycle.sweep_stale) deletes exactly those two."""

@@ -49,8 +49,8 @@ def start(tmp: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
     (tmp / "bin" / "mmdebstrap").chmod(0o755)
     pidfile = tmp / "fake.pid"
     pidfile.unlink(missing_ok=True)
-    env = {**os.environ, "SWARMSCOPE_CACHE": str(cache), "FAKE_PIDFILE": str(pidfile),
-           "PATH": f"{tmp / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
+    env = {**os.environ, "SWARMSCOPE_NO_BUILD": "", "SWARMSCOPE_CACHE": str(cache),
+           "FAKE_PIDFILE": str(pidfile), "PATH": f"{tmp / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
     # its own session: a SIGINT here reaches the builder only, as a Ctrl-C reaches a foreground job
     p = subprocess.Popen([sys.executable, str(ROOT / "tools" / "build_image.py")], env=env,
                          stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip

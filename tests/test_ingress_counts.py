@@ -8,24 +8,23 @@ the suite's process).
 
 from __future__ import annotations
 
-import os
 import pathlib
 
+import prebuilt
 import pytest
 from test_ingress import assert_exact_per_step, flood, locust_f, windows
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth)")
+needs_root = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 
 
 @pytest.fixture(scope="session")
 def k6() -> str:
     from swarmscope.workers.k6 import k6_binary
 
-    return k6_binary(build=True)  # builds via tools/build_k6.sh on a fresh machine
+    return prebuilt.found(lambda: k6_binary(build=False))
 
 
 @needs_root
-@pytest.mark.timeout(1800)  # the fixture builds k6 on a fresh machine
 def test_k6_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, k6: str) -> None:
     """engine=k6 with requests=: k6's shared-iterations sends exactly N per step, and nginx
     logs exactly N for it (fewer requests than VUs included: 3 requests over 5 VUs)."""

@@ -14,6 +14,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 
+import prebuilt
 import pytest
 
 from swarmscope.core.errors import LoadGenError
@@ -21,12 +22,12 @@ from swarmscope.targets.ingress.local import LocalIngress
 from swarmscope.workers.http_stats import StepRecorder
 from swarmscope.workers.k6 import POINTS_HEADER, SCRIPT, fold_points, k6_binary, run_k6
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth)")
+needs_root = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 
 
 @pytest.fixture(scope="module")
 def k6() -> str:
-    return k6_binary(build=True)  # builds via tools/build_k6.sh --swarmscope on a fresh machine
+    return prebuilt.found(lambda: k6_binary(build=False))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,6 @@ def _log_lines(t: LocalIngress) -> int:
 
 
 @needs_root
-@pytest.mark.timeout(1800)  # the fixture builds k6 on a fresh machine
 def test_one_line_per_request_equal_to_k6s_own_csv(
     tmp_path: pathlib.Path, k6: str, target: LocalIngress
 ) -> None:
@@ -83,7 +83,6 @@ def test_one_line_per_request_equal_to_k6s_own_csv(
 
 
 @needs_root
-@pytest.mark.timeout(1800)
 def test_dropped_iterations_are_counted(tmp_path: pathlib.Path, k6: str, target: LocalIngress) -> None:
     """Open model at 20,000/s with one VU: k6 drops iterations, and the worker's count of them
     (the file's ``d`` lines) equals k6's own summary; the requests still equal nginx's lines."""

@@ -16,11 +16,11 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, is_root
+from helpers import ROOT
 
 from swarmscope.core.sys import cgroups
 
-pytestmark = [pytest.mark.root, pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")]
+pytestmark = [pytest.mark.root]
 
 SCRIPT = """
 import json

@@ -11,9 +11,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from helpers import BIN, ROOT, is_root, run_cli
+from helpers import BIN, ROOT, run_cli
 
-pytestmark = pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
+pytestmark = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 
 
 @pytest.fixture

@@ -23,14 +23,13 @@ import time
 import urllib.request
 
 import pytest
-from helpers import BIN, ROOT, free_port, is_root, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, load_report, only_run_dir
 from test_chart import Tools, docs, helm_template, one, tools  # noqa: F401  (tools: fixture)
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 # Feature flags that add a capability; xdp needs the

@@ -15,14 +15,13 @@ import signal
 import time
 
 import pytest
-from helpers import is_root, load_report, only_run_dir
+from helpers import load_report, only_run_dir
 from twohost import launch, stop_all, wait_iterations
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 ITERATIONS, TIMEOUT_S = 12, 3.0

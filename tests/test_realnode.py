@@ -8,7 +8,7 @@ with umoci, imported into containerd) serves HTTP on its bridge address and the 
 through the node's network namespace, its processes sit in the kubelet's per-pod cgroup in
 every hierarchy (what the probes attribute by), the API server streams its log from the
 kubelet, and after teardown nothing of the node is left. A kwok node sits beside the real one.
-A fresh machine first builds the tools (tools/k8s/build.sh, minutes; cached by version).
+The tools come from `make tools` (tools/k8s/build.sh, cached by version).
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, build_tools
-from realnode import RealNode, build_node_tools, cgroup_hierarchies, pod_on, wait_for
+from cluster import Cluster, find_tools
+from realnode import RealNode, cgroup_hierarchies, find_node_tools, pod_on, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # cold tool builds take minutes
+# cluster: the kube/node builds of `make tools`
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 POD_TIMEOUT = 90.0
 PAGE = "served-from-a-real-pod"
 
 
 def test_real_node_runs_a_pod_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    tools, node_tools = build_tools(), build_node_tools()
+    tools, node_tools = find_tools(), find_node_tools()
     with Cluster.start(tools, tmp_path / "c", nodes=1) as c:
         with RealNode.start(c, node_tools) as node:
             n = c.api.get(f"/api/v1/nodes/{node.name}")

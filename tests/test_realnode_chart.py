@@ -14,7 +14,7 @@ Checked on the real node: the controller, the worker, Jaeger and the probe are R
 containers ready; the probe loaded its BPF programs with BPF + PERFMON only and said that the
 run-time statistics it lacks CAP_SYS_ADMIN for are off; the worker runs as uid 10001 on a
 read-only root filesystem and the exec helpers were prebuilt in the image, not compiled.
-A cold machine builds the image first (minutes; see docs/realnode.md for the figures).
+`make tools` builds the image first (minutes cold; see docs/realnode.md for the figures).
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, build_tools, fake_node
-from imagebuild import build_swarmscope_image
+from cluster import Cluster, fake_node, find_tools
+from imagebuild import find_swarmscope_image
 from jaegerapi import fetch_trace, span_tree
-from realnode import RealNode, build_node_tools, wait_for
+from realnode import RealNode, find_node_tools, wait_for
 
 from swarmscope.core.sys.otlpjson import spans_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
+# cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "ssrn"
@@ -64,7 +65,7 @@ def pods_wide(pods: list[dict[str, Any]]) -> str:
 
 
 def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
+    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
     with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
         kwok = fake_node("kwok-node-0")
         kwok["spec"]["unschedulable"] = True

@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, build_tools
-from imagebuild import build_swarmscope_image
-from realnode import RealNode, build_node_tools, wait_for
+from cluster import Cluster, find_tools
+from imagebuild import find_swarmscope_image
+from realnode import RealNode, find_node_tools, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
+# cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = str(ROOT / "charts" / "swarmscope")
@@ -64,7 +65,7 @@ KILL = [
 
 
 def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
+    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
     with (
         Cluster.start(tools, tmp_path / "c", nodes=0, endpoint_reconciler="none") as c,
         RealNode.start(c, node_tools) as node,

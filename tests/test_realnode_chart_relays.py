@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, build_tools
-from imagebuild import build_swarmscope_image
-from realnode import RealNode, build_node_tools, wait_for
+from cluster import Cluster, find_tools
+from imagebuild import find_swarmscope_image
+from realnode import RealNode, find_node_tools, wait_for
 from test_realnode_chart import (
     IMAGE_REPO,
     NS,
@@ -37,7 +37,8 @@ from test_realnode_chart import (
     pods_wide,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # cold: image and tool builds
+# cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = b"/opt/swarmscope/.venv/bin/swarmscope"  # the image's entry point: argv[1] under its python
@@ -45,7 +46,7 @@ PORT = 7002  # values.yaml relays.port
 
 
 def test_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = build_tools(), build_node_tools(), build_swarmscope_image()
+    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
     with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
         t = time.monotonic()
         assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"

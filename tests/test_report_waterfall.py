@@ -14,7 +14,6 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import is_root
 from trace_helpers import read_spans, run_without_otlp
 
 from swarmscope.controller.waterfall import COLOURS, LABEL_W, waterfall_section
@@ -40,7 +39,6 @@ def test_no_trace_json_no_section(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.root
 @pytest.mark.bpf
-@pytest.mark.skipif(not is_root(), reason="needs root (CI is root)")
 def test_waterfall_drawn_in_chromium(tmp_path: pathlib.Path) -> None:
     run_dir = run_without_otlp(
         "run", "scenarios/exec_storm.yaml", "--set", "nodes=2", "--set", "iterations=2",

@@ -6,21 +6,26 @@ generated == kernel exactly for every node and iteration, a report, a trace and 
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import sqlite3
 import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
 
 import pytest
 from helpers import (
     BIN,
     ROOT,
+    Logged,
     free_port,
-    is_root,
     load_report,
     locust_exec_storm,
     locust_master_worker,
     only_run_dir,
+    requests_done,
     run_cli,
 )
 from neighbors_util import check_neighbor_points, check_recount, run_with_recount
@@ -29,7 +34,6 @@ from trace_helpers import read_spans
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 
@@ -111,7 +115,7 @@ def test_bad_scenario_lists_every_problem(tmp_path: pathlib.Path) -> None:
     assert "Traceback" not in p.stderr
 
 
-def _locust(*args: str) -> subprocess.Popen[str]:
+def _locust(*args: str) -> Logged:
     return locust_exec_storm(*args)
 
 
@@ -264,12 +268,13 @@ def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
             except OSError:
                 assert time.monotonic() < deadline and p.poll() is None, "web UI did not come up"
                 time.sleep(0.3)
-        for _ in range(2):  # two start/stop cycles: two windows
+        for cycle in range(2):  # two start/stop cycles: two windows
             form = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2}).encode()
+            done = requests_done(base)
             urllib.request.urlopen(base + "/swarm", data=form, timeout=30)
-            time.sleep(2.5)
+            _until(lambda d=done: requests_done(base) > d, "a burst of this cycle in Locust's counter")
             urllib.request.urlopen(base + "/stop", data=b"", timeout=60)
-            time.sleep(1.0)
+            _until(lambda n=cycle + 1: _closed_windows(base) == n, f"window {cycle + 1} closed")
         p.send_signal(signal.SIGINT)  # Ctrl-C: the plug-in turns it into Locust's orderly SIGTERM stop
         _, stderr = p.communicate(timeout=60)
     finally:
@@ -278,6 +283,20 @@ def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
     rep = load_report(only_run_dir(out))
     assert len(rep["points"][0]["iterations"]) == 2, stderr[-2000:]
     assert_exact(rep)
+
+
+def _until(pred: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _closed_windows(base: str) -> int:
+    """Windows the web UI's swarmscope tab has closed (its live.json), none open."""
+    with urllib.request.urlopen(base + "/swarmscope/live.json", timeout=10) as r:
+        live = json.loads(r.read())
+    return -1 if live["open_window"] else int(live["windows"])
 
 
 def test_not_root_gets_one_clear_message(tmp_path: pathlib.Path) -> None:

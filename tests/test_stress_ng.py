@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import test_exec_storm as exec_storm_tests
-from helpers import is_root, load_report, only_run_dir, run_cli
+from helpers import load_report, only_run_dir, run_cli
 
 from swarmscope.core.errors import ConfigError, LoadGenError
 from swarmscope.kinds import get_kind
@@ -25,7 +25,6 @@ from swarmscope.workers.stress_ng import STARTUP_EXECS, StressNg, check_bounds, 
 
 pytestmark = [
     pytest.mark.root,
-    pytest.mark.skipif(not is_root(), reason="needs root (CI is root)"),
 ]
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
+import prebuilt
 import pytest
 
 from swarmscope.controller.tracers import (
@@ -311,13 +312,12 @@ def test_bpftrace_stalled_reader_loses_and_says_so(node_cgroup, tmp_path) -> Non
 def ig_path() -> pathlib.Path:
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    return ig_binary(build=True)  # cached by version; first build 2-4 min (tools/go.sh brings Go)
+    return prebuilt.found(lambda: ig_binary(build=False))
 
 
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # the first run builds ig (2-4 min alone, ~8 min on a busy 2-core VM)
 def test_ig_counts_exactly_k_execs_per_node(ig_path, node_cgroup, tmp_path) -> None:
     cg, cgid = node_cgroup
     k = 300

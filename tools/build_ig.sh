@@ -12,6 +12,9 @@ VER=${IG_VERSION:-v0.35.0}
 CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools/ig-$VER
 BIN=$CACHE/ig
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+# Under the tests (SWARMSCOPE_NO_BUILD=1, set by tests/conftest.py) a missing tool is an error that
+# names the make target, never a build inside a test's timeout.
+[ -z "${SWARMSCOPE_NO_BUILD:-}" ] || { echo "ig $VER is not built ($BIN): run \`make tools\`" >&2; exit 3; }
 # A Go new enough for the module (tools/go.sh fetches one through the module proxy if needed).
 go_bin=$("$(dirname "$0")/go.sh")
 export PATH="$(dirname "$go_bin"):$PATH" GOTOOLCHAIN=local

@@ -12,6 +12,9 @@ VER=${JAEGER_VERSION:-v1.76.0}
 DEST=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools/jaeger-$VER
 BIN=$DEST/jaeger
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+# Under the tests (SWARMSCOPE_NO_BUILD=1, set by tests/conftest.py) a missing tool is an error that
+# names the make target, never a build inside a test's timeout.
+[ -z "${SWARMSCOPE_NO_BUILD:-}" ] || { echo "jaeger $VER is not built ($BIN): run \`make tools\`" >&2; exit 3; }
 mkdir -p "$DEST"
 exec 9>"$DEST/.lock"; flock 9
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi

@@ -27,6 +27,9 @@ CACHE=${SWARMSCOPE_CACHE:-/var/cache/swarmscope}/tools
 DIR="$CACHE/$name-$ver"
 BIN="$DIR/$binary"
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+# Under the tests (SWARMSCOPE_NO_BUILD=1, set by tests/conftest.py) a missing tool is an error that
+# names the make target, never a build inside a test's timeout.
+[ -z "${SWARMSCOPE_NO_BUILD:-}" ] || { echo "$name is not built ($BIN): run \`make tools\`" >&2; exit 3; }
 go_bin=$("$ROOT/tools/go.sh")
 export PATH="$(dirname "$go_bin"):$PATH" GOTOOLCHAIN=local GOFLAGS=-mod=mod
 mkdir -p "$DIR"

@@ -277,6 +277,9 @@ ensure() {
   local tool=$1 dir tmp t0
   dir=$(dir_of "$tool")
   [ -f "$dir/.complete" ] && { echo "$dir"; return 0; }
+  # Under the tests (SWARMSCOPE_NO_BUILD=1, set by tests/conftest.py) a missing tool is an error that
+  # names the make target, never a build inside a test's timeout.
+  [ -z "${SWARMSCOPE_NO_BUILD:-}" ] || { echo "$tool is not built ($dir): run \`make tools\`" >&2; exit 3; }
   mkdir -p "$CACHE"
   exec {lock}>"$CACHE/.$tool.lock"
   flock "$lock"

@@ -4,7 +4,8 @@
     res = run_fault(case, signal.SIGKILL, tmp_path, after_windows=1)
     assert res.ok, res.problems        # acknowledged windows kept, run marked, nothing left
 
-A run is started in its own session; its process tree (pids with start times), the owner
+A run is started in its own session; its process tree (pids with start times), the network
+namespaces (by inode) and cgroups those processes were in, the owner
 claims it makes (swarmscope.core.sys.owners: netns, links), its simulated-node cgroup groups and
 the BPF programs its processes hold are sampled while it runs. Once ``after_windows``
 iterations are stored (plus a random delay below ``jitter_s``), the part named by the case is
@@ -14,7 +15,8 @@ checks: every iteration stored before the kill is still stored; the run's status
 ``running`` (``interrupted`` when the controller itself was signalled); no process of the tree
 lives; no cgroup group, netns or link it made exists; no BPF program it held is loaded.
 
-Used by tests/test_faults.py (a few cases) and bench/faults.py (the whole matrix). Caveats:
+Used by bench/faults.py (the whole matrix) and tests/test_faults.py (a few cases; tests may import
+bench/, benchmarks never import tests/). Caveats:
 root only; each case is a real run of a few seconds to a minute.
 """
 
@@ -154,6 +156,13 @@ class _Watch:
         self.claims: set[tuple[str, str]] = set()
         self.groups: set[str] = set()
         self.progs: set[int] = set()
+        # Seen from the processes themselves, not from what the code chose to claim: the network
+        # namespaces (by inode) and cgroups they lived in. A resource the code forgets to
+        # register under /run/swarmscope/owners is still audited.
+        self.netns_inodes: set[int] = set()
+        self.cgroups: set[str] = set()
+        self.host_netns = os.stat("/proc/self/ns/net").st_ino  # this process runs in the host's
+        self.host_cgroups = set(_cgroups_of(os.getpid()))
 
     def sample(self) -> None:
         try:
@@ -164,6 +173,9 @@ class _Watch:
         for p in tree:
             with contextlib.suppress(psutil.Error):
                 self.procs.setdefault(p.pid, (p.create_time(), " ".join(p.cmdline())[:120]))
+            with contextlib.suppress(OSError):
+                self.netns_inodes.add(os.stat(f"/proc/{p.pid}/ns/net").st_ino)
+            self.cgroups.update(_cgroups_of(p.pid))
         pids = set(self.procs)
         for kind in ("netns", "link", "pindir"):
             d = OWNERS / kind
@@ -194,14 +206,35 @@ class _Watch:
         return None
 
 
+def _cgroups_of(pid: int) -> list[str]:
+    """The cgroup directories ``pid`` is in (every hierarchy), as paths under /sys/fs/cgroup."""
+    try:
+        lines = pathlib.Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        sub = ctrls.split(",")[0].removeprefix("name=") if ctrls else "unified"
+        for base in (pathlib.Path("/sys/fs/cgroup") / sub, pathlib.Path("/sys/fs/cgroup")):
+            if (base / path.lstrip("/")).is_dir():
+                out.append(str(base / path.lstrip("/")))
+                break
+    return out
+
+
 def leftovers(w: _Watch) -> list[str]:
-    left = []
-    for pid, (created, cmd) in sorted(w.procs.items()):
-        with contextlib.suppress(psutil.Error):
-            p = psutil.Process(pid)
-            if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(f"process {pid} {cmd}")
+    left = [f"process {pid} {w.procs[pid][1]}" for pid in sorted(_alive(w))]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    claimed = {name for kind, name in w.claims if kind == "netns"}
+    for d in pathlib.Path("/run/netns").iterdir() if pathlib.Path("/run/netns").is_dir() else []:
+        with contextlib.suppress(OSError):
+            ino = os.stat(d).st_ino
+            if ino in w.netns_inodes and ino != w.host_netns and d.name not in claimed:
+                left.append(f"netns {d.name} (its processes were in it; never claimed)")
+    for cg in sorted(w.cgroups - w.host_cgroups):
+        if pathlib.Path(cg).is_dir() and "/swarmscope" in cg:
+            left.append(f"cgroup {cg}")
     for kind, name in sorted(w.claims):
         if kind == "netns" and name in netns:
             left.append(f"netns {name}")
@@ -221,6 +254,23 @@ def leftovers(w: _Watch) -> list[str]:
     live = {int(p["id"]) for p in json.loads(out or "[]")}
     left += [f"bpf prog {i}" for i in sorted(w.progs & live)]
     return left
+
+
+def _alive(w: _Watch) -> list[int]:
+    live = []
+    for pid, (created, _) in w.procs.items():
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+                live.append(pid)
+    return live
+
+
+def _wait_tree_gone(w: _Watch, timeout_s: float) -> None:
+    """Until every process of the run's tree has exited (bounded: a survivor is then a leftover)."""
+    deadline = time.monotonic() + timeout_s
+    while _alive(w) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def run_fault(
@@ -271,7 +321,7 @@ def run_fault(
             log.flush()  # why it ended: the run's own output, for the test's failure message
             tail = pathlib.Path(log.name).read_text(errors="replace")[-1500:]
             res.problems.append(f"the part to kill was never seen (run ended first); its output:\n{tail}")
-        time.sleep(0.3)  # PR_SET_PDEATHSIG deliveries
+        _wait_tree_gone(w, 15.0)  # PR_SET_PDEATHSIG deliveries: until no process of the tree lives
         sweep_stale()  # what the next run's start does
         res.stored = _iterations(db)
         res.status = _status(db) if db.exists() else "no-db"
