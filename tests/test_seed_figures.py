@@ -174,3 +174,18 @@ def test_top_ebpf_and_ingress_figures() -> None:
 @pytest.mark.parametrize("bad", ["| `x.y` | w | said | 1 2 |", "| `x.y` | w | said | twelve |"])
 def test_a_malformed_row_is_refused(bad: str) -> None:
     assert ROW.match(bad) is None
+
+
+def test_exec_storm_says_the_stream_tracer_is_a_model(tmp_path: pathlib.Path) -> None:
+    from swarmscope.kinds import get_kind
+
+    kind = get_kind("exec_storm")
+    for tracer, model in (("stream", True), ("bpftrace", False)):
+        cfg = kind.schema.load(env={}, sets=[f"tracer={tracer}", "tracer_stream_collector_rate=700"])
+        sec = kind.sections(cfg, [], str(tmp_path))["exec_storm"]
+        assert [r["nodes"] for r in sec["write_up_p99"]] == [2, 17]
+        assert ("tracer_model" in sec) is model
+        text = kind.console_summary({"sections": {"exec_storm": sec}})
+        assert "17 nodes: generated 65,014.75, reported 47,986.23, difference 17,028.52" in text
+        assert ("not Inspektor Gadget" in text) is model
+    assert sec["write_up_p99"][0]["loss_vs_reported_pct"] == one("exec.p99.2.loss_pct")

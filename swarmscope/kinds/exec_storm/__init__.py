@@ -214,6 +214,20 @@ class ExecStorm(Kind[ExecStormConfig]):
             }
         return out
 
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        """The write-up's own p99 rows, and what the stream tracer is, after the run's tables."""
+        sec = (report.get("sections") or {}).get("exec_storm") or {}
+        lines = ["\nthe write-up's published p99 (Inspektor Gadget on AKS, 30 iterations):"]
+        lines += [
+            f"  {r['nodes']:>2} nodes: generated {r['generated_p99']:,.2f}, "
+            f"reported {r['reported_p99']:,.2f}, difference {r['difference']:,.2f}, "
+            f"loss vs reported {r['loss_vs_reported_pct']:g} %"
+            for r in sec.get("write_up_p99") or []
+        ]
+        if model := sec.get("tracer_model"):
+            lines.append(f"note: {model['what']}")
+        return "\n".join(lines) if len(lines) > 1 else None
+
     def register_renderers(self) -> None:
         import swarmscope.kinds.exec_storm.report  # noqa: F401  (registers "exec_storm")
 
