@@ -115,6 +115,9 @@ def test_neighbor_summary_labels_derived_and_compares_like_for_like_only() -> No
     assert single["workload"] == "per-neighbor writes (Arion's)"
     listed = rows[("list_program", 1, None)]
     assert (listed["arion_per_neighbor_source"], listed["beats_arion"]) == ("published", False)
+    unverified = pt("write_watch_program", 1000, 1.0, 1) | {"verified": False}
+    (row,) = summarize([unverified])
+    assert (row["like_for_like"], row["verified"], row["beats_arion"]) == (True, False, None)
 
 
 def test_exec_storm_figures() -> None:
@@ -189,3 +192,9 @@ def test_exec_storm_says_the_stream_tracer_is_a_model(tmp_path: pathlib.Path) ->
         assert "17 nodes: generated 65,014.75, reported 47,986.23, difference 17,028.52" in text
         assert ("not Inspektor Gadget" in text) is model
     assert sec["write_up_p99"][0]["loss_vs_reported_pct"] == one("exec.p99.2.loss_pct")
+
+
+def test_top_ebpf_table_says_what_is_ours_and_what_is_left_out() -> None:
+    from swarmscope.kinds.ebpf_cost.table import CAVEAT
+
+    assert "seccomp is ours" in CAVEAT and "Falco and Cilium" in CAVEAT and "tail calls" in CAVEAT

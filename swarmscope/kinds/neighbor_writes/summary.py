@@ -6,7 +6,8 @@ Each figure is the median over the point's windows (``repeats``), next to Arion'
 (``arion_per_neighbor_us`` with ``arion_per_neighbor_source``: published or derived;
 ``arion_total_ms``: the overall latency as published) and the ratio Arion / ours (> 1: we are
 faster). ``like_for_like`` says whether the point is Arion's workload (write + watch + program:
-only with per-neighbor writes, ``batch_size`` 1); ``beats_arion`` is set only where it is, and
+only with per-neighbor writes, ``batch_size`` 1); ``beats_arion`` is set only where it is and
+every window of the row was verified, and
 ``arion_over_ours`` is still given elsewhere, labelled by ``workload``. ``programming_ms`` =
 list + program − watch only at the same N (the write-up's "overhead of 100k ebpf rule
 programming" = 601.4 − 380 ms). The master side's own latencies are medians too, with Arion's
@@ -68,8 +69,10 @@ def summarize(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["arion_note"] = ARION_NOTES[(mode, n)]
         row["arion_over_ours"] = round(arion / ours, 2) if arion and ours else None
         row["like_for_like"] = same
-        row["beats_arion"] = None if not arion or ours is None or not same else ours < arion
         row["verified"] = all(p.get("verified") for p in ps)
+        # counted only like for like, and only when every window of the row was verified
+        counted = arion and ours is not None and same and row["verified"]
+        row["beats_arion"] = ours < arion if counted else None
         row["kernel_entries"] = [p.get("kernel_entries") for p in ps]
         rows.append(row)
     by = {(r["mode"], r["neighbors"]): r for r in rows}
