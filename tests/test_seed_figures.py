@@ -143,12 +143,21 @@ def test_exec_storm_figures() -> None:
 
 def test_netobserv_figures() -> None:
     from swarmscope.kinds.flow_storm.plots import RATIO_LINE
+    from swarmscope.kinds.flow_storm.results import WRITE_UP_CPU
 
     fs = bench_constants("bench/flow_storm.py")
     assert fs["REF_MEM_MB"] == {n: one(f"netobserv.mem_mb.{n}") for n in (100000, 50000)}
-    assert fs["REF_CPU_2K_VS_10K_PCT"] == one("netobserv.cpu_pct.2k_vs_10k")
-    assert fs["REF_CPU_RUNAWAY_VS_10K_PCT"] == one("netobserv.cpu_pct.runaway_vs_10k")
     assert fs["RATIO_LINE"] == RATIO_LINE == one("netobserv.ratio_line")
+    assert [(a, b, pct) for _, a, b, pct in WRITE_UP_CPU] == [
+        ((2000, one("netobserv.cache_timeout_s")), (10000, one("netobserv.cache_timeout_s")),
+         one("netobserv.cpu_pct.2k_vs_10k")),
+        (None, (10000, one("netobserv.cache_timeout_s")), one("netobserv.cpu_pct.runaway_vs_10k")),
+        (None, (2000, 1.0), one("netobserv.cpu_pct.runaway_vs_2k_1s")),
+    ]  # fmt: skip
+    seq = scenario("flow_storm_writeup.yaml")
+    assert seq["cache_max_flows"][:4] == list(TABLE["netobserv.cache_max_flows"])
+    assert seq["cache_timeout_s"][:4] == [one("netobserv.cache_timeout_s")] * 4
+    assert (seq["cache_max_flows"][4:], seq["cache_timeout_s"][4:]) == ([2000, 500], [1, 1])  # 500: ours
     fp = bench_constants("bench/probe_footprint.py")
     assert fp["NETOBSERV"] == {
         "nodes": one("netobserv.nodes"),
@@ -198,3 +207,37 @@ def test_top_ebpf_table_says_what_is_ours_and_what_is_left_out() -> None:
     from swarmscope.kinds.ebpf_cost.table import CAVEAT
 
     assert "seccomp is ours" in CAVEAT and "Falco and Cilium" in CAVEAT and "tail calls" in CAVEAT
+
+
+def test_flow_storm_cpu_comparisons_as_the_write_up_computed_them() -> None:
+    from swarmscope.kinds.flow_storm.results import cpu_comparisons
+
+    def pt(cache: int, timeout: float, cpu: float) -> dict[str, Any]:
+        return {"cache_max_flows": cache, "cache_timeout_s": timeout, "agent_cpu_pct": cpu}
+
+    pts = [pt(10000, 5.0, 20.0), pt(10000, 5.0, 30.0), pt(2000, 5.0, 35.0), pt(2000, 1.0, 50.0),
+           pt(500, 1.0, 125.0), pt(2000, 1.0, None)]  # fmt: skip
+    got = {c["comparison"]: (c["ours_pct"], c["write_up_pct"], c["runaway"]) for c in cpu_comparisons(pts)}
+    assert got == {
+        "2K vs 10K at 5 s": (40.0, 40, (500, 1.0)),  # 35 / mean(20, 30) - 1
+        "runaway vs 10K at 5 s": (400.0, 457, (500, 1.0)),  # 125 / 25 - 1
+        "runaway vs 2K at 1 s": (150.0, 143, (500, 1.0)),
+    }
+    # without the write-up's points (every size at 1 s), no comparison is made up
+    assert [c["ours_pct"] for c in cpu_comparisons([pt(10000, 1.0, 9.0), pt(2000, 1.0, 9.0)])] == [None] * 3
+
+
+def test_flow_storm_timeouts_are_one_or_one_per_size() -> None:
+    from swarmscope.core.errors import ConfigError
+    from swarmscope.kinds import get_kind
+
+    kind = get_kind("flow_storm")
+    sizes = "cache_max_flows=10000,2000,500"
+    cfg = kind.schema.load(env={}, sets=["flows=20000", sizes, "cache_timeout_s=5,1,1"])
+    assert [p.params for p in kind.points(cfg)] == [
+        {"flows": 20000, "cache_max_flows": 10000, "cache_timeout_s": 5.0},
+        {"flows": 20000, "cache_max_flows": 2000, "cache_timeout_s": 1.0},
+        {"flows": 20000, "cache_max_flows": 500, "cache_timeout_s": 1.0},
+    ]
+    with pytest.raises(ConfigError, match="one value, or one per cache_max_flows"):
+        kind.schema.load(env={}, sets=["cache_max_flows=10000,2000,500", "cache_timeout_s=5,1"])
