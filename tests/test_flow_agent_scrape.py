@@ -31,13 +31,13 @@ def test_window_metrics_is_the_counters_increase_and_the_gauges_at_the_end() -> 
               "netobserv_agent_dropped_flows_total": {(): 7.0}}  # fmt: skip
     after = {"netobserv_agent_evictions_total": s(hashmap=9.0, exporter=10.0, accounter=1.0),
              "netobserv_agent_dropped_flows_total": {(): 7.0},
-             "netobserv_agent_buffer_size": {(("name", "hashmap"),): 300.0},
+             "netobserv_agent_buffer_size": {(("name", "hashmap-unique"),): 300.0},
              "netobserv_agent_ringbuf_hashmap_ratio": {(): 0.25}}  # fmt: skip
     assert window_metrics(before, after) == {
         "evictions": {"hashmap": 5, "exporter": 6, "accounter": 1},
         "evicted_flows": {},
         "dropped_flows": 0,
-        "buffer_sizes": {"hashmap": 300},
+        "buffer_sizes": {"hashmap-unique": 300},
         "ringbuf_hashmap_ratio": 0.25,
     }
 

@@ -419,7 +419,7 @@ def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> No
     assert step["users"] == 5 and step["requests"] > 50 and step["failures"] == 0
     assert_exact_per_step(r)
     assert r["ingress"]["engine"] == "k6" and r["ingress"]["k6_dropped_iterations"] == 0
-    assert step["generator_cpu_pct"][0] > 0 and step["proxy"]["processes"] == 2
+    assert step["generator_cpu_pct"][0] > 0 and step["proxy"]["processes"] == 3  # master + lb_workers (2)
 
 
 FAKE_K6_BUILD = """#!/bin/sh
@@ -481,7 +481,7 @@ def test_locustfile_distributed_master_merges_workers_exactly(tmp_path: pathlib.
     assert sorted(w["recorders"]) == ["w1-n1", "w2-n1"]
     assert_merged_equals_one_histogram(steps, list(w["recorders"].values()))
     assert w["server_requests"] == w["successes"] == sum(s["requests"] for s in steps)
-    assert w["proxy"]["processes"] == 2
+    assert w["proxy"]["processes"] == 3  # master + lb_workers (2)
 
 
 @needs_root

@@ -8,7 +8,8 @@ The write-up started Inspektor Gadget's seccomp advisor and trace-open gadgets o
 a busy loop in it. Here the same two jobs are Debian's bpftrace, each a script that watches one
 node (a cgroup) the way the gadgets watch one pod:
 
-- ``seccomp``: a seccomp-advisor-like syscall recorder: ``raw_syscalls:sys_enter``, counted per
+- ``seccomp``: ours, standing in for the seccomp advisor (``ig`` v0.35 has none; its ``audit
+  seccomp`` is another gadget and needs a kprobe): ``raw_syscalls:sys_enter``, counted per
   syscall number for the node's cgroup (the advisor builds a profile from exactly that).
 - ``open``: trace-open: enter and exit of ``open`` and ``openat`` (the gadget's four programs),
   printing each of the node's opens with its result.

@@ -10,9 +10,9 @@ Registered faults:
 * ``kill-lb-local`` — SIGKILL the local nginx LB, master and workers (targets.ingress.local.LocalIngress);
   its supervisor restarts it after ``restart_delay_s``.
 * ``kill-pod`` — delete a pod (the LB's) through the official ``kubernetes`` client with a
-  grace period (``grace_period_s``; Kubernetes' default is 30 s, the seed's ``kubectl delete
-  pod``); the cluster reschedules it. In a pod it uses the pod's service account (in-cluster
-  config), else ``$KUBECONFIG``.
+  grace period (``grace_period_s``; Kubernetes' default is 30 s, as in the ingress write-up's
+  ``kubectl delete pod``); the cluster reschedules it. In a pod it uses the pod's service
+  account (in-cluster config), else ``$KUBECONFIG``.
 
 New faults register with ``@register("name")`` on a factory taking keyword arguments, the way
 k6 registers outputs by name. Client-observed downtime is computed from the request timeline
@@ -122,7 +122,7 @@ class KillPod(_Scheduled):
     """Delete one pod matching ``label_selector`` in ``namespace`` with ``grace_period_s``.
 
     0 kills at once; 30 is ``kubectl delete pod``'s default, where the pod stays Terminating
-    until its containers exit or the grace period ends (the seed's ~30 s)."""
+    until its containers exit or the grace period ends (the ingress write-up's ~30 s)."""
 
     name = "kill-pod"
 

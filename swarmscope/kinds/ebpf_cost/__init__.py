@@ -3,13 +3,13 @@
     swarmscope run scenarios/ebpf_cost.yaml [--set tools=seccomp,open,ig-open --set duration_s=10]
 
 The top-ebpf write-up's experiment (docs/seeds.md#top-ebpf): tools watch one node (a cgroup)
-from set-up on (targets/ebpf_tools.py: a seccomp-advisor-like and a trace-open bpftrace script,
-Inspektor Gadget's ``ig trace open``); then a ``busy`` window runs ``while true; do cat
-/dev/null; done`` in the node for ``duration_s``, and an ``idle`` window runs nothing. Per
-window, each tool program's run count, runtime and CPU share (the probe's ``bpf_stats``), its
-map memory, and the loop's syscall and exec rate (the probe's ``syscall_count`` and
-``exec_count`` for the node). generated (the loop's execs, counted by the shell, + 1 for the
-shell) == kernel exec count for the node, as every kind reconciles.
+from set-up on (targets/ebpf_tools.py: a bpftrace syscall recorder of ours standing in for the
+seccomp advisor, a trace-open bpftrace script, Inspektor Gadget's ``ig trace open``); then a
+``busy`` window runs ``while true; do cat /dev/null; done`` in the node for ``duration_s``, and an
+``idle`` window runs nothing. Per window, each tool program's run count, runtime and CPU share
+(the probe's ``bpf_stats``), its map memory, and the loop's syscall and exec rate (the probe's
+``syscall_count`` and ``exec_count`` for the node). generated (the loop's execs, counted by the
+shell, + 1 for the shell) == kernel exec count for the node, as every kind reconciles.
 
 Caveat: the programs are host-wide, so their counts include every other process's syscalls and
 opens on the machine (as in the write-up, where idle still cost); the tools' own output volume

@@ -26,7 +26,9 @@ from swarmscope.controller.model import ProbeReading
 CAVEAT = (
     "BPF statistics do not attribute: tail calls (a chain is charged to the program at the attach "
     "point; a tail-called program shows 0), and any run before statistics were enabled; runtime "
-    "includes the kernel's timing overhead"
+    "includes the kernel's timing overhead. Tool seccomp is ours (bpftrace on sys_enter), standing in "
+    "for the write-up's seccomp advisor, which ig v0.35 does not have; the write-up's Falco and "
+    "Cilium experiments are not run (docs/seeds.md#top-ebpf)"
 )
 COLUMNS = (
     "PROGID",

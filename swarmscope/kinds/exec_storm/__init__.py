@@ -41,6 +41,27 @@ class ExecStormConfig(RunConfig, TracerConfig):
 
 
 LOADS = ("native", "stress-ng")
+# The exec-scaling write-up's own figures (docs/seeds.md's table, tests/test_seed_figures.py):
+# p99 over 30 iterations of generated and of reported execs, their difference, and the loss
+# relative to reported, at the two node counts it gives numbers for (23-39: plots only).
+WRITEUP_NODES = (2, 5, 11, 17, 23, 31, 39)
+WRITEUP_ITERATIONS = 30
+WRITEUP_P99 = {
+    2: {"generated_p99": 9082.91, "reported_p99": 9036.37, "difference": 46.54, "loss_vs_reported_pct": 0.5},
+    17: {
+        "generated_p99": 65014.75,
+        "reported_p99": 47986.23,
+        "difference": 17028.52,
+        "loss_vs_reported_pct": 35.5,
+    },
+}
+# What the stream tracer is when it stands for the write-up's tracer: a model, not a tracer.
+STREAM_MODEL = (
+    "tracer stream is swarmscope's model of a per-event streaming tracer, not Inspektor Gadget: "
+    "its loss comes from two chosen knobs, the collector's budget (tracer_stream_collector_rate "
+    "events/s, the single pipe) and the load (rate_per_node execs/s per node). For a real tracer "
+    "use tracer=ig (ig trace exec) or tracer=bpftrace."
+)
 
 
 def _exec_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
@@ -152,7 +173,15 @@ class ExecStorm(Kind[ExecStormConfig]):
             "burst_s": float(cfg.burst_s),
             "concurrency": int(cfg.concurrency),
             "generator": cfg.load,
+            # the write-up's published p99 rows, to read beside points[].p99_comparison
+            "write_up_p99": [{"nodes": n, **v} for n, v in WRITEUP_P99.items()],
         }
+        if cfg.tracer == "stream":
+            section["tracer_model"] = {
+                "what": STREAM_MODEL,
+                "collector_rate": getattr(cfg, "tracer_stream_collector_rate", None),
+                "rate_per_node": rate or None,
+            }
         if cfg.load == "stress-ng":
             from swarmscope.workers.stress_ng import STARTUP_EXECS, command_line
 
@@ -184,6 +213,20 @@ class ExecStorm(Kind[ExecStormConfig]):
                 if r.get("bogo_ops") is not None
             }
         return out
+
+    def console_summary(self, report: dict[str, Any]) -> str | None:
+        """The write-up's own p99 rows, and what the stream tracer is, after the run's tables."""
+        sec = (report.get("sections") or {}).get("exec_storm") or {}
+        lines = ["\nthe write-up's published p99 (Inspektor Gadget on AKS, 30 iterations):"]
+        lines += [
+            f"  {r['nodes']:>2} nodes: generated {r['generated_p99']:,.2f}, "
+            f"reported {r['reported_p99']:,.2f}, difference {r['difference']:,.2f}, "
+            f"loss vs reported {r['loss_vs_reported_pct']:g} %"
+            for r in sec.get("write_up_p99") or []
+        ]
+        if model := sec.get("tracer_model"):
+            lines.append(f"note: {model['what']}")
+        return "\n".join(lines) if len(lines) > 1 else None
 
     def register_renderers(self) -> None:
         import swarmscope.kinds.exec_storm.report  # noqa: F401  (registers "exec_storm")

@@ -40,4 +40,18 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         )
     else:
         what += " Each burst is swarmscope's native vfork helper."
-    return SectionHTML(f'<p class="load">{what}</p>')
+    model = data.get("tracer_model")
+    if model:
+        what += f" <b>The tracer is a model.</b> {html.escape(model['what'])}"
+    ref = "".join(
+        f"<tr><td>{r['nodes']}</td><td>{r['generated_p99']:,.2f}</td><td>{r['reported_p99']:,.2f}</td>"
+        f"<td>{r['difference']:,.2f}</td><td>{r['loss_vs_reported_pct']:g}</td></tr>"
+        for r in data.get("write_up_p99") or []
+    )
+    table = (
+        "<h3>The write-up's own figures (published)</h3><table><tr><th>nodes</th><th>generated p99</th>"
+        f"<th>reported p99</th><th>difference</th><th>loss vs reported %</th></tr>{ref}</table>"
+        if ref
+        else ""
+    )
+    return SectionHTML(f'<p class="load">{what}</p>{table}')

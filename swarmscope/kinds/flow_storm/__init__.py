@@ -67,9 +67,9 @@ FLOW_FIELDS: list[Field] = [
     ),
     Field(
         "cache_timeout_s",
-        float,
-        1.0,
-        "the agent's cacheTimeout: its map is evicted this often",
+        list_of(float),
+        [1.0],
+        "the agent's cacheTimeout: its map is evicted this often (one value, or one per cache_max_flows)",
         min=0.05,
         max=60,
     ),
@@ -90,15 +90,27 @@ class FlowStormConfig(RunConfig):
     iterations: int
     agent: str
     cache_max_flows: list[int]
-    cache_timeout_s: float
+    cache_timeout_s: list[float]
     pause_s: float
 
 
 def _flow_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
     most = max(v["flows"]) * v["packets_per_flow"]
     if most > v["max_packets"]:
-        return [("max_packets", f"flows x packets_per_flow reaches {most}: raise max_packets or lower them")]
-    return []
+        out.append(("max_packets", f"flows x packets_per_flow reaches {most}: raise max_packets or lower"))
+    if len(v["cache_timeout_s"]) not in (1, n := len(v["cache_max_flows"])):
+        out.append(("cache_timeout_s", f"one value, or one per cache_max_flows ({n})"))
+    return out
+
+
+def cache_points(cfg: FlowStormConfig) -> list[tuple[int, float]]:
+    """(cacheMaxFlows, cacheTimeout) per point, in order: the write-up's sequence changes the
+    timeout between points (5 s, then 1 s at 2K), so each size carries its own."""
+    ts = cfg.cache_timeout_s
+    if len(ts) == 1:
+        ts = ts * len(cfg.cache_max_flows)
+    return list(zip(cfg.cache_max_flows, (float(t) for t in ts), strict=True))
 
 
 def table_size(cfg: FlowStormConfig) -> int:
@@ -141,10 +153,10 @@ class FlowStorm(Kind[FlowStormConfig]):
     def points(self, cfg: FlowStormConfig) -> list[PointInfo]:
         if cfg.agent == "none":
             return [PointInfo(i, {"flows": n}, int(cfg.iterations)) for i, n in enumerate(cfg.flows)]
-        pairs = [(n, c) for n in cfg.flows for c in cfg.cache_max_flows]
+        pairs = [(n, c, t) for n in cfg.flows for c, t in cache_points(cfg)]
         return [
-            PointInfo(i, {"flows": n, "cache_max_flows": c}, int(cfg.iterations))
-            for i, (n, c) in enumerate(pairs)
+            PointInfo(i, {"flows": n, "cache_max_flows": c, "cache_timeout_s": t}, int(cfg.iterations))
+            for i, (n, c, t) in enumerate(pairs)
         ]
 
     def sim_nodes(self, cfg: FlowStormConfig) -> int:
@@ -170,7 +182,7 @@ class FlowStorm(Kind[FlowStormConfig]):
             "rate_pps": cfg.rate_pps,
             "max_s": cfg.max_s,
             "cache_max_flows": int(point.params.get("cache_max_flows", 0)),
-            "cache_timeout_s": cfg.cache_timeout_s,
+            "cache_timeout_s": float(point.params.get("cache_timeout_s", cfg.cache_timeout_s[0])),
         }
 
     def window_timeout_s(self, cfg: FlowStormConfig, point: PointInfo) -> float:

@@ -57,7 +57,7 @@ class FlowDriver:
         if cfg.agent != "none":
             from swarmscope.targets.flow_agent import start_agent
 
-            self._agent_cfg = (int(cfg.cache_max_flows[0]), float(cfg.cache_timeout_s))
+            self._agent_cfg = (int(cfg.cache_max_flows[0]), float(cfg.cache_timeout_s[0]))
             try:
                 self.agent = start_agent(cfg.agent, self.net.src, self.net.src_dev, *self._agent_cfg)
             except BaseException:

@@ -13,6 +13,7 @@ table could not hold) is ``kernel-drops:<node>``: a failed run, never a figure.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -174,20 +175,54 @@ def sections(cfg: FlowStormConfig, results: Sequence[IterationResult]) -> dict[s
                 "kernel_bytes": sum(int(v["kernel"]["bytes"] or 0) for v in rows),
                 "kernel_flows": sum(int(v["kernel"]["flows"] or 0) for v in rows),
                 "kernel_drops": sum(int(v["kernel"]["drops"]) for v in rows),
-                "flows_per_s": flows / elapsed if elapsed else 0.0,
+                "cache_timeout_s": r.params.get("cache_timeout_s"),
+                "flows_per_s": flows / elapsed if elapsed else 0.0,  # ours: distinct 5-tuples sent
                 "elapsed_s": elapsed,
                 "packets_per_s": sum(float(v.get("rate") or 0) for v in rows),
                 "per_flow_ok": bool(rows) and not any(v["problems"] for v in rows),
                 **agent_point(rows),
             }
         )
-    return {
-        "flow_storm": {
-            "points": points,
-            "packets_per_flow": cfg.packets_per_flow,
-            "frame_bytes": cfg.frame_bytes,
-        }
+        p = points[-1]
+        if "exported_flows" in p:  # the write-up's flows/s: flows the agent captured (exported)
+            p["captured_flows_per_s"] = p["exported_flows"] / elapsed if elapsed else 0.0
+    out: dict[str, Any] = {
+        "points": points,
+        "packets_per_flow": cfg.packets_per_flow,
+        "frame_bytes": cfg.frame_bytes,
     }
+    if any(p.get("agent_cpu_pct") is not None for p in points):
+        out["write_up_cpu"] = cpu_comparisons(points)
+    return {"flow_storm": out}
+
+
+# The write-up's CPU comparisons: (ours, against), (cacheMaxFlows, cacheTimeout) each, and its
+# figure (docs/seeds.md's table). "runaway" is the run's last and smallest map under 2K.
+WRITE_UP_CPU: tuple[tuple[str, tuple[int, float] | None, tuple[int, float], int], ...] = (
+    ("2K vs 10K at 5 s", (2000, 5.0), (10000, 5.0), 40),
+    ("runaway vs 10K at 5 s", None, (10000, 5.0), 457),  # None: the runaway
+    ("runaway vs 2K at 1 s", None, (2000, 1.0), 143),
+)
+
+
+def cpu_comparisons(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The agent's CPU change as the write-up computed it (mean CPU of one point over another,
+    as a %), where the run has both points at the write-up's timeouts; None where it has not."""
+    cpu: dict[tuple[int, float], list[float]] = {}
+    for p in points:
+        if p.get("agent_cpu_pct") is not None and p.get("cache_timeout_s") is not None:
+            key = (int(p["cache_max_flows"]), float(p["cache_timeout_s"]))
+            cpu.setdefault(key, []).append(float(p["agent_cpu_pct"]))
+    small = [k for k in cpu if k[0] < 2000]
+    runaway = min(small) if small else None
+    out = []
+    for label, a, b, theirs in WRITE_UP_CPU:
+        ka = runaway if a is None else a
+        ours = None
+        if ka in cpu and b in cpu and (base := sum(cpu[b]) / len(cpu[b])) > 0:
+            ours = round((sum(cpu[ka]) / len(cpu[ka]) / base - 1) * 100, 1)
+        out.append({"comparison": label, "ours_pct": ours, "write_up_pct": theirs, "runaway": runaway})
+    return out
 
 
 def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -235,6 +270,10 @@ def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "ringbuf_flows": rb,
         "ringbuf_hashmap_ratio": rb / hm if hm else None,
         "dropped_flows": total("dropped_flows"),
+        "exported_flows": total("evicted_flows", "exporter"),
+        # the write-up's buffer sizes, summed over the agents as its dashboard sums its pods
+        "hashmap_unique": total("buffer_sizes", "hashmap-unique"),
+        "hashmap_total": total("buffer_sizes", "hashmap-total"),
     })  # fmt: skip
     if all("evictions" in a.get("scraped", {}) for a, _ in ags):  # its /metrics, scraped
         shm = total("scraped", "evicted_flows", "hashmap")
@@ -249,7 +288,8 @@ def agent_point(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 COLUMNS = (
     "flows", "iteration", "generated", "kernel", "bytes", "kernel_bytes", "kernel_flows",
-    "kernel_drops", "flows_per_s", "packets_per_s", "per_flow_ok", "cache_max_flows", "reported",
+    "kernel_drops", "flows_per_s", "captured_flows_per_s", "packets_per_s", "per_flow_ok", "cache_max_flows",
+    "cache_timeout_s", "hashmap_unique", "hashmap_total", "reported",
     "reported_bytes", "flow_records", "hashmap_evictions", "early_evictions", "ringbuf_hashmap_ratio",
     "dropped_flows", "missing_flows", "split_flows", "short_flows", "exact_flows", "pcap_dropped",
     "lost_export_packets", "agent_cpu_pct", "agent_rss_mib",
@@ -260,13 +300,33 @@ COLUMNS = (
 def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     points = data.get("points", []) if isinstance(data, dict) else []
     order = sorted(
-        points, key=lambda p: (p.get("flows", 0), -p.get("cache_max_flows", 0), p.get("iteration", 0))
+        points,
+        key=lambda p: (
+            p.get("flows", 0),
+            -p.get("cache_max_flows", 0),
+            -(p.get("cache_timeout_s") or 0),
+            p.get("iteration", 0),
+        ),
     )
     rows = [{c: p.get(c) for c in COLUMNS if c in p} for p in order]
     table = render_generic(name, rows, report) if rows else SectionHTML("<p>no windows</p>")
     from swarmscope.kinds.flow_storm.plots import flow_plots
 
+    cmp = data.get("write_up_cpu") if isinstance(data, dict) else None
+    extra = ""
+    if cmp:
+        cells = "".join(
+            f"<tr><td>{html.escape(c['comparison'])}</td><td>{'' if c['ours_pct'] is None else c['ours_pct']}"
+            f"</td><td>+{c['write_up_pct']}</td></tr>"
+            for c in cmp
+        )
+        extra = (
+            "<h3>Agent CPU change, as the write-up computed it (%)</h3><p>flows_per_s is ours "
+            "(distinct 5-tuples generated per second); captured_flows_per_s is the write-up's "
+            "(flows the agent exported per second).</p>"
+            f"<table><tr><th>comparison</th><th>here</th><th>write-up</th></tr>{cells}</table>"
+        )
     return SectionHTML(
-        html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html,
+        html="<h2>Flow storm: generated against the kernel, per flow</h2>" + table.html + extra,
         plots=flow_plots(points),
     )

@@ -4,7 +4,8 @@
     ...                                            # traffic; the agent's flush
     window_metrics(before, agent_metrics(url))
     # {"evictions": {"hashmap": 3, ...}, "evicted_flows": {...}, "dropped_flows": 0,
-    #  "buffer_sizes": {"hashmap": 2000, "accounter": 0}, "ringbuf_hashmap_ratio": 0.0}
+    #  "buffer_sizes": {"hashmap-total": 2000, "hashmap-unique": 2000, "accounter": 0},
+    #  "ringbuf_hashmap_ratio": 0.0}
 
 The same shape as the agent's own window summary (targets/flow_agent/agent.py), so the report
 holds both side by side and a test compares them key by key. Counters are the increase over the

@@ -147,7 +147,14 @@ INGRESS_FIELDS: list[Field] = [
         min=1,
         max=64,
     ),
-    Field("lb_workers", int, 1, "local target: nginx worker processes of the LB", min=1, max=64),
+    Field(
+        "lb_workers",
+        int,
+        2,  # the ingress write-up's nginx had two workers (proc1, proc2): docs/seeds.md
+        "local target: nginx worker processes of the LB",
+        min=1,
+        max=64,
+    ),
     Field(
         "network_baseline_s",
         int,  # iperf3's -t takes whole seconds (0.5 reads as 0: no end)

@@ -79,7 +79,9 @@ def _pidstat(steps: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("step", "users/rate", "PID", "role", *cols))
     return (
         "<h3>Proxy processes (pidstat columns: mean over the step's ticks; VSZ, RSS in KiB and "
-        f"%MEM at their largest)</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+        "%MEM at their largest)</h3><p>One row per process per step; the ingress write-up's "
+        "pidstat table has one row per process per second (docs/seeds.md).</p>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table>"
     )
 
 

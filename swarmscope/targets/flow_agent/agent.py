@@ -99,7 +99,9 @@ class Window:
         self.flows: set[FlowKey] = set()
         self.evictions = {"hashmap": 0, "accounter": 0, "exporter": 0}
         self.evicted_flows = {"hashmap": 0, "accounter": 0, "exporter": 0}
-        self.buffer_sizes = {"hashmap": 0, "accounter": 0}
+        # the write-up's buffer names: hashmap-total (entries drained) and hashmap-unique (distinct
+        # flows among them) should be equal; a key re-inserted mid-drain makes total larger
+        self.buffer_sizes = {"hashmap-total": 0, "hashmap-unique": 0, "accounter": 0}
         self.early = 0  # hashmap evictions because the map was full, not the timeout
         self.dropped = 0
 
@@ -180,11 +182,12 @@ class FlowAgent:
         acc[1] += int(r.bytes)
         self.full = True
 
-    def _export(self, component: str, flows: dict[FlowKey, list[int]], buffered: int) -> None:
+    def _export(self, component: str, flows: dict[FlowKey, list[int]], buffers: dict[str, int]) -> None:
         w = self.win
         w.evictions[component] += 1
         w.evicted_flows[component] += len(flows)
-        w.buffer_sizes[component] = max(w.buffer_sizes[component], buffered)
+        for name, n in buffers.items():
+            w.buffer_sizes[name] = max(w.buffer_sizes[name], n)
         p = sum(v[0] for v in flows.values())
         b = sum(v[1] for v in flows.values())
         w.packets += p
@@ -209,17 +212,19 @@ class FlowAgent:
 
     def evict(self, early: bool = False) -> None:
         flows: dict[FlowKey, list[int]] = {}
+        drained = 0
         for k, per_cpu in drain(self.bpf[b"aggregated_flows"]):
+            drained += 1
             key = (int(k.saddr), int(k.daddr), int(k.sport), int(k.dport), int(k.proto))
             acc = flows.setdefault(key, [0, 0])  # a key re-inserted mid-drain comes twice
             acc[0] += sum(int(v.packets) for v in per_cpu)
             acc[1] += sum(int(v.bytes) for v in per_cpu)
         if flows:
             self.win.early += int(early)
-            self._export("hashmap", flows, len(flows))
+            self._export("hashmap", flows, {"hashmap-total": drained, "hashmap-unique": len(flows)})
         if self.accounter:
             direct, self.accounter = self.accounter, {}
-            self._export("accounter", direct, len(direct))
+            self._export("accounter", direct, {"accounter": len(direct)})
         stats = self.bpf[b"agent_stats"]
         dropped = sum(int(v) for v in stats[stats.Key(1)])
         self.win.dropped = dropped - self._dropped0

@@ -6,7 +6,7 @@
     #   netobserv_agent_evictions_total{component="hashmap"} 3.0
     #   netobserv_agent_evicted_flows_total{component="accounter"} 120.0
     #   netobserv_agent_dropped_flows_total 0.0
-    #   netobserv_agent_buffer_size{name="hashmap"} 2000.0
+    #   netobserv_agent_buffer_size{name="hashmap-unique"} 2000.0   (and hashmap-total, accounter)
     #   netobserv_agent_ringbuf_hashmap_ratio 0.06
 
 Counters are cumulative over the agent's life (a window is the increase between two scrapes,
