@@ -103,3 +103,22 @@ def test_bench_smallest_form_parses_and_loses_nothing() -> None:
     workers, windows, results, lost = (int(m.group(i)) for i in range(1, 5))
     assert (workers, windows, results, lost) == (5, 1, 5, 0)
     assert int(m.group(8)) > 0  # the master's RSS was sampled
+
+
+def test_run_message_parts_give_each_worker_its_nodes_at_their_positions() -> None:
+    """The master sends each worker only its part; the driver still sees the window's positions
+    and node count (ingress_flood shares its users by them)."""
+    from swarmscope.core import messages as M
+
+    names = ["w1-n1", "w2-n1", "w1-n2", "w3-n1"]
+    owner = {"w1-n1": "a", "w1-n2": "a", "w2-n1": "b", "w3-n1": "c", "w9-n1": "z"}
+    parts = M.split_run(names, owner)
+    assert parts == {
+        "a": {"nodes": ["w1-n1", "w1-n2"], "positions": [0, 2], "node_count": 4},
+        "b": {"nodes": ["w2-n1"], "positions": [1], "node_count": 4},
+        "c": {"nodes": ["w3-n1"], "positions": [3], "node_count": 4},
+    }
+    view = M.window_nodes({"window_id": "x", **parts["a"]})
+    assert view == ["w1-n1", "", "w1-n2", ""]
+    assert (view.index("w1-n2"), len(view)) == (2, 4)
+    assert M.window_nodes({"nodes": names}) == names  # embedded: the whole list, as before
