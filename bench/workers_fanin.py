@@ -110,6 +110,19 @@ class Master:
         return "".join(line for _, line in self.lines[-40:])
 
 
+def _wait(master: Master, wait: Any, timeout_s: float) -> None:
+    """``wait(t)`` in short steps, failing at once (with its output) if the master exited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if master.proc.poll() is not None:
+            raise RuntimeError(f"the master exited {master.proc.returncode}:\n{master.tail()}")
+        try:
+            return wait(2.0)
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+
+
 def run_one(
     n: int, windows: int, burst_s: float, stall: float, probe_hosts: int, per_process: int
 ) -> dict[str, Any]:
@@ -127,11 +140,11 @@ def run_one(
                 master.token_file.read_text().strip(),
                 [f"simhost{k}" for k in range(probe_hosts)],
             )
-            probes.wait_registered(timeout_s=120)
+            _wait(master, lambda t: probes.wait_registered(timeout_s=t), 120)
             workers = SimWorkers.spawn(
                 f"127.0.0.1:{master.locust_port}", token, n, per_process=per_process, stall=stall
             )
-            workers.wait_ready(timeout_s=300)
+            _wait(master, lambda t: workers.wait_ready(timeout_s=t), 300)
             c = master.ps.cpu_times()
             master.ready_cpu = c.user + c.system
             rc = master.proc.wait(timeout=120 + windows * (burst_s + 30))
