@@ -58,7 +58,6 @@ def test_simulated_workers_are_merged_exactly_by_the_real_master() -> None:
     assert "unknown worker" not in f["master_log"] and "Traceback" not in f["master_log"]
 
 
-@pytest.mark.slow
 def test_a_simulated_worker_without_the_token_is_refused() -> None:
     """CURVE is really on: a simulated worker with another token never gets Locust's ack."""
     import pathlib as pl
