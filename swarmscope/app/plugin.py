@@ -112,7 +112,7 @@ def register_messages(proc: Any, runner: Any) -> None:
             d = msg.data
             with worker_spans.window(d["window_id"], d.get("traceparent", "")) as spans:
                 per_node = proc.worker.run_window(
-                    d["window_id"], d["nodes"], d.get("payload", {}), environment
+                    d["window_id"], M.window_nodes(d), d.get("payload", {}), environment
                 )
             result = {"window_id": d["window_id"], "per_node": per_node, "spans": spans.take()}
             runner.send_message(M.RESULT, result)

@@ -101,7 +101,7 @@ COMMON_FIELDS = [
         2,
         "distributed: Locust workers to start (or wait for, without spawn_workers)",
         min=1,
-        max=1000,
+        max=10_000,
     ),
     Field(
         "spawn_workers",

@@ -163,11 +163,15 @@ class Sweep:
                 win = ctl.open_window(point, it, names, programs=kind.programs(cfg, shared))
                 msg = {
                     "window_id": win.window_id,
-                    "nodes": names,
                     "payload": kind.payload(cfg, point, it, shared),
                     "traceparent": win.traceparent,
                 }
-                self.runner.send_message(M.RUN, msg)  # embedded: runs the window and returns after it
+                if self.distributed:  # each worker its own nodes: one message each, not workers²
+                    owner = {n: d.worker for n, d in ctl.nodes.items()}
+                    for cid, part in M.split_run(names, owner).items():
+                        self.runner.send_message(M.RUN, {**msg, **part}, client_id=cid)
+                else:  # embedded: runs the window and returns after it
+                    self.runner.send_message(M.RUN, {**msg, "nodes": names})
                 results.append(
                     ctl.close_window(
                         win,

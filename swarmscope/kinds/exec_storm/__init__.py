@@ -90,7 +90,13 @@ class ExecStorm(Kind[ExecStormConfig]):
 
         return [
             Field(
-                "nodes", list_of(int), [2], "simulated node counts to sweep (one point each)", min=1, max=256
+                "nodes",
+                list_of(int),
+                [2],
+                "node counts to sweep (one point each): simulated nodes, shared among the workers, or "
+                "real ones (one per worker in a cluster)",
+                min=1,
+                max=10_000,
             ),
             Field("iterations", int, 10, "measurement windows (bursts) per point", min=1, max=10000),
             Field("burst_s", float, 1.0, "length of each burst, seconds", min=0.01, max=60),
