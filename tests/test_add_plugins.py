@@ -113,15 +113,24 @@ def _make(cfg, sentinel):
 
 FAULT = """
 
-@register("noop")
+
+class NoopOptions(Config):
+    noop_marker: int
+
+
+NOOP_FIELDS = (Field("noop_marker", int, 3, "noop: what it reports", min=0, max=9),)
+
+
+@register("noop", NOOP_FIELDS, NoopOptions, {"noop_marker": "marker"})
 class Noop(_Scheduled):
     name = "noop"
 
-    def __init__(self, at_s: float, **_: Any):
+    def __init__(self, at_s: float, marker: int = 0, **_: Any):
         super().__init__(at_s)
+        self.marker = marker
 
     def inject(self) -> dict[str, Any]:
-        return {"noop": True}
+        return {"noop": self.marker}
 """
 
 
@@ -132,7 +141,7 @@ def _table(doc: str) -> dict[str, set[str]]:
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 2 and cells[0] not in ("to add", "---"):
-            paths = re.findall(r"`((?:swarmscope|scenarios)/[^`]+)`", cells[1].split("; a fault that")[0])
+            paths = re.findall(r"`((?:swarmscope|scenarios)/[^`]+)`", cells[1])
             rows[cells[0]] = {p.replace("<name>", NAME) for p in paths}
     return rows
 
@@ -206,7 +215,10 @@ def test_registries_see_the_additions(tree: pathlib.Path) -> None:
         "from swarmscope.targets.faults import make_fault\n"
         "t = make_tracer(tracer_config(tracer='tick', tracer_null_echo=4))\n"
         "t.start('w', ['n1'])\n"
-        "f = make_fault('noop', at_s=0)\n"
+        "from swarmscope.targets.faults import fault_kwargs\n"
+        "data = {'scenario': 'ingress_flood', 'noop_marker': 7}\n"
+        "cfg = get_kind('ingress_flood').schema.load(data=data, env={})\n"
+        "f = make_fault('noop', at_s=0, **fault_kwargs('noop', cfg))\n"
         "choices = get_kind('ingress_flood').schema.fields['fault'].choices\n"
         "print(json.dumps({'kind': get_kind('tick').name, 'reported': t.stop().per_node,\n"
         "                  'fault': f.inject(), 'in_choices': 'noop' in choices}))\n",
@@ -214,7 +226,7 @@ def test_registries_see_the_additions(tree: pathlib.Path) -> None:
     assert json.loads(out) == {
         "kind": "tick",
         "reported": {"n1": 4},
-        "fault": {"noop": True},
+        "fault": {"noop": 7},
         "in_choices": True,
     }
     explain = subprocess.run(

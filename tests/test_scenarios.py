@@ -11,6 +11,7 @@ import pytest
 from swarmscope.controller.tracers import TRACER_OPTIONS
 from swarmscope.core.config import Field
 from swarmscope.kinds import KINDS, get_kind, load_scenario
+from swarmscope.targets.faults import FAULT_OPTIONS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -42,10 +43,13 @@ def test_config_class_declares_every_field_with_its_type(name: str) -> None:
     kind = get_kind(name)
     hints = typing.get_type_hints(kind.config_cls)
     hints.pop("sources"), hints.pop("_keys")
-    # Options a tracer declares next to its code are typed by its own class (TRACER_OPTIONS).
-    if any(k.startswith("tracer") for k in kind.schema.fields):
-        for cls in TRACER_OPTIONS.values():
-            hints |= {k: t for k, t in typing.get_type_hints(cls).items() if k not in ("sources", "_keys")}
+    # Options a tracer or a fault declares next to its code are typed by its own class.
+    plugins = [
+        *(TRACER_OPTIONS.values() if "tracer" in kind.schema.fields else ()),
+        *(FAULT_OPTIONS.values() if "fault" in kind.schema.fields else ()),
+    ]
+    for cls in plugins:
+        hints |= {k: t for k, t in typing.get_type_hints(cls).items() if k not in ("sources", "_keys")}
     want = {k: _declared_type(f) for k, f in kind.schema.fields.items()}
     assert set(hints) == set(want), set(hints) ^ set(want)
     wrong = {k: (hints[k], t) for k, t in want.items() if hints[k] != t}

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from swarmscope.core.config import Config, Field
 from swarmscope.core.errors import ConfigError, Problem, SwarmscopeError
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,37 @@ class FaultInjector(Protocol):
 
 
 _REGISTRY: dict[str, Callable[..., FaultInjector]] = {}
+# The options faults declare next to their code: a kind with faults takes every one of them
+# (FAULT_FIELDS), typed by each fault's own Config class (FAULT_OPTIONS); ``fault_kwargs`` hands
+# a fault its own, under its keyword names.
+FAULT_FIELDS: list[Field] = []
+FAULT_OPTIONS: dict[str, type[Config]] = {}
+_KWARGS: dict[str, dict[str, str]] = {}  # fault -> {option key: keyword argument}
 
 
-def register(name: str) -> Callable[[Callable[..., FaultInjector]], Callable[..., FaultInjector]]:
+def register(
+    name: str,
+    fields: tuple[Field, ...] = (),
+    options: type[Config] | None = None,
+    kwargs: dict[str, str] | None = None,
+) -> Callable[[Callable[..., FaultInjector]], Callable[..., FaultInjector]]:
+    """Register a fault under ``name``, with the options it declares (``fields``, typed by
+    ``options``) and the keyword each option is passed as (``kwargs``; default: its key)."""
+
     def deco(factory: Callable[..., FaultInjector]) -> Callable[..., FaultInjector]:
         _REGISTRY[name] = factory
+        FAULT_FIELDS.extend(f for f in fields if f.key not in {g.key for g in FAULT_FIELDS})
+        if options is not None:
+            FAULT_OPTIONS[name] = options
+        _KWARGS[name] = dict(kwargs or {f.key: f.key for f in fields})
         return factory
 
     return deco
+
+
+def fault_kwargs(name: str, cfg: Any) -> dict[str, Any]:
+    """The keyword arguments fault ``name`` takes from a run's config: its own options."""
+    return {kw: getattr(cfg, key) for key, kw in _KWARGS.get(name, {}).items()}
 
 
 def names() -> list[str]:
@@ -117,7 +141,34 @@ class KillLocalLB(_Scheduled):
         return {"pid": pid, "killed_at": t, "restart_delay_s": self.target.restart_delay_s}
 
 
-@register("kill-pod")
+class KillPodOptions(Config):
+    grace_period_s: int
+    fault_namespace: str
+    fault_selector: str
+
+
+@register(
+    "kill-pod",
+    (
+        Field(
+            "grace_period_s",
+            int,
+            30,
+            "kill-pod: the deletion's grace period in seconds (30 = kubectl delete pod's default)",
+            min=0,
+            max=3600,
+        ),
+        Field("fault_namespace", str, "ingress-nginx", "kill-pod: namespace of the pod to delete"),
+        Field(
+            "fault_selector",
+            str,
+            "app.kubernetes.io/component=controller",
+            "kill-pod: label selector of the pod to delete (the first live match)",
+        ),
+    ),
+    KillPodOptions,
+    {"grace_period_s": "grace_period_s", "fault_namespace": "namespace", "fault_selector": "label_selector"},
+)
 class KillPod(_Scheduled):
     """Delete one pod matching ``label_selector`` in ``namespace`` with ``grace_period_s``.
 
@@ -179,7 +230,15 @@ class KillPod(_Scheduled):
         return {"pod": victim, "namespace": self.namespace, "grace_period_s": self.grace_period_s}
 
 
-@register("stall-backends-local")
+class StallOptions(Config):
+    stall_s: float
+
+
+@register(
+    "stall-backends-local",
+    (Field("stall_s", float, 1.0, "stall-backends-local: how long the backends freeze", min=0.01, max=600),),
+    StallOptions,
+)
 class StallLocalBackends(_Scheduled):
     """Freeze the local target's backends (SIGSTOP … SIGCONT) for ``stall_s``: a stalled server."""
 

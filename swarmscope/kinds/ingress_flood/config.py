@@ -27,6 +27,7 @@ from typing import Any
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ConfigError, Problem
+from swarmscope.targets.faults import FAULT_FIELDS
 from swarmscope.targets.faults import names as fault_names
 
 # Characters no URL of ours needs, and that URL parsers disagree on (whitespace, controls,
@@ -114,21 +115,7 @@ INGRESS_FIELDS: list[Field] = [
     Field(
         "fault_at", float, 5.0, "seconds after the first step starts when the fault strikes", min=0, max=86400
     ),
-    Field(
-        "grace_period_s",
-        int,
-        30,
-        "kill-pod: the deletion's grace period in seconds (30 = kubectl delete pod's default)",
-        min=0,
-        max=3600,
-    ),
-    Field("fault_namespace", str, "ingress-nginx", "kill-pod: namespace of the pod to delete"),
-    Field(
-        "fault_selector",
-        str,
-        "app.kubernetes.io/component=controller",
-        "kill-pod: label selector of the pod to delete (the first live match)",
-    ),
+    *FAULT_FIELDS,  # each fault's own options, declared next to it (targets/faults.py)
     Field(
         "restart_delay_s",
         float,
@@ -137,7 +124,6 @@ INGRESS_FIELDS: list[Field] = [
         min=0,
         max=600,
     ),
-    Field("stall_s", float, 1.0, "stall-backends-local: how long the backends freeze", min=0.01, max=600),
     Field(
         "backends",
         list_of(int),
@@ -231,11 +217,7 @@ class IngressConfig(RunConfig):
     path: str
     fault: str
     fault_at: float
-    grace_period_s: int
-    fault_namespace: str
-    fault_selector: str
     restart_delay_s: float
-    stall_s: float
     backends: list[int] | None
     lb_workers: int
     network_baseline_s: int

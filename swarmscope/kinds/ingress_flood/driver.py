@@ -295,16 +295,10 @@ class IngressDriver:
         if self.target is not None:
             self._log_before = self.target.access_log_count()
         if keep and self._fault is None:
-            from swarmscope.targets.faults import make_fault
+            from swarmscope.targets.faults import fault_kwargs, make_fault
 
             self._fault = make_fault(
-                cfg.fault,
-                at_s=cfg.fault_at,
-                target=self.target,
-                stall_s=cfg.stall_s,
-                grace_period_s=cfg.grace_period_s,
-                namespace=cfg.fault_namespace,
-                label_selector=cfg.fault_selector,
+                cfg.fault, at_s=cfg.fault_at, target=self.target, **fault_kwargs(cfg.fault, cfg)
             )
             self._fault.arm(t0)  # fault_at counts from the first step's start
         return self.active
