@@ -105,7 +105,7 @@ def clock_cost(calls: int = 20000, rounds: int = 5) -> dict[str, Any]:
     tracepoints detached and attached again between them) and the added cost is the median of
     the pairs' differences: a load change between the halves does not land on one side only."""
     from swarmscope.core.sys import bpf
-    from swarmscope.probes.map_update import MapUpdateTracer
+    from swarmscope.probes import bcc_env
     from swarmscope.targets.neighbors import records as R
 
     fd = bpf.map_create(1, "ss_clock_cost", R.KEY_SIZE, R.VALUE_SIZE, 1024)
@@ -122,18 +122,23 @@ def clock_cost(calls: int = 20000, rounds: int = 5) -> dict[str, Any]:
 
     tps = {b"syscalls:sys_enter_bpf": b"tracepoint__syscalls__sys_enter_bpf",
            b"syscalls:sys_exit_bpf": b"tracepoint__syscalls__sys_exit_bpf"}  # fmt: skip
-    offs, ons, per_run, recorded = [], [], [], 0
-    tracer = MapUpdateTracer([os.getpid()])
+    offs, ons, per_run = [], [], []
+    recorded = [0]
+    # The probe reads this program from pins; here it stays in BCC, which can detach and attach
+    # its two tracepoints between the halves of a pair (the program and its cost are the same).
+    b = bcc_env.load_program("map_update", ["-DSS_RINGBUF_PAGES=1024"])
     try:
-        tracer.load()
-        fns = [tracer.bpf.funcs[f] for f in tps.values()]  # loaded and attached by BCC
+        pids = b["mu_pids"]
+        pids[pids.Key(os.getpid())] = pids.Leaf(1)
+        b["mu_events"].open_ring_buffer(lambda _ctx, _data, _size: recorded.__setitem__(0, recorded[0] + 1))
+        fns = [b.funcs[f] for f in tps.values()]  # loaded and attached by BCC
         with bpf.stats_enabled():
             for _ in range(rounds):
                 for tp in tps:
-                    tracer.bpf.detach_tracepoint(tp)
+                    b.detach_tracepoint(tp)
                 offs.append(timed())
                 for tp, fn in tps.items():
-                    tracer.bpf.attach_tracepoint(tp=tp, fn_name=fn)
+                    b.attach_tracepoint(tp=tp, fn_name=fn)
                 s0 = [bpf.prog_info(f.fd) for f in fns]
                 ons.append(timed())
                 s1 = [bpf.prog_info(f.fd) for f in fns]
@@ -144,14 +149,14 @@ def clock_cost(calls: int = 20000, rounds: int = 5) -> dict[str, Any]:
                         if b.run_cnt > a.run_cnt
                     )
                 )
-                recorded += len(tracer.events())
+                b.ring_buffer_consume()
     finally:
-        tracer.close()
+        b.cleanup()
         os.close(fd)
     return {
         "calls": per_side * rounds,
         "rounds": rounds,
-        "recorded_calls": recorded,
+        "recorded_calls": recorded[0],
         "programs_ns_per_call": round(statistics.median(per_run), 1),
         "call_ns_without": round(statistics.median(offs), 1),
         "call_ns_with": round(statistics.median(ons), 1),
