@@ -49,6 +49,11 @@ def test_bpf_stats_keeps_a_really_unloaded_program() -> None:
                 first = watcher.snapshot()[0]
             finally:
                 prog.close()
+            # The pinned link and program go when their last reference does; the kernel frees
+            # the program after an RCU grace period, so wait for it to be gone from the list.
+            deadline = time.monotonic() + 10
+            while pid in bpfstats.list_programs() and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert pid not in bpfstats.list_programs(), "closing the program did not unload it"
             second = watcher.snapshot()[0]
     finally:

@@ -209,8 +209,8 @@ def test_locust_exit_code_follows_the_checks(tmp_path: pathlib.Path) -> None:
 
 
 def _shape_checks(kind_name: str, *texts: str) -> list:
-    from swarmscope.app.locust_checks import load_checks
     from swarmscope.kinds import get_kind
+    from swarmscope.kinds.checks import load_checks
 
     kind = get_kind(kind_name)
     checks, _ = load_checks(kind, kind.schema.load(env={}), list(texts))

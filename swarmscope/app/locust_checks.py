@@ -17,8 +17,8 @@ from typing import Any
 
 from locust import events
 
-from swarmscope.controller.checks import EXIT_CODE, Check, failed, from_config, render_results
-from swarmscope.core.errors import ConfigError
+from swarmscope.controller.checks import EXIT_CODE, Check, failed, render_results
+from swarmscope.kinds.checks import load_checks
 
 _DONE: list[bool] = []
 
@@ -46,25 +46,6 @@ def _add_option(parser: Any, **_: Any) -> None:
 def load(cfg: Any, options: Any, kind: Any) -> tuple[list[Check], Any]:
     """The run's checks, parsed and located, and ``cfg`` with all of them (the report shows them)."""
     return load_checks(kind, cfg, list(getattr(options, "ss_check", None) or []))
-
-
-def load_checks(kind: Any, cfg: Any, extra: list[str]) -> tuple[list[Check], Any]:
-    """The config's and ``extra`` checks, each path validated against ``kind``'s report before
-    anything runs (a ConfigError, exit 2, with "did you mean"); ``cfg`` with all of them."""
-    from swarmscope.kinds import KINDS, get_kind, scenario_text
-
-    shape = kind.report_shape(cfg)
-    try:
-        checks = from_config(cfg, extra, read=scenario_text, shape=shape)
-    except ConfigError:  # say which other kind's reports have a name this one's lack
-        elsewhere = {}
-        for name in KINDS:
-            other = get_kind(name)
-            if other.name != kind.name:
-                base = set(other.report_shape(other.schema.load(env={}))) - set(shape)
-                elsewhere.update(dict.fromkeys(sorted(base), other.name))
-        checks = from_config(cfg, extra, read=scenario_text, shape=shape, elsewhere=elsewhere)
-    return checks, cfg.replace(checks=[c.text for c in checks] or None)
 
 
 def attach(environment: Any, proc: Any, checks: list[Check]) -> None:

@@ -47,8 +47,8 @@ def _run(args: argparse.Namespace) -> int:
 
     sets = list(args.sets) + ([f"out={args.out}"] if args.out else [])
     kind, cfg = load_scenario(args.scenario_file, sets)
-    from swarmscope.app.locust_checks import load_checks
     from swarmscope.controller.checks import EXIT_CODE, failed, render_results
+    from swarmscope.kinds.checks import load_checks
 
     # Invalid ones, or paths the kind's report lacks: a ConfigError (exit 2) before the run.
     checks, cfg = load_checks(kind, cfg, args.checks)  # cfg with every check: the report shows them
