@@ -95,8 +95,8 @@ class Kind(Generic[C]):
         return float(cfg.window_timeout_s)
 
     def pause_s(self, cfg: C) -> float:
-        """Seconds to wait between windows (0: none)."""
-        return 0.0
+        """Seconds to wait between windows: the kind's ``pause_s`` option when it has one, else 0."""
+        return float(getattr(cfg, "pause_s", 0.0) or 0.0)
 
     def expected_per_node(self, cfg: C) -> float | None:
         """What a paced generator was asked for per node and window (None: unpaced); a node

@@ -97,9 +97,6 @@ class EbpfCost(Kind[EbpfCostConfig]):
     def window_timeout_s(self, cfg: EbpfCostConfig, point: PointInfo) -> float:
         return float(cfg.duration_s) + float(cfg.window_timeout_s)
 
-    def pause_s(self, cfg: EbpfCostConfig) -> float:
-        return float(cfg.pause_s)
-
     def reconcile(self, cfg: EbpfCostConfig, outcome: WindowOutcome) -> IterationResult:
         """The loop's node by the generic rule; the host reading's program stats as extra."""
         from dataclasses import replace

@@ -164,9 +164,6 @@ class ExecStorm(Kind[ExecStormConfig]):
     def window_timeout_s(self, cfg: ExecStormConfig, point: PointInfo) -> float:
         return float(cfg.burst_s) + float(cfg.window_timeout_s)
 
-    def pause_s(self, cfg: ExecStormConfig) -> float:
-        return float(cfg.pause_s)
-
     def expected_per_node(self, cfg: ExecStormConfig) -> float | None:
         return float(cfg.rate_per_node) * float(cfg.burst_s) or None
 

@@ -188,9 +188,6 @@ class FlowStorm(Kind[FlowStormConfig]):
     def window_timeout_s(self, cfg: FlowStormConfig, point: PointInfo) -> float:
         return float(cfg.max_s) + float(cfg.window_timeout_s)
 
-    def pause_s(self, cfg: FlowStormConfig) -> float:
-        return float(cfg.pause_s)
-
     def reconcile(self, cfg: FlowStormConfig, outcome: WindowOutcome) -> IterationResult:
         from swarmscope.kinds.flow_storm.results import reconcile
 
