@@ -34,12 +34,16 @@ _PR_SET_PDEATHSIG = 1
 
 
 def proc_start(pid: int) -> str | None:
-    """The process's start time in clock ticks (field 22 of /proc/<pid>/stat), None if gone."""
+    """The process's start time in clock ticks (field 22 of /proc/<pid>/stat), None if gone.
+
+    A zombie (state Z or X: dead, not yet reaped) is gone: a process SIGKILLed with its parent
+    stays one until init reaps it, and what it owned is already free to sweep."""
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]  # counted after the ")" closing comm
+    fields = stat.rsplit(")", 1)[1].split()  # counted after the ")" closing comm
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def alive(pid: int, start: str | None) -> bool:
