@@ -117,6 +117,7 @@ def fuzz_scenarios(cases: int) -> dict[str, int]:
         st.dictionaries(st.sampled_from(keys), VALUES, max_size=6).map(
             lambda d: yaml_text({**d, "scenario": d.get("scenario", "exec_storm")})
         ),
+        st.sampled_from([f"scenario: {k}\n" for k in KINDS]),  # a file must name its kind
         st.text(max_size=300),  # not YAML, or YAML of the wrong shape
         st.sampled_from(
             ["a: &x [*x]", "? [a]\n: 1", "- 1", "a: !!python/object:os.system x", "{" * 400, "\t\x00"]
@@ -135,7 +136,8 @@ def fuzz_scenarios(cases: int) -> dict[str, int]:
     @_settings(cases)
     @given(docs, raw, sets, envs)
     def one(doc: str, raw_bytes: bytes | None, set_words: list[str], env: dict[str, str]) -> None:
-        path = tmp / "s.yaml"
+        # A new path each case: a process reads a scenario file once (kinds.scenario_text).
+        path = tmp / f"s{counts['cases']}.yaml"
         if raw_bytes is not None:
             path.write_bytes(raw_bytes)
         else:
