@@ -94,13 +94,14 @@ def test_run_trace_reaches_jaeger(jaeger: dict[str, int], tmp_path: pathlib.Path
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     rep = load_report(only_run_dir(out))
-    # run + point + 2 iterations + 2x(2 window + 2 burst) + the probe's 2 window spans
-    got = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=14)
+    # run + set up + point + 2 iterations + 2x(2 window + 2 burst) + the probe's 2 window spans
+    got = get_trace(jaeger["SS_JAEGER_QUERY"], rep["trace_id"], want_spans=15)
     spans = got["data"][0]["spans"]
     names = sorted(s["operationName"] for s in spans)
     assert names == [
         "burst n1", "burst n1", "burst n2", "burst n2", "iteration 1", "iteration 2", "point nodes=2",
-        "probe window", "probe window", "run exec_storm", "window n1", "window n1", "window n2", "window n2",
+        "probe window", "probe window", "run exec_storm", "set up", "window n1", "window n1", "window n2",
+        "window n2",
     ]  # fmt: skip
     windows = [s for s in spans if s["operationName"].startswith("window ")]
     assert len(windows) == 4
