@@ -181,8 +181,8 @@ def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None
     # The probe binds its metrics to loopback unless told: the pod's IP is where the kubelet's
     # health checks and Prometheus reach it.
     assert ctr["args"][3:] == [
-        "--token-file", "/var/run/swarmscope-token/token", "--metrics-port", "9647", "--metrics-bind", "0.0.0.0",
-        "--retries", "60",
+        "--token-file", "/var/run/swarmscope-token/token", "--metrics-port", "9647",
+        "--metrics-bind", "0.0.0.0", "--retries", "60",
     ]  # fmt: skip
     assert ctr["resources"]["limits"]["memory"]
 
