@@ -25,6 +25,7 @@ import queue
 import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -116,7 +117,15 @@ class ProbeSpans:
     """The probe's spans by window, and their OTLP export when an endpoint is set."""
 
     def __init__(self, service: str, attributes: Mapping[str, str] | None = None) -> None:
+        # OTEL_RESOURCE_ATTRIBUTES ("k=v,k2=v2", values percent-encoded), as the OTel SDK reads
+        # it: the chart sets k8s.pod.name and the node through it.
+        from_env = dict(
+            (k.strip(), urllib.parse.unquote(v.strip()))
+            for k, _, v in (kv.partition("=") for kv in os.getenv("OTEL_RESOURCE_ATTRIBUTES", "").split(","))
+            if k.strip() and v
+        )
         res = {
+            **from_env,
             "service.name": os.getenv("OTEL_SERVICE_NAME", service),
             "service.version": __version__,
             "process.pid": os.getpid(),
