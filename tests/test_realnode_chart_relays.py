@@ -152,10 +152,19 @@ def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
     return pods if ok else None
 
 
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _relay_pid() -> int | None:
     """The one process on this machine that is the image's `swarmscope relay` (the tests' relays
     on the host run from the worktree's .venv, never from /opt/swarmscope)."""
     found = [pid for pid, argv in _processes() if argv[1:3] == [CLI, b"relay"]]
+    # The relay may fork a helper that keeps its argv: the relay is the one whose parent is not one.
+    found = [p for p in found if _ppid(p) not in found]
     assert len(found) <= 1, found
     return found[0] if found else None
 
