@@ -173,3 +173,48 @@ def test_reconnects_land_in_the_window_result(fleet: Fleet) -> None:
     result = ctl.close_window(win, point, timeout_s=5)
     assert result.extra["probe_reconnects"] == {"fake-host-a@host-a": 1}
     a.stop()
+
+
+def test_a_worker_speaks_only_for_the_nodes_it_announced(fleet: Fleet) -> None:
+    """Issue 27 finding 3: a second worker announcing a node another live worker holds is refused
+    (the node keeps its host and cgroup), and results a worker sends for a node it did not
+    announce are not merged; both refusals are in the window's result and the log."""
+    from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowOutcome
+    from swarmscope.controller.role import ControllerRole
+    from swarmscope.core.events import RunEvents
+
+    seen: dict[str, dict[str, object]] = {}
+
+    def rule(o: WindowOutcome) -> IterationResult:
+        seen.update(o.results)
+        return IterationResult.for_window(o.window, o.point, [])
+
+    run = RunInfo("run-1", "exec_storm", "exec", {}, time.time_ns())
+    ctl = ControllerRole(run, fleet, RunEvents(), reconcile=rule)
+    ctl.add_nodes("worker-1", [{"name": "n1", "host": "host-a", "cgroup_id": 101}])
+    refused = ctl.add_nodes("worker-2", [{"name": "n1", "host": "host-b", "cgroup_id": 666}])
+    assert (ctl.nodes["n1"].host, ctl.nodes["n1"].cgroup_id, ctl.nodes["n1"].worker) == (
+        "host-a",
+        101,
+        "worker-1",
+    )
+    assert refused == ["worker worker-2 announced node n1, which worker worker-1 holds: refused"]
+    a = FakeProbe(fleet.address, TOKEN, "host-a").start()
+    fleet.wait_for_probes(1, timeout_s=10)
+    point = PointInfo(0, {"nodes": 1}, 1)
+    win = ctl.open_window(point, 1, ["n1"])
+    ctl.add_results(win.window_id, "worker-1", {"n1": {"generated": 7}})
+    ctl.add_results(win.window_id, "worker-2", {"n1": {"generated": 999999}})
+    result = ctl.close_window(win, point, timeout_s=5)
+    a.stop()
+    assert seen == {"n1": {"generated": 7}}
+    assert result.extra["refused"] == [
+        "worker worker-2 announced node n1, which worker worker-1 holds: refused",
+        "worker worker-2 sent results for node n1, which it did not announce: refused",
+    ]
+    # A node whose worker is gone can be taken over (a worker pod restarted on its node).
+    assert (
+        ctl.add_nodes("worker-3", [{"name": "n1", "host": "host-a", "cgroup_id": 102}], alive=lambda w: False)
+        == []
+    )
+    assert ctl.nodes["n1"].worker == "worker-3"
