@@ -241,6 +241,8 @@ class ControllerRole:
         reconnects = take(win.window_id) if take is not None else {}
         if reconnects:
             result.extra["probe_reconnects"] = reconnects
+        take_refused = getattr(self.fleet, "take_refusals", None)
+        refused += take_refused() if take_refused is not None else []
         if refused:
             result.extra["refused"] = refused
         unopened = self._unopened.pop(win.window_id, {})
