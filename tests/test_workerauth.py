@@ -135,6 +135,9 @@ def test_worker_without_the_token_cannot_join(tmp_path: Path, token: str | None,
     # Only a peer that knows the master's public key reaches the ZAP check (the worker with the
     # wrong token has it, as workers do; the rogue has it when leaked); the others fail earlier.
     assert ("refused a peer without the worker token" in log) == (leaked or token is not None), log
+    if token is not None:  # and the worker says why it is not let in
+        wlog = (tmp_path / "worker.log").read_text()
+        assert "refused this worker (its worker token is not the master's)" in wlog, wlog
 
 
 def test_worker_with_the_token_joins(tmp_path: Path) -> None:
@@ -194,6 +197,7 @@ def test_a_worker_token_holder_cannot_act_as_the_master(tmp_path: Path) -> None:
     log = (tmp_path / "worker.log").read_text()
     assert heard == [], f"the worker talked to the impostor: {heard[:3]}\n{log}"
     assert "accepted swarmscope:setup" not in log, log
+    assert "did not prove the master key this worker holds" in log, log
 
 
 def test_a_worker_cannot_send_as_another(tmp_path: Path) -> None:

@@ -268,11 +268,53 @@ def install() -> bool:
             self.socket.curve_publickey = worker_pub
             self.socket.curve_secretkey = worker_sec
             self.socket.setsockopt(zmqrpc.zmq.IDENTITY, identity.encode())
+            self._monitor = _say_failed_handshakes(self.socket, f"{host}:{port}")
             self.socket.connect(f"tcp://{host}:{int(port)}")
+
+        def close(self, linger: int | None = None) -> None:
+            self.socket.disable_monitor()
+            self._monitor.close(linger=0)
+            super().close(linger=linger)
 
     zmqrpc.Server, zmqrpc.Client = CurveServer, CurveClient  # type: ignore[misc]
     _installed["token"] = token
     return True
+
+
+def _say_failed_handshakes(sock: Any, where: str) -> Any:
+    """Log why a worker's CURVE handshake with the master fails (ZeroMQ retries in silence):
+    once, then at most every 30 s while it keeps failing. Returns the monitor socket."""
+    import time
+
+    import gevent
+    import zmq.green as zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    failed = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    mon = sock.get_monitor_socket(failed | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+    def watch() -> None:
+        said = -1e9
+        while True:
+            try:
+                event = recv_monitor_message(mon)["event"]
+            except zmq.ZMQError:
+                return  # closed with the worker's socket
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                said = -1e9
+            elif time.monotonic() - said >= 30.0:
+                said = time.monotonic()
+                why = (
+                    "refused this worker (its worker token is not the master's)"
+                    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                    else "did not prove the master key this worker holds "
+                    f"(${ENV_MASTER_PUBLIC_FILE} / ${ENV_MASTER_PUBLIC}): not the run's master, "
+                    "or another key"
+                )
+                log.error("locust worker: the master at %s %s; nothing is sent to it", where, why)
+
+    gevent.spawn(watch)
+    return mon
 
 
 def _zap_handler(ctx: Any, allowed: bytes) -> None:
