@@ -427,17 +427,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
             refuse(context, grpc.StatusCode.UNAUTHENTICATED, why)
             return pb.RegisterReply()
         with self._lock:
-            holder = self._holders.get(host, "")
-            held = holder != request.probe_id and fleet_live.alive(self, holder)
-            if held:
-                self._refused.append(
-                    f"probe {request.probe_id} registered for node {host}, which live probe "
-                    f"{holder} holds: refused"
-                )
-            else:
-                self._holders[host] = request.probe_id
-        if held:
-            log.error("%s", self._refused[-1])
+            holder = fleet_live.claim(self, host, request.probe_id)
+        if holder:
             refuse(context, grpc.StatusCode.ALREADY_EXISTS, f"node {host} is held by live probe {holder}")
             return pb.RegisterReply()
         sid = uuid.uuid4().hex
