@@ -79,7 +79,15 @@ class Master:
             "--set", f"iterations={windows}", "--set", f"burst_s={burst_s}", "--set", "pause_s=0.2",
             "--set", "window_timeout_s=20", "--set", "worker_timeout_s=300", "--out", str(self.out),
         ]  # fmt: skip
-        env = {**os.environ, "SWARMSCOPE_WORKER_TOKEN": token}
+        # The master's own key pair (issue 27): its secret in a file only the master reads, the
+        # public half for the workers.
+        from swarmscope.app import workerauth
+
+        key = tmp / "master.key"
+        self.master_public, secret = workerauth.new_master_key()
+        key.write_bytes(secret)
+        key.chmod(0o600)
+        env = {**os.environ, "SWARMSCOPE_WORKER_TOKEN": token, workerauth.ENV_MASTER_KEY_FILE: str(key)}
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -142,7 +150,12 @@ def run_one(
             )
             _wait(master, lambda t: probes.wait_registered(timeout_s=t), 120)
             workers = SimWorkers.spawn(
-                f"127.0.0.1:{master.locust_port}", token, n, per_process=per_process, stall=stall
+                f"127.0.0.1:{master.locust_port}",
+                token,
+                master.master_public,
+                n,
+                per_process=per_process,
+                stall=stall,
             )
             _wait(master, lambda t: workers.wait_ready(timeout_s=t), 300)
             c = master.ps.cpu_times()

@@ -37,6 +37,7 @@ def _start(tmp: Path, run_id: str, ports: dict[str, int], log: str) -> subproces
         "PYTHONPATH": str(ROOT),
         "SWARMSCOPE_TOKEN": "t" * 20,
         "SWARMSCOPE_WORKER_TOKEN": "w" * 20,
+        "SWARMSCOPE_MASTER_KEY_FILE": str(tmp / "master.key"),  # made on first use
     }
     # No worker ever comes: the run waits for it (--expect-workers), i.e. it is under way.
     return subprocess.Popen(

@@ -68,9 +68,13 @@ def test_controller_proof_checks_token(fleet: Fleet) -> None:
     ch = grpc.insecure_channel(fleet.address)
     stub = pb_grpc.ProbeControlStub(ch)
     nonce = auth.new_nonce()
-    reply = stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="p"))
-    assert auth.check(auth.controller_proof("secret-token", nonce, reply.server_nonce), reply.proof)
-    assert not auth.check(auth.controller_proof("other-token", nonce, reply.server_nonce), reply.proof)
+    reply = stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="p", node="n1"))
+    key = auth.node_key("secret-token", "n1")  # the proof is keyed by the named node's key
+    assert auth.check(auth.controller_proof(key, nonce, reply.server_nonce), reply.proof)
+    assert not auth.check(auth.controller_proof("secret-token", nonce, reply.server_nonce), reply.proof)
+    assert not auth.check(
+        auth.controller_proof(auth.node_key("secret-token", "n2"), nonce, reply.server_nonce), reply.proof
+    )
     ch.close()
 
 

@@ -91,7 +91,8 @@ def test_swarmscope_controller_binds_narrowly_behind_login(tmp_path: Path) -> No
     ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SWARMSCOPE_WEB_PASSWORD_FILE": str(pw),
            "POD_IP": "127.0.0.2", "SWARMSCOPE_TOKEN": "t" * 20,
-           "SWARMSCOPE_WORKER_TOKEN": "w" * 20}  # fmt: skip
+           "SWARMSCOPE_WORKER_TOKEN": "w" * 20,
+           "SWARMSCOPE_MASTER_KEY_FILE": str(tmp_path / "master.key")}  # fmt: skip
     env["SWARMSCOPE_OUT"] = str(tmp_path / "results")
     log = open(tmp_path / "controller.log", "wb")
     p = subprocess.Popen(

@@ -73,12 +73,14 @@ def test_a_simulated_worker_without_the_token_is_refused() -> None:
         master = Master(pl.Path(d), 1, 1, 0.1, 1, token)
         address = f"127.0.0.1:{master.locust_port}"
         time.sleep(1.0)
-        stranger = SimWorkers.spawn(address, auth.new_token(), 1)
+        stranger = SimWorkers.spawn(address, auth.new_token(), master.master_public, 1)
         member = None
         try:
             with pytest.raises(TimeoutError, match="0/1 simulated workers acked"):
                 stranger.wait_ready(timeout_s=6)
-            member = SimWorkers.spawn(address, token, 1)  # the same master takes the right key
+            member = SimWorkers.spawn(
+                address, token, master.master_public, 1
+            )  # the same master takes the right key
             member.wait_ready(timeout_s=20)
         finally:
             for w in (stranger, member):

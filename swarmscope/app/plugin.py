@@ -133,8 +133,15 @@ def register_messages(proc: Any, runner: Any) -> None:
     if proc.controller is not None:
         ctl = proc.controller
 
+        def alive(client_id: str) -> bool:  # a node of a worker gone can be taken by another
+            from locust.runners import STATE_MISSING
+
+            c = getattr(runner, "clients", {}).get(client_id)
+            return local or (c is not None and c.state != STATE_MISSING)
+
         def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
-            ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
+            # msg.node_id is the worker's authenticated connection (workerauth), not its claim.
+            ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {}, alive=alive)
 
         def on_result(environment: Any, msg: Any, **_: Any) -> None:
             ctl.add_results(

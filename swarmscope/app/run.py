@@ -62,27 +62,36 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _worker_token(cfg: RunConfig, host: str) -> None:
-    """Workers authenticate to the master (CURVE, swarmscope.app.workerauth). Workers started here
-    inherit a fresh per-run token through the environment. External workers need the token set
-    on both sides; without one the master refuses to listen beyond loopback."""
+    """Workers authenticate to the master and the master to them (CURVE, swarmscope.app.workerauth).
+    Workers started here inherit a fresh per-run token and the master's public key through the
+    environment; the master's secret key stays in this process ($SWARMSCOPE_MASTER_KEY_FILE if
+    set, else made for the run). External workers need the token and the public key; without a
+    token the master refuses to listen beyond loopback."""
     from swarmscope.app import workerauth
     from swarmscope.core import auth
     from swarmscope.core.errors import SetupError
 
-    if not workerauth.load_token():
-        if cfg.spawn_workers:
+    if cfg.spawn_workers:
+        import zmq
+
+        if not workerauth.load_token():
             os.environ[workerauth.ENV_TOKEN] = auth.new_token()
-        elif host not in ("127.0.0.1", "localhost", "::1"):
-            raise SetupError(
-                f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
-                f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
-            )
-        else:
-            print(
-                f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
-                "master and the workers); listening on loopback only",
-                file=sys.stderr,
-            )
+        public = zmq.curve_public(workerauth.master_secret(make=True))
+        os.environ.pop(workerauth.ENV_MASTER_PUBLIC_FILE, None)  # the workers take this one
+        os.environ[workerauth.ENV_MASTER_PUBLIC] = public.decode()
+    elif workerauth.load_token():
+        workerauth.master_secret()  # the master's own key, or one clear error now
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        raise SetupError(
+            f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
+            f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
+        )
+    else:
+        print(
+            f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
+            "master and the workers); listening on loopback only",
+            file=sys.stderr,
+        )
     workerauth.install()
 
 
