@@ -280,3 +280,14 @@ def test_neighbor_spans_are_bounded_per_window(monkeypatch: Any) -> None:
     got.clear()
     driver._batch_spans("w", "n1", "write_watch_program", {"starts": [[5000, 1]], "commits": [[5000, 9]]})
     assert got == [("batch n1 #1", 1, 9, got[0][3])] and got[0][3]["swarmscope.writes"] == 1
+
+
+def test_flow_storm_table_heads_the_buffers_with_the_write_ups_names() -> None:
+    """report.json keeps hashmap_unique / hashmap_total; report.html heads them as the
+    write-up's dashboard names them."""
+    from swarmscope.kinds.flow_storm.results import render
+
+    point = {"flows": 100, "cache_max_flows": 2000, "hashmap_unique": 5, "hashmap_total": 6}
+    page = render("flow_storm", {"points": [point]}, {}).html
+    assert "hashmap-unique" in page and "hashmap-total" in page
+    assert "hashmap_unique" not in page and "hashmap_total" not in page
