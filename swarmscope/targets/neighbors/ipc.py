@@ -127,6 +127,7 @@ class IpcServer:
         # _catch_up when it can take it; under the store's lock, as the watchers list).
         self._behind: dict[socket.socket, bytes] = {}
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)  # written under the store's lock: never waits
         self._commit_ns: dict[int, int] = {}
         self.conns = 0
         self.unauthenticated = 0
@@ -171,9 +172,13 @@ class IpcServer:
                 w.send(note, socket.MSG_DONTWAIT)
             except BlockingIOError:  # its buffer is full: the latest note, when it takes one
                 self._behind[w] = note
-                os.write(self._wake_w, b"w")
+                self._wake()
             except OSError:  # gone: end it
                 self._drop(w)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe wakes it already
+            os.write(self._wake_w, b"w")
 
     def _drop(self, w: socket.socket) -> None:
         """End a watch (under the store's lock)."""
@@ -326,7 +331,7 @@ class IpcServer:
                     w.shutdown(socket.SHUT_RDWR)
             self.watchers.clear()
             self._behind.clear()
-        os.write(self._wake_w, b"x")  # _catch_up sees _closed and ends
+        self._wake()  # _catch_up sees _closed and ends (the pipe lives as long as the process)
         self.sock.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
