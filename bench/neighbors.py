@@ -16,8 +16,8 @@ to one bpf() call (its two tracepoint programs' run time, and the same single-en
 timed with and without them); the goal is ≤ 1 µs. Goals at 1M: list + program ≤ 1 µs and, with
 batched writes (``--set batch_size=5000``, ours), write + watch + program ≤ 1.5 µs per neighbor;
 by default the writes are one per neighbor, Arion's workload, compared with Arion's figure
-(100K of them took 30-55 s per window here, so 1M about 5-9 min, estimated: ``--arion`` then
-takes about an hour). Writes report.json, report.html, neighbors.png and bench-goals.json.
+(100K of them took 30-55 s per window here; 1M did not finish within the 900 s point timeout
+at load 15-30, docs/neighbors.md). Writes report.json, report.html, neighbors.png and bench-goals.json.
 Then, separately labelled and never the comparison, write+watch with ``durability=os`` (a
 write answered once in the OS, not fsync'd; ``--os-neighbors``, '' skips it).
 Before the sweep it also prints what one durable 4 KiB write costs on this disk by sync method
