@@ -270,9 +270,18 @@ def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathl
         assert [p["role"] for p in procs] == ["master", "worker", "worker"]
         assert sum(p["RSS"] for p in procs) == s["proxy"]["rss_kib_max"]
         assert all(p["VSZ"] >= p["RSS"] > 0 and 0 < p["%MEM"] < 100 for p in procs)
+        # pidstat's rows: each process each second, the step's row their mean (sizes: largest)
+        per_s = s["proxy_per_second"]
+        assert len(per_s) == 3 * s["proxy"]["ticks"]
+        assert [p["role"] for p in per_s[:3]] == ["master", "worker", "worker"]
+        for p in procs:
+            mine = [r for r in per_s if r["pid"] == p["pid"]]
+            assert p["%CPU"] == sum(r["%CPU"] for r in mine) / len(mine)
+            assert p["RSS"] == max(r["RSS"] for r in mine)
     assert any(s["proxy"]["cpu_pct"] > 0 for s in steps)
     assert any(p["%CPU"] > 0 for s in steps for p in s["proxy_processes"] if p["role"] == "worker")
-    assert "<th>minflt/s</th>" in (r["run_dir"] / "report.html").read_text()
+    page = (r["run_dir"] / "report.html").read_text()
+    assert "<th>minflt/s</th>" in page and "Proxy processes per second" in page
     assert r["faults"] == []
     for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png"):
         assert (r["run_dir"] / f).stat().st_size > 1000

@@ -119,7 +119,7 @@ def test_distributed_exec_storm_trace_json(tmp_path: pathlib.Path) -> None:
 def test_neighbor_trace_kernel_times_equal_report(tmp_path: pathlib.Path) -> None:
     run_dir = run_without_otlp(
         "run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000",
-        "--set", "modes=write_watch_program", "--out", str(tmp_path / "results"),
+        "--set", "modes=write_watch_program", "--set", "batch_size=50", "--out", str(tmp_path / "results"),
     )  # fmt: skip
     rep = load_report(run_dir)
     spans = read_spans(run_dir)
