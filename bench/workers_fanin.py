@@ -250,9 +250,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.stall and args.windows < 2:
         ap.error("--stall needs --windows 2 or more (workers hang in window 2)")
+    failed = 0
     for n in (int(x) for x in args.workers.split(",")):
         load0 = os.getloadavg()[0]
-        f = run_one(n, args.windows, args.burst_s, args.stall, args.probe_hosts, args.per_process)
+        try:
+            f = run_one(n, args.windows, args.burst_s, args.stall, args.probe_hosts, args.per_process)
+        except RuntimeError as e:  # the master failed: say why in one line, go on with the next N
+            why = [ln for ln in str(e).splitlines() if ln.startswith("swarmscope:")][-1:] or [str(e)]
+            print(f"workers={n} FAILED: {why[0]}  (load {load0:.1f}→{os.getloadavg()[0]:.1f})", flush=True)
+            failed += 1
+            continue
         f["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
         print(
             line(f) + f"  (goal at 1,000: lost=0, close p99 < 1000 ms; load {load0:.1f}→{f['load'][1]:.1f})"
@@ -271,6 +278,8 @@ def main() -> None:
         if args.json:
             print(json.dumps({k: v for k, v in f.items() if k not in ("report", "master_log")}))
         sys.stdout.flush()
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def _sweep_master(env: Any, host: str, port: int) -> Any:
     """Locust's master for a sweep. Locust re-checks after every message from a worker whether
     all workers stopped, copying its list of workers each time: O(workers) per heartbeat, so
     O(workers²) a second (1,000 workers: ~6 % of the master's samples; 10,000: more than a
-    core; docs/scale-out.md). A sweep starts no Locust users, so while the runner has never
+    core; docs/scale-out-workers.md). A sweep starts no Locust users, so while the runner has never
     started there is nothing to find stopped; a started one checks as Locust does."""
     from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner
 

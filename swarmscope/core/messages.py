@@ -9,7 +9,7 @@ master → worker
                         owns; answer with ``result``. A master sends each worker only its own
                         nodes, with their positions among the window's ``node_count`` nodes
                         (``split_run``): one message with every node, sent to every worker, grew
-                        as workers² (1,000 workers: 10 MB a window; docs/scale-out.md).
+                        as workers² (1,000 workers: 10 MB a window; docs/scale-out-workers.md).
   ``swarmscope:window`` {"window_id"}: free-running tests: users count into this window.
   ``swarmscope:stop``   {"window_id"}: free-running tests: stop now and send the results.
 worker → master
