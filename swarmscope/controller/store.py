@@ -41,6 +41,7 @@ from swarmscope.controller.model import (
     WindowInfo,
 )
 from swarmscope.core.errors import ResultsError
+from swarmscope.core.sys.trust import check_store
 
 DB_NAME = "swarmscope.sqlite"
 STATUSES = ("ok", "failed", "interrupted")
@@ -210,6 +211,7 @@ class ResultStore:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         parent = os.path.dirname(os.path.abspath(self.path))
+        check_store(self.path)
         try:
             os.makedirs(parent, exist_ok=True)
             # check_same_thread=False: events fire from gRPC threads and greenlets; _lock
