@@ -37,6 +37,7 @@ from swarmscope.controller.sections import _RENDERERS, SectionHTML, SectionRende
 from swarmscope.controller.store import ResultStore, StoredRun
 from swarmscope.controller.summary import run_flags, summarize_point
 from swarmscope.core.errors import ResultsError
+from swarmscope.core.printable import printable
 from swarmscope.core.sys.trust import atomic_write
 
 if TYPE_CHECKING:
@@ -173,7 +174,8 @@ def render_console(report: dict[str, Any]) -> str:
     if report["flags"]:
         lines.append("")
         lines.extend(f"! {f['flag']}: {f['message']}" for f in report["flags"])
-    return "\n".join(lines)
+    # Names, params and flags come from workers, probes and stores: one line each, no ESC obeyed.
+    return "\n".join(printable(line, lines=False) for line in lines)
 
 
 # -- HTML ------------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def _summary_table(report: dict[str, Any]) -> str:
         flags = ", ".join(f["flag"] for f in p["flags"])
         params = ", ".join(f"{k}={v}" for k, v in p["params"].items())
         body.append(
-            f'<tr><td class="l">{p["index"]}</td><td class="l">{_e(params)}</td>'
+            f'<tr><td class="l">{_e(p["index"])}</td><td class="l">{_e(params)}</td>'
             f"<td>{len(p['iterations'])}/{p.get('planned_iterations') or len(p['iterations'])}</td>"
             + "".join(f"<td>{_e(c)}</td>" for c in cells)
             + f'<td class="l flag">{_e(flags)}</td></tr>'
@@ -348,7 +350,7 @@ def render_html(
         out.append(_img(plots["loss_vs_nodes.png"]))
     for p in report["points"]:
         params = ", ".join(f"{k}={v}" for k, v in p["params"].items())
-        out.append(f"<h2>Point {p['index']} <small>{_e(params)}</small></h2>")
+        out.append(f"<h2>Point {_e(p['index'])} <small>{_e(params)}</small></h2>")
         out.append(_flags_html(p["flags"]))
         for name in (f"point{p['index']}_counts.png", f"point{p['index']}_per_node.png"):
             if name in plots:
