@@ -63,6 +63,7 @@ def test_a_text_point_index_is_one_error(tmp_path: Path) -> None:
         ("node_counts", "kernel", "many", "str 'many', not an integer or null"),
         ("node_counts", "node", b"n1", "bytes b'n1', not text"),
         ("runs", "config", "[]", "list [], not a JSON object"),
+        ("runs", "run_id", "../../x", "str '../../x', not a name (text without '/')"),
     ],
 )
 def test_a_column_of_the_wrong_type_is_named(
@@ -72,7 +73,7 @@ def test_a_column_of_the_wrong_type_is_named(
     _store(out)
     _sql(out, (f"UPDATE {table} SET {column} = ? WHERE run_id = ?", (value, RUN_ID)))
     with ResultStore(default_db_path(out)) as store, pytest.raises(ResultsError) as e:
-        store.load_run(RUN_ID)
+        store.load_run(str(value) if column == "run_id" else RUN_ID)
     assert str(e.value) == f"results store {default_db_path(out)}: {table}.{column} holds {said}"
 
 

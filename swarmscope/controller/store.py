@@ -469,7 +469,7 @@ class ResultStore:
             hint = f"; runs stored: {', '.join(known[-5:])}" if known else "; the store holds no runs"
             raise ResultsError(f"run {run_id!r} is not in {self.path}{hint}")
         rid, scenario, metric, config, started_ns, run_dir, trace_id, status, finished_ns = ty.typed(
-            self.path, "runs", rows, ("run_id", ty.STR), ("scenario", ty.STR), ("metric", ty.STR),
+            self.path, "runs", rows, ("run_id", ty.NAME), ("scenario", ty.STR), ("metric", ty.STR),
             ("config", ty.DICT), ("started_ns", ty.INT), ("run_dir", ty.STR), ("trace_id", ty.STR),
             ("status", ty.STR), ("finished_ns", ty.INT_OR_NULL),
         )[0]  # fmt: skip

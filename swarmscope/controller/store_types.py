@@ -23,6 +23,7 @@ INT: Kind = ("an integer", (int,), False, None)
 INT_OR_NULL: Kind = ("an integer or null", (int, type(None)), False, None)
 NUM_OR_NULL: Kind = ("a number or null", (int, float, type(None)), False, None)
 STR: Kind = ("text", (str,), False, None)
+NAME: Kind = ("a name (text without '/')", (str,), False, None)  # a run id: also a file name
 STR_OR_NULL: Kind = ("text or null", (str, type(None)), False, None)
 DICT: Kind = ("a JSON object", (dict,), True, None)
 STR_LIST: Kind = ("a JSON list of strings", (list,), True, str)
@@ -36,7 +37,8 @@ def typed(
     out = []
     for row in rows:
         values = []
-        for value, (col, (what, types, is_json, item)) in zip(row, cols, strict=True):
+        for value, (col, kind) in zip(row, cols, strict=True):
+            what, types, is_json, item = kind
             if is_json:
                 try:
                     value = json.loads(value) if isinstance(value, str | bytes) else _Bad
@@ -46,6 +48,8 @@ def typed(
             ok = ok and (types == (object,) or not isinstance(value, bool))
             if ok and item is not None:
                 ok = all(isinstance(x, item) for x in value)
+            if ok and kind is NAME:
+                ok = value not in ("", ".", "..") and "/" not in value and "\0" not in value
             if not ok:
                 shown = "not JSON" if value is _Bad else f"{type(value).__name__} {value!r:.60}"
                 raise ResultsError(f"results store {path}: {table}.{col} holds {shown}, not {what}")
