@@ -56,7 +56,9 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
     assert spec["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in c["env"]}
     assert env["SWARMSCOPE_RELAY_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert sorted(env) == ["PYTHONDONTWRITEBYTECODE", "SWARMSCOPE_RELAY_ID"]  # no TLS unless asked
+    tls = ["SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY", "SWARMSCOPE_RELAY_TLS_CLIENT_CA",
+           "SWARMSCOPE_TLS_CA", "SWARMSCOPE_TLS_CERT", "SWARMSCOPE_TLS_KEY"]  # fmt: skip
+    assert sorted(env) == sorted(["PYTHONDONTWRITEBYTECODE", "SWARMSCOPE_RELAY_ID", *tls])  # mTLS by default
     svc = one(objs, "Service", "-relays")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 7002, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "grpc"}

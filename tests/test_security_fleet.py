@@ -151,3 +151,15 @@ def test_the_relay_downstream_has_the_same_limits() -> None:
         )
     finally:
         relay.fleet.stop(0)
+
+
+def test_the_fleet_server_sets_no_bdp_probe_override() -> None:
+    # Turning BDP probing off was measured to change nothing a flood leaves behind nor its peak
+    # (bench/abuse.py before and after, issue 27): one option fewer to explain, none to keep.
+    from swarmscope.controller.fleet import SERVER_OPTIONS
+
+    assert dict(SERVER_OPTIONS) == {
+        "grpc.so_reuseport": 0,
+        "grpc.max_concurrent_streams": 100000,
+        "grpc.max_receive_message_length": wire.WIRE_LIMIT,
+    }

@@ -26,10 +26,10 @@ from typing import Any
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
 from swarmscope.core import auth
-from swarmscope.core.errors import ResultsError
 from swarmscope.core.events import RunEvents
 from swarmscope.core.sys import owners
 from swarmscope.core.sys.heap import freeze_setup_heap
+from swarmscope.core.sys.trust import make_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +108,7 @@ class SwarmscopeProcess:
         assert cfg, "the controller needs the run's config"
         rid = run_id or new_run_id(kind.name)
         out = os.path.abspath(cfg.out)
-        run_dir = os.path.join(out, rid)
-        try:
-            os.makedirs(run_dir, exist_ok=True)
-        except OSError as e:  # e.g. --out /proc/x: one clear error, not a traceback
-            raise ResultsError(f"out: cannot create the run directory {run_dir}: {e.strerror or e}") from e
+        run_dir = make_run_dir(out, rid)  # fresh, 0750; an --out that is a symlink or not ours: refused
         self.run = RunInfo(
             run_id=rid,
             scenario=kind.name,

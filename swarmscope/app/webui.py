@@ -82,7 +82,9 @@ def live(proc: Any, open_window: Any = None) -> dict[str, Any]:
 
 
 def _page(data: dict[str, Any]) -> str:
-    e = html.escape
+    def e(v: Any) -> str:  # cells are numbers or text from workers and probes: all escaped
+        return html.escape(str(v))
+
     head = "".join(f"<th>{e(c['title'])}</th>" for c in data["columns"])
     body = "".join(
         "<tr>" + "".join(f"<td>{e(r[c['key']])}</td>" for c in data["columns"]) + "</tr>"

@@ -81,6 +81,16 @@ log = logging.getLogger(__name__)
 FIRST_MESSAGE_S = 30.0
 
 
+# The fleet's gRPC server. No BDP-probing override: turning it off was measured to change
+# neither what an unauthenticated flood leaves behind nor its peak (bench/abuse.py, issue 27).
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_concurrent_streams", 100000),
+    # Every call, the unauthenticated ones included: larger messages come in parts.
+    ("grpc.max_receive_message_length", wire.WIRE_LIMIT),
+]
+
+
 class Fleet(pb_grpc.ProbeControlServicer):
     """gRPC server (grpc.aio, on a loop thread of its own) + registry of probes + window bookkeeping.
 
@@ -152,16 +162,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self.port = self._aio.start(
             lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
             self.bind,
-            options=[
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_concurrent_streams", 100000),
-                # Every call, the unauthenticated ones included: larger messages come in parts.
-                ("grpc.max_receive_message_length", wire.WIRE_LIMIT),
-                # No flow-control window growth (BDP probing): gRPC takes in a stream's window
-                # before it refuses a message over the limit, and a grown window made that
-                # ~6 MiB per unauthenticated call in flight (bench/abuse.py).
-                ("grpc.http2.bdp_probe", 0),
-            ],
+            options=SERVER_OPTIONS,
             credentials=server_credentials(self.tls) if self.tls is not None else None,
         )
         self._aio.post(self._expire_hellos)

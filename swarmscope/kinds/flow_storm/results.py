@@ -320,8 +320,9 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     extra = ""
     if cmp:
         cells = "".join(
-            f"<tr><td>{html.escape(c['comparison'])}</td><td>{'' if c['ours_pct'] is None else c['ours_pct']}"
-            f"</td><td>+{c['write_up_pct']}</td></tr>"
+            f"<tr><td>{html.escape(str(c['comparison']))}</td>"
+            f"<td>{'' if c['ours_pct'] is None else html.escape(str(c['ours_pct']))}"
+            f"</td><td>+{html.escape(str(c['write_up_pct']))}</td></tr>"
             for c in cmp
         )
         extra = (
