@@ -36,7 +36,9 @@ from swarmscope.workers import spans as worker_spans
 
 log = logging.getLogger(__name__)
 
-_INSTALLED: dict[str, Any] = {}  # the kind this process's locustfile installed
+# "kind": the kind this process's locustfile installed (None: a worker that learns it from the
+# master's swarmscope:setup); "expect": the kind `swarmscope worker --kind` asked for.
+_INSTALLED: dict[str, Any] = {}
 
 
 def option_name(key: str) -> str:
@@ -47,21 +49,24 @@ def option_dest(key: str) -> str:
     return "ss_" + key.replace(".", "_").replace("-", "_")
 
 
-def install(kind_name: str) -> None:
-    """Register swarmscope's Locust hooks for scenario kind ``kind_name`` (once per process)."""
+def install(kind_name: str | None) -> None:
+    """Register swarmscope's Locust hooks for scenario kind ``kind_name`` (once per process);
+    None: a worker that takes its kind from the master (``swarmscope worker``)."""
     from swarmscope.kinds import get_kind
 
-    if _INSTALLED:
-        if _INSTALLED["kind"].name != kind_name:
-            raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
+    if "kind" in _INSTALLED:
+        have = _INSTALLED["kind"].name if _INSTALLED["kind"] is not None else None
+        if have != kind_name:
+            raise SwarmscopeError(f"one locustfile, one kind: {have or 'the master-given kind'} installed")
         return
-    _INSTALLED["kind"] = get_kind(kind_name)
+    _INSTALLED["kind"] = get_kind(kind_name) if kind_name else None
     from swarmscope.app import locust_checks, webui, workerauth
 
     workerauth.install()  # with a worker token set: Locust's master port admits only its workers
-    locust_checks.install()
-    webui.install(kind_name)
-    events.init_command_line_parser.add_listener(_add_options)
+    if kind_name is not None:  # a worker without one has no web UI and no options (the master's)
+        locust_checks.install()
+        webui.install(kind_name)
+        events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
     events.test_stop.add_listener(_on_test_stop)
@@ -96,6 +101,39 @@ def _config(options: Any) -> Any:
     return kind.schema.load(file=path, sets=sets, text=text, set_labels=labels)
 
 
+def expect_kind(name: str) -> None:
+    """``swarmscope worker --kind NAME``: refuse a master that runs another kind."""
+    _INSTALLED["expect"] = name
+
+
+def _learn_kind(environment: Any, proc: Any, name: str) -> None:
+    """The kind of the master's swarmscope:setup, on a worker: checked against the one this
+    worker was started for (its locustfile's, or ``--kind``); a worker that had none takes it,
+    with the User classes of the kind's locustfile (scenarios/<kind>.py), which the master's
+    spawn messages name. Raises SetupError on a mismatch, naming both kinds."""
+    from swarmscope.core.errors import SetupError
+    from swarmscope.core.paths import SCENARIOS
+    from swarmscope.kinds import get_kind
+
+    have = proc.kind.name if proc.kind is not None else _INSTALLED.get("expect", "")
+    if have and have != name:
+        raise SetupError(
+            f"this worker was started for the {have} kind and the controller runs {name}: start it "
+            f"with `swarmscope worker --controller HOST` (it takes the controller's kind) or for {name}"
+        )
+    if proc.kind is not None:
+        return
+    kind = get_kind(name, "the controller's swarmscope:setup")
+    _INSTALLED["kind"] = proc.kind = kind  # before the locustfile's own install(name) below
+    users: list[Any] = []
+    path = SCENARIOS / f"{name}.py"
+    if path.is_file():  # a kind without one runs swept windows only: no Locust user at all
+        from locust.util.load_locustfile import load_locustfile
+
+        users = list(load_locustfile(str(path))[0].values())
+    environment.user_classes[:] = users
+
+
 def register_messages(proc: Any, runner: Any) -> None:
     """Wire swarmscope's messages (swarmscope.core.messages) for ``proc``'s roles onto a runner."""
     local = isinstance(runner, LocalRunner)
@@ -103,9 +141,23 @@ def register_messages(proc: Any, runner: Any) -> None:
 
         def on_setup(environment: Any, msg: Any, **_: Any) -> None:
             d = msg.data
-            if proc.worker is None:  # a second test (web UI) keeps the nodes it made
-                sim = 0 if os.environ.get("NODE_NAME") else int(d["sim_nodes"])
-                proc.set_up_worker(d["cfg"], sim, d.get("prefix", ""))
+            try:
+                if proc.worker is None:  # a second test (web UI) keeps the nodes it made
+                    _learn_kind(environment, proc, str(d.get("kind") or d["cfg"]["scenario"]))
+                    sim = 0 if os.environ.get("NODE_NAME") else int(d["sim_nodes"])
+                    proc.set_up_worker(d["cfg"], sim, d.get("prefix", ""))
+            except SwarmscopeError as e:
+                if local:  # one process: the run fails with it where it asked
+                    raise
+                # Told to the master, which fails the run with it at once (not a set-up timeout),
+                # and this worker quits with the error's exit code: one line, no traceback.
+                print(f"swarmscope: {e}", file=sys.stderr)
+                runner.send_message(M.NODES, {"nodes": [], "error": str(e)})
+                environment.process_exit_code = e.exit_code
+                import gevent
+
+                gevent.spawn(runner.quit)  # after this handler: the message leaves first
+                return
             runner.send_message(M.NODES, {"nodes": proc.worker.describe(), "info": proc.worker.info()})
 
         def on_run(environment: Any, msg: Any, **_: Any) -> None:
@@ -134,6 +186,9 @@ def register_messages(proc: Any, runner: Any) -> None:
         ctl = proc.controller
 
         def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
+            if msg.data.get("error"):
+                ctl.worker_errors[msg.node_id] = str(msg.data["error"])
+                return
             ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
 
         def on_result(environment: Any, msg: Any, **_: Any) -> None:
@@ -177,6 +232,13 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
         sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
+        if kind is None and role != "worker":
+            from swarmscope.core.errors import SetupError
+
+            raise SetupError(
+                "this locustfile is `swarmscope worker`'s (a worker that takes its kind from the "
+                "controller): run Locust with a kind's, -f scenarios/<kind>.py"
+            )
         web = environment.web_ui
         if web is not None:  # Locust binds it after this hook, in a greenlet that only logs a failure
             from swarmscope.core.sys.ports import check_free
@@ -274,10 +336,19 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return
     proc, runner = free.proc, environment.runner
     kind, cfg = proc.kind, proc.cfg
-    if cfg.probe == "external":
-        proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
     workers = runner.worker_count if isinstance(runner, MasterRunner) else 1
-    infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
+    try:
+        if cfg.probe == "external":
+            proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
+        infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
+    except SwarmscopeError as e:  # no probe, a worker that cannot set up: the run fails, said once
+        import gevent
+
+        print(f"swarmscope: {e}", file=sys.stderr)
+        free.status = "failed"
+        environment.process_exit_code = e.exit_code
+        gevent.spawn(runner.quit)  # once Locust's start (which fired this) has returned
+        return
     free.shared = kind.shared(cfg, infos)
     names = sorted(proc.controller.nodes)
     if free.point is None:
