@@ -211,6 +211,7 @@ class _FreeRun:
         self.window: Any = None
         self.shared: dict[str, Any] = {}
         self.status = "ok"  # "interrupted" when quitting came with a window in flight
+        self.opening = False  # test start: workers being set up, the window being opened
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
@@ -268,26 +269,33 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     if proc.printer is not None:
         proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
     if not isinstance(runner, WorkerRunner):
-        # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI
-        # mode (it can land in a greenlet of grpc's gevent integration); SIGTERM is Locust's
-        # orderly shutdown (quitting fires, the report is written).
+        # Ctrl-C as a KeyboardInterrupt thrown into the main greenlet, where locust.main catches
+        # it and shuts down once, in order (quitting fires, the report is written). Left to
+        # Python, it was seen to land in a greenlet of grpc's gevent integration and get lost
+        # (web UI); turned into Locust's SIGTERM, a master with workers shut down twice (its
+        # handler's runner.quit() let the main greenlet's own shutdown run alongside, and the
+        # handler's sys.exit then failed in the interpreter's exit, with a traceback).
         import signal
 
         import gevent
+        import greenlet
+
+        main = greenlet.getcurrent()
 
         def _on_sigint() -> None:
+            free = getattr(environment, "swarmscope_free", None)
+            if free is not None and (free.window is not None or free.opening):  # one in flight
+                free.status = "interrupted"
             shape = getattr(runner, "shape_greenlet", None)
             if shape is not None and getattr(environment.parsed_options, "headless", False):
                 # A headless run with a shape: locust.main installs its SIGTERM handler only once
                 # the shape is done, so SIGTERM now would kill the process outright (no report,
                 # the target's nginx and namespace left behind). Ending the shape lets Locust
                 # stop and quit in order, as at the shape's own end.
-                free = getattr(environment, "swarmscope_free", None)
-                if free is not None and free.window is not None:
-                    free.status = "interrupted"
                 shape.kill(block=False)
                 return
-            os.kill(os.getpid(), signal.SIGTERM)
+            if not main.dead:
+                gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
 
         gevent.signal_handler(signal.SIGINT, _on_sigint)
     register_messages(proc, runner)
@@ -337,11 +345,25 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     proc, runner = free.proc, environment.runner
     kind, cfg = proc.kind, proc.cfg
     workers = runner.worker_count if isinstance(runner, MasterRunner) else 1
+    free.opening = True
     try:
         if cfg.probe == "external":
             proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
         infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
+        free.shared = kind.shared(cfg, infos)
+        names = sorted(proc.controller.nodes)
+        if free.point is None:
+            free.point = PointInfo(0, {"nodes": len(names)}, 0)
+            proc.events.point_started.fire(run=proc.run, point=free.point)
+        free.iteration += 1
+        free.point.iterations = free.iteration
+        free.window = proc.controller.open_window(
+            free.point, free.iteration, names, programs=kind.programs(cfg, free.shared)
+        )
     except SwarmscopeError as e:  # no probe, a worker that cannot set up: the run fails, said once
+        if proc.closed:  # Ctrl-C came while this was starting: the run is already closed
+            log.info("the run closed while its window was opening: %s", e)
+            return
         import gevent
 
         print(f"swarmscope: {e}", file=sys.stderr)
@@ -349,16 +371,8 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         environment.process_exit_code = e.exit_code
         gevent.spawn(runner.quit)  # once Locust's start (which fired this) has returned
         return
-    free.shared = kind.shared(cfg, infos)
-    names = sorted(proc.controller.nodes)
-    if free.point is None:
-        free.point = PointInfo(0, {"nodes": len(names)}, 0)
-        proc.events.point_started.fire(run=proc.run, point=free.point)
-    free.iteration += 1
-    free.point.iterations = free.iteration
-    free.window = proc.controller.open_window(
-        free.point, free.iteration, names, programs=kind.programs(cfg, free.shared)
-    )
+    finally:
+        free.opening = False
     if proc.worker is not None:
         proc.worker.current_window = free.window.window_id
         worker_spans.begin(free.window.window_id, free.window.traceparent)
