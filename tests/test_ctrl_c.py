@@ -192,7 +192,10 @@ VALUES: dict[str, dict[str, object]] = {
 LOCUST = {"exec_storm": ["-u", "2", "-r", "2", "-t", "120s"], "ingress_flood": [],
           "neighbor_writes": ["-u", "1", "-r", "1", "-t", "120s"],
           "flow_storm": ["-u", "1", "-r", "1", "-t", "120s"]}  # fmt: skip
-CELLS = [("run", k) for k in VALUES] + [(d, k) for d in ("locust", "controller") for k in LOCUST]
+# `swarmscope run` embedded (every kind) and distributed (its workers spawned; ebpf_cost is embedded only)
+CELLS = [("run", k) for k in VALUES] + [
+    (d, k) for d in ("distributed", "locust", "controller") for k in LOCUST
+]
 
 
 def _iterations(out: pathlib.Path) -> int:
@@ -216,13 +219,15 @@ def _start_door(door: str, kind: str, tmp: pathlib.Path, metrics_port: int) -> d
     """The door's processes, each in a session of its own (a terminal each), by role."""
     sfile = tmp / f"{kind}.yaml"
     values = {"scenario": kind, "out": str(tmp / "results"), "metrics_port": metrics_port, **VALUES[kind]}
+    if door == "distributed":
+        values.update(mode="distributed", workers=2, master_bind=f"127.0.0.1:{free_port()}")
     sfile.write_text(yaml.safe_dump(values))
     started: dict[str, Logged] = {}
 
     def start(role: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         started[role] = Logged(argv, cwd=ROOT, start_new_session=True, env={**os.environ, **(env or {})})
 
-    if door == "run":
+    if door in ("run", "distributed"):
         start("run", [str(BIN / "swarmscope"), "run", str(sfile)])
     elif door == "locust":
         start("locust", [str(BIN / "locust"), "-f", f"scenarios/{kind}.py", "--headless",
@@ -244,10 +249,10 @@ def _start_door(door: str, kind: str, tmp: pathlib.Path, metrics_port: int) -> d
     return started
 
 
-@pytest.mark.slow  # 13 real runs, 23-61 s each
+@pytest.mark.slow  # 17 real runs, 23-61 s each
 @pytest.mark.parametrize("door,kind", CELLS, ids=[f"{d}-{k}" for d, k in CELLS])
 def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: str) -> None:
-    out, port = tmp_path / "results", free_port()
+    out, port, locust = tmp_path / "results", free_port(), door in ("locust", "controller")
     procs = _start_door(door, kind, tmp_path, port)
     first = next(iter(procs.values()))  # the run, locust, or the controller: the run's terminal
     watches = [_Watch(p.pid) for p in procs.values()]
@@ -256,7 +261,7 @@ def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: s
         # swept run, one stored before it.
         deadline = time.monotonic() + 180
         while not (
-            _window_in_flight(f"http://127.0.0.1:{port}/metrics") and (door != "run" or _iterations(out) >= 1)
+            _window_in_flight(f"http://127.0.0.1:{port}/metrics") and (locust or _iterations(out) >= 1)
         ):
             for w in watches:
                 w.sample()
@@ -284,14 +289,14 @@ def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: s
     texts = {role: "\n".join(p.output()) for role, p in procs.items()}
     for role, text in texts.items():
         assert "Traceback" not in text, f"{role}: {text[-3000:]}"
-    assert first.returncode == (130 if door == "run" else 0), texts
+    assert first.returncode == (0 if locust else 130), texts
     rep = load_report(only_run_dir(out))
     assert rep["status"] == "interrupted", texts
     kept = sum(len(p["iterations"]) for p in rep["points"])
-    if door == "run":  # every window stored before the Ctrl-C is kept
-        assert kept >= stored >= 1, rep["points"]
-    else:  # the window in flight: closed in order and kept
+    if locust:  # the window in flight: closed in order and kept
         assert kept == 1, rep["points"]
+    else:  # every window stored before the Ctrl-C is kept
+        assert kept >= stored >= 1, rep["points"]
     # Nothing left, seen from the processes themselves (bench/fault_harness.py): their processes,
     # the namespaces and cgroups they were in, the BPF programs they held, their pins and links.
     left = [x for w in watches for x in leftovers(w)]
