@@ -8,8 +8,8 @@ is ``interrupted``, in the store, the report and the console, never ``ok`` or ``
 
 The matrix (``test_ctrl_c_every_kind_every_door``): a terminal's Ctrl-C, SIGINT to the process
 group, on `swarmscope run` (every kind), `locust -f scenarios/<kind>.py --headless` and
-`swarmscope controller` + a hand-started worker and probe (every kind with a locustfile), once a
-window is in flight: status ``interrupted``, the report written with what was measured, no
+`swarmscope controller` + a hand-started worker and probe in its process group (every kind with a
+locustfile), once a window is in flight: status ``interrupted``, the report written with what was measured, no
 traceback, and nothing left (processes, network namespaces, cgroups, BPF programs, pins, owner
 claims under /run/swarmscope/owners), audited without the next run's start-of-run sweep.
 """
@@ -225,7 +225,10 @@ def _start_door(door: str, kind: str, tmp: pathlib.Path, metrics_port: int) -> d
     started: dict[str, Logged] = {}
 
     def start(role: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        started[role] = Logged(argv, cwd=ROOT, start_new_session=True, env={**os.environ, **(env or {})})
+        # The first is a terminal's foreground job; the controller's probe and worker join its
+        # process group, as when one shell script starts them all: one Ctrl-C reaches every one.
+        group = next(iter(started.values())).pid if started else 0  # 0: a new group, led by it
+        started[role] = Logged(argv, cwd=ROOT, env={**os.environ, **(env or {})}, process_group=group)
 
     if door in ("run", "distributed"):
         start("run", [str(BIN / "swarmscope"), "run", str(sfile)])
@@ -273,16 +276,12 @@ def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: s
             w.sample_progs()
         stored = _iterations(out)
         os.killpg(first.pid, signal.SIGINT)
-        first.wait(120)
-        for p in procs.values():  # the other terminals: their Ctrl-C once the run has ended
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
         for p in procs.values():
-            p.wait(60)
+            p.wait(120)
     finally:
         for p in procs.values():
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                p.kill()
                 p.wait(30)
     for w in watches:
         _wait_tree_gone(w, 15.0)

@@ -268,36 +268,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     environment.swarmscope_free = _FreeRun(proc)
     if proc.printer is not None:
         proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
-    if not isinstance(runner, WorkerRunner):
-        # Ctrl-C as a KeyboardInterrupt thrown into the main greenlet, where locust.main catches
-        # it and shuts down once, in order (quitting fires, the report is written). Left to
-        # Python, it was seen to land in a greenlet of grpc's gevent integration and get lost
-        # (web UI); turned into Locust's SIGTERM, a master with workers shut down twice (its
-        # handler's runner.quit() let the main greenlet's own shutdown run alongside, and the
-        # handler's sys.exit then failed in the interpreter's exit, with a traceback).
-        import signal
-
-        import gevent
-        import greenlet
-
-        main = greenlet.getcurrent()
-
-        def _on_sigint() -> None:
-            free = getattr(environment, "swarmscope_free", None)
-            if free is not None and (free.window is not None or free.opening):  # one in flight
-                free.status = "interrupted"
-            shape = getattr(runner, "shape_greenlet", None)
-            if shape is not None and getattr(environment.parsed_options, "headless", False):
-                # A headless run with a shape: locust.main installs its SIGTERM handler only once
-                # the shape is done, so SIGTERM now would kill the process outright (no report,
-                # the target's nginx and namespace left behind). Ending the shape lets Locust
-                # stop and quit in order, as at the shape's own end.
-                shape.kill(block=False)
-                return
-            if not main.dead:
-                gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
-
-        gevent.signal_handler(signal.SIGINT, _on_sigint)
+    _install_ctrl_c(environment, runner)
     register_messages(proc, runner)
     # Registered after the runner's own quitting listener, so it runs first (quitting fires in
     # reverse order): a master's would stop without telling its workers.
@@ -306,6 +277,40 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         import atexit
 
         atexit.register(_on_exit_unreported, environment)
+
+
+def _install_ctrl_c(environment: Any, runner: Any) -> None:
+    """Ctrl-C (SIGINT) for every role: a master, a local runner and a worker alike."""
+    # Ctrl-C as a KeyboardInterrupt thrown into the main greenlet, where locust.main catches
+    # it and shuts down once, in order (quitting fires, the report is written). Left to
+    # Python, it was seen to land in a greenlet of grpc's gevent integration and get lost
+    # (web UI), or in a worker's message greenlet, with a traceback; turned into Locust's
+    # SIGTERM, a master with workers shut down twice (its handler's runner.quit() let the main
+    # greenlet's own shutdown run alongside, and the handler's sys.exit then failed in the
+    # interpreter's exit, with a traceback).
+    import signal
+
+    import gevent
+    import greenlet
+
+    main = greenlet.getcurrent()
+
+    def _on_sigint() -> None:
+        free = getattr(environment, "swarmscope_free", None)
+        if free is not None and (free.window is not None or free.opening):  # one in flight
+            free.status = "interrupted"
+        shape = getattr(runner, "shape_greenlet", None)
+        if shape is not None and getattr(environment.parsed_options, "headless", False):
+            # A headless run with a shape: locust.main installs its SIGTERM handler only once
+            # the shape is done, so SIGTERM now would kill the process outright (no report,
+            # the target's nginx and namespace left behind). Ending the shape lets Locust
+            # stop and quit in order, as at the shape's own end.
+            shape.kill(block=False)
+            return
+        if not main.dead:
+            gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
+
+    gevent.signal_handler(signal.SIGINT, _on_sigint)
 
 
 def _on_exit_unreported(environment: Any) -> None:
