@@ -21,7 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
@@ -41,8 +41,13 @@ class SwarmscopeProcess:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
         self.role = role
-        # A worker has no config until the master's setup message: the defaults until then.
-        self.cfg: RunConfig = cfg if cfg is not None else kind.schema.load(env={})
+        # A worker has no config until the master's setup message: the defaults until then (the
+        # common options' when it learns its kind from that message too: kind None).
+        if cfg is None:
+            from swarmscope.kinds.base import Kind
+
+            cfg = cast(RunConfig, (kind or Kind()).schema.load(env={}))
+        self.cfg: RunConfig = cfg
         self.kind = kind
         self.events = RunEvents()
         self.run: RunInfo | None = None

@@ -50,7 +50,19 @@ def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[s
     return procs
 
 
-def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+def _stop_workers(workers: list[subprocess.Popen[bytes]], grace_s: float = 15.0) -> None:
+    """After runner.quit(), which told the workers to quit: each tears its nodes and targets down
+    and exits. A SIGTERM meanwhile started Locust's second shutdown in the worker, whose
+    sys.exit cut the first one short (namespaces, veths with XDP, pins left behind): only a
+    worker still running after ``grace_s`` gets one, then SIGKILL."""
+    import time
+
+    deadline = time.monotonic() + grace_s
+    for w in workers:
+        try:
+            w.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
     for w in workers:
         if w.poll() is None:
             w.terminate()

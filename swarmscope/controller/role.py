@@ -70,6 +70,7 @@ class ControllerRole:
         self.window_timeout_s = window_timeout_s
         self.nodes: dict[str, NodeDesc] = {}
         self.worker_info: dict[str, dict[str, Any]] = {}  # Locust client id -> its set-up info
+        self.worker_errors: dict[str, str] = {}  # Locust client id -> why it could not set up
         self.worker_slots: dict[str, int] = {}  # Locust client id -> its index (names its nodes)
         self.results: list[IterationResult] = []
         self._lock = threading.Lock()

@@ -13,7 +13,8 @@ master → worker
   ``swarmscope:window`` {"window_id"}: free-running tests: users count into this window.
   ``swarmscope:stop``   {"window_id"}: free-running tests: stop now and send the results.
 worker → master
-  ``swarmscope:nodes``  {"nodes": [{"name", "host", "cgroup_id", "cgroup_path", "comm"}], "info"}
+  ``swarmscope:nodes``  {"nodes": [{"name", "host", "cgroup_id", "cgroup_path", "comm"}], "info"},
+                        or {"nodes": [], "error"}: this worker cannot set up (why); it quits
   ``swarmscope:result`` {"window_id", "per_node": {node: {...the kind's exact results...}},
                         "spans": OTLP request bytes, the worker's spans of the window (children
                         of the span named by the run message's W3C ``traceparent``)}
