@@ -165,8 +165,9 @@ def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
 def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     out, recount = tmp_path / "results", str(tmp_path / "recount.json")
     p = run_with_recount(
-        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000", "--out", str(out)
-    )
+        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000",
+        "--set", "batch_size=5000", "--out", str(out),
+    )  # fmt: skip  # batches: 20,000 one-by-one durable writes would be minutes
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = only_run_dir(out)
     rep = load_report(run_dir)
@@ -186,7 +187,7 @@ def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     p = run_with_recount(
         recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1001,20000",
         "--set", "mode=distributed", "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{free_port()}",
-        "--set", "page_size=4000",
+        "--set", "page_size=4000", "--set", "batch_size=5000",
         "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
