@@ -82,6 +82,7 @@ def _sigint_and_wait(p: Logged, limit_s: float = 45.0) -> tuple[str, float]:
     return stderr, took
 
 
+@pytest.mark.slow
 def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = locust_exec_storm(
@@ -97,6 +98,7 @@ def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
     _check_interrupted(out, stderr)
 
 
+@pytest.mark.slow
 def test_ctrl_c_master_worker(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     master, worker = locust_master_worker(out, "120s", "0.5")
@@ -112,6 +114,7 @@ def test_ctrl_c_master_worker(tmp_path: pathlib.Path) -> None:
     _check_interrupted(out, stderr)
 
 
+@pytest.mark.slow
 def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
     out, port = tmp_path / "results", free_port()
     base = f"http://127.0.0.1:{port}"
@@ -140,6 +143,7 @@ def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
     _check_interrupted(out, stderr)
 
 
+@pytest.mark.slow
 def test_master_that_gives_up_waiting_for_workers_writes_a_failed_report(tmp_path: pathlib.Path) -> None:
     """Locust's headless master exits through sys.exit when no worker came within
     --expect-workers-max-wait, without its quitting event: the run directory still gets its
@@ -168,6 +172,7 @@ def _netns() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_of_a_shape_run(tmp_path: pathlib.Path) -> None:
     """A terminal's Ctrl-C (SIGINT to the whole process group) on `locust -f
     scenarios/ingress_flood.py --headless`: the shape's run stops in order (its window closed

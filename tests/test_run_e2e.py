@@ -49,6 +49,7 @@ def assert_exact(report: dict) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
@@ -91,6 +92,7 @@ def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
     assert list(run_dir.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_swarmscope_run_with_bpftrace(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
@@ -125,6 +127,7 @@ def _locust(*args: str) -> Logged:
     return locust_exec_storm(*args)
 
 
+@pytest.mark.slow
 def test_locust_headless(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = _locust("--headless", "-u", "4", "-r", "4", "-t", "4s", "--ss-out", str(out), "--ss-burst-s", "0.5")
@@ -146,6 +149,7 @@ def test_locust_headless(tmp_path: pathlib.Path) -> None:
     assert aggregated[-1] == str(sum(int(n) for n in rows.values())), aggregated
 
 
+@pytest.mark.slow
 def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     master, worker = locust_master_worker(out, "4s", "0.5")
@@ -160,6 +164,7 @@ def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
     assert_exact(rep)
 
 
+@pytest.mark.slow
 def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
@@ -215,6 +220,7 @@ def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     assert len(pids) == 2
 
 
+@pytest.mark.slow
 def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     """The flood on the pipeline with a fault: the target and the fault live on the worker, the
     fault's span is fired on the controller when its record comes back."""
@@ -270,6 +276,7 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     assert rep["ingress"]["exact"] is True
 
 
+@pytest.mark.slow
 def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
     """Without --headless: start and stop through Locust's web UI; each start/stop is a window."""
     import signal
@@ -326,6 +333,7 @@ def _closed_windows(base: str) -> int:
     return -1 if live["open_window"] else int(live["windows"])
 
 
+@pytest.mark.slow
 def test_not_root_gets_one_clear_message(tmp_path: pathlib.Path) -> None:
     import shutil
 

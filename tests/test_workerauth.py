@@ -69,6 +69,7 @@ def _stop(*procs: subprocess.Popen[bytes]) -> None:
             p.wait(5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("token", "leaked"),
     [(None, False), ("not-the-worker-token", False), (None, True)],
@@ -115,6 +116,7 @@ def test_worker_without_the_token_cannot_join(tmp_path: Path, token: str | None,
     assert ("refused a peer without the worker token" in log) == leaked, log
 
 
+@pytest.mark.slow
 def test_worker_with_the_token_joins(tmp_path: Path) -> None:
     port = free_port()
     master = _master(tmp_path, port)
