@@ -9,8 +9,10 @@
   loads a two-instruction socket filter through bpf(2) really fails.
 - ``cluster``: needs the kube/node/image/Jaeger builds of `make tools` (selection only:
   ``make test-fast`` is ``-m "not cluster and not slow"``).
-- ``slow``: selection only (``-m "not slow"``); an unmarked test that takes longer than
-  SLOW_S is listed at the end of the run, so the marker stays true.
+- ``slow``: selection only (``-m "not slow"``): every test measured over ~2 s (all phases, on
+  this 2-core machine), so ``make test-fast`` stays under 3 minutes. An unmarked test that takes
+  longer than SLOW_S is listed at the end of the run, so the marker stays true (SLOW_S leaves
+  room for a loaded machine, where the same test takes two to three times as long).
 
 Skip policy: a skip is allowed only when its reason is one of ALLOWED_REASONS (``not root`` /
 ``needs root…`` while not root, ``kernel lacks …``). Any other skip — a missing tool, a missing
@@ -30,7 +32,7 @@ import platform
 
 import pytest
 
-SLOW_S = 20.0
+SLOW_S = 5.0
 
 # Reasons a skip may give (prefix match). Root reasons count only while not root: as root
 # the same skip means a test's own condition is wrong.

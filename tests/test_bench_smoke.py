@@ -67,6 +67,7 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("script", "args", "table"), CASES)
 def test_bench_runs_and_prints_its_table(
     script: str, args: list[str], table: list[str], tmp_path: pathlib.Path

@@ -119,6 +119,7 @@ def test_ci_values_exist() -> None:
     assert {"minimal", "daemonset-workers", "jaeger-enabled"} <= names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: values_id(v) if v else "default")
 def test_lint_and_validate_strict(tools: Tools, tmp_path: Path, values: Path | None) -> None:
     extra = ["-f", str(values)] if values else []

@@ -32,6 +32,7 @@ def _container(obj: dict) -> dict:
     return obj["spec"]["template"]["spec"]["containers"][0]
 
 
+@pytest.mark.slow
 def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # noqa: F811
     off = docs(helm_template(tools, tmp_path).stdout)
     assert [o for o in off if o["metadata"]["name"].endswith("-relays")] == []
@@ -103,6 +104,7 @@ def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str]
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path) -> None:  # noqa: F811
     """The chart's relay certificate, towards probes (mTLS) and the controller (mTLS, its
     server name), with the relay configured by environment only (as the chart does)."""

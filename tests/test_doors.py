@@ -7,9 +7,12 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_controller_refuses_a_kind_without_a_locustfile_with_its_reason() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "swarmscope", "controller", "--scenario", "scenarios/ebpf_cost.yaml"],

@@ -93,6 +93,7 @@ def test_silent_probe_is_reported_missing_and_others_kept(fleet: Fleet) -> None:
     b.stop()
 
 
+@pytest.mark.slow
 def test_dead_probe_detected_without_waiting_full_timeout(fleet: Fleet) -> None:
     a = FakeProbe(fleet.address, "secret-token", "host-a").start()
     b = FakeProbe(fleet.address, "secret-token", "host-b").start()
@@ -120,6 +121,7 @@ def test_wait_for_probes_times_out_with_hint(fleet: Fleet) -> None:
         fleet.wait_for_probes(1, timeout_s=0.3)
 
 
+@pytest.mark.slow
 def test_options_go_down_and_samples_come_up(fleet: Fleet) -> None:
     from swarmscope.controller.model import ReadingSample
 

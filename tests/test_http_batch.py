@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from swarmscope.workers.http_stats import HIGH_US, LOW_US, StepRecorder, add_values, new_histogram
 
@@ -125,6 +126,7 @@ def test_record_many_equals_record_across_steps_failures_and_timeline() -> None:
     _same(one, many)
 
 
+@pytest.mark.slow
 def test_window_load_buffers_and_counts_a_count_step_exactly() -> None:
     """WindowLoad in a real (gevent-patched) process: the buffer flushes at FLUSH_AT and at
     stop, recorded() counts buffered requests, a count step is done at exactly its share."""

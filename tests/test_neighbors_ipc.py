@@ -109,6 +109,7 @@ def test_shared_log_records_in_order_and_bounded() -> None:
         w.close()
 
 
+@pytest.mark.slow
 def test_put_get_watch_and_token(tmp_path: Path) -> None:
     with plane(tmp_path) as cp:
         with pytest.raises(LoadGenError, match="refused"):
@@ -139,6 +140,7 @@ def test_put_get_watch_and_token(tmp_path: Path) -> None:
             c.close()
 
 
+@pytest.mark.slow
 @NATIVE
 def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """2500 entries in 3 transactions listed with page 1000: exactly 3 update calls (full pages
@@ -182,6 +184,7 @@ def _part(key: bytes, threads: int) -> int:
     return ((int.from_bytes(key, "little") * 2654435761) % (1 << 32) * threads) >> 32
 
 
+@pytest.mark.slow
 def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str) -> None:
     """A big list programmed by 2 threads (min_entries lowered to 1000 here): 2500 entries in 3
     records, then the first 300 written again with new values. Each thread programs its own
@@ -219,6 +222,7 @@ def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str)
         c.close()
 
 
+@pytest.mark.slow
 def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
     with plane(tmp_path) as cp:
         c = IpcClient(cp.socket, TOKEN)
@@ -236,6 +240,7 @@ def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
             c.close()
 
 
+@pytest.mark.slow
 @NATIVE
 def test_agent_process_programs_the_map_by_id(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """The agent as its own process: lists into the map it opened by id, a watch-only list
@@ -273,6 +278,7 @@ def test_agent_process_programs_the_map_by_id(tmp_path: Path, native: bool, agen
         os.close(meta)
 
 
+@pytest.mark.slow
 @NATIVE
 def test_stopped_agent_catches_up_per_neighbor(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """One commit per neighbor, the agent process stopped (SIGSTOP) while 2,000 of them are
@@ -337,6 +343,7 @@ def test_watch_ended_by_the_plane_is_an_error(tmp_path: Path, native: bool, agen
         a.close()
 
 
+@pytest.mark.slow
 def test_compiled_watch_takes_whole_notes_and_stops_at_deletes(agent_lib: str) -> None:
     """agent_list.c's ss_watch on a socket pair: a note in two pieces is one wake-up, two notes
     sent together are one walk to the later tail (each record its own update call), a record

@@ -32,6 +32,7 @@ def controller() -> Iterator[tuple[TestController, str]]:
     yield from serve_controller()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_window_counts_exact_execs(controller) -> None:

@@ -78,6 +78,7 @@ def _probe_cmd(addr: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "swarmscope", "probe", "--controller", addr, *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("end", ["shutdown", "sigterm"])
@@ -136,6 +137,7 @@ def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_p
         proc.stderr.close()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
@@ -192,6 +194,7 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
     assert span.status.code == 0  # unset: no reading had an error
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> None:

@@ -105,6 +105,7 @@ def test_env_selection(monkeypatch: pytest.MonkeyPatch) -> None:
         get_program("procstat")
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_registry_procstat_gauges_by_cgroup(
     monkeypatch: pytest.MonkeyPatch, child_in_cgroup: tuple[subprocess.Popen[str], int, str]
@@ -206,6 +207,7 @@ def _pidstat(pid: int, out: dict[str, list[dict[str, str]]], n: int = 10) -> Non
     out["rows"] = rows
 
 
+@pytest.mark.slow
 def test_sampler_agrees_with_pidstat() -> None:
     # tools/setup.sh installs sysstat: a missing pidstat is a setup failure, not a skip.
     assert shutil.which("pidstat"), "pidstat missing: apt-get install sysstat (tools/setup.sh)"
@@ -244,6 +246,7 @@ def test_sampler_agrees_with_pidstat() -> None:
     assert {float(r["%guest"]) for r in rows} == {0.0}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_agent_sends_procstat_gauges_over_grpc(
     monkeypatch: pytest.MonkeyPatch, child_in_cgroup: tuple[subprocess.Popen[str], int, str]

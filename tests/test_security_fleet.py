@@ -103,6 +103,7 @@ def test_a_silent_session_is_ended(fleet: Fleet) -> None:
     assert time.monotonic() - t0 < 3
 
 
+@pytest.mark.slow
 def test_a_large_reading_after_authentication_arrives_in_parts(fleet: Fleet) -> None:
     probe = FakeProbe(fleet.address, TOKEN, "h1", {"exec": 3})
     probe.samples = [pb.Sample(series="s", start_ns=i, end_ns=i, value=i) for i in range(300_000)]

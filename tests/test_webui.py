@@ -180,6 +180,7 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
     assert f"<small>{rep['run_id']}</small>" in report_html  # rendered from the store mid-run
 
 
+@pytest.mark.slow
 def test_ingress_flood_tab_equals_report(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     with Locust("scenarios/ingress_flood.py", out) as loc:

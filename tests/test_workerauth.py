@@ -90,6 +90,7 @@ def _stop(*procs: subprocess.Popen[bytes]) -> None:
             p.wait(5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("token", "leaked"),
     [(None, False), ("not-the-worker-token", False), (None, True)],
@@ -140,6 +141,7 @@ def test_worker_without_the_token_cannot_join(tmp_path: Path, token: str | None,
         assert "refused this worker (its worker token is not the master's)" in wlog, wlog
 
 
+@pytest.mark.slow
 def test_worker_with_the_token_joins(tmp_path: Path) -> None:
     port = free_port()
     master = _master(tmp_path, port)

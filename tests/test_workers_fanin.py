@@ -58,6 +58,7 @@ def test_simulated_workers_are_merged_exactly_by_the_real_master() -> None:
     assert "unknown worker" not in f["master_log"] and "Traceback" not in f["master_log"]
 
 
+@pytest.mark.slow
 def test_a_simulated_worker_without_the_token_is_refused() -> None:
     """CURVE is really on: a simulated worker with another token never gets Locust's ack."""
     import pathlib as pl
@@ -90,6 +91,7 @@ def test_a_simulated_worker_without_the_token_is_refused() -> None:
             master.proc.wait(30)
 
 
+@pytest.mark.slow
 def test_bench_smallest_form_parses_and_loses_nothing() -> None:
     out = subprocess.run(
         [sys.executable, BENCH_DIR / "workers_fanin.py", "--workers", "5", "--windows", "1"],
