@@ -10,10 +10,15 @@
 Each node is a tests/realnode.py RealNode (its own netns, containerd root and socket, kubelet
 dirs, cgroup root /<name>, pod CIDR, kube-proxy and cluster DNS on its node IP) on one bridge
 (tests/nodenet.py), with routes between every pair of pod CIDRs: pod-to-pod and Service traffic
-between nodes crosses the bridge. The kubelets share one podLogsDir (`pod_logs`), so the probe
-DaemonSet's one hostPath (probes.podLogs.podsDir) names pods on every node. Nodes start one after
-the other (each prints its start-up time); `budget()` gives each node's start-up time and the
-RSS of its containerd, kubelet and kube-proxy.
+between nodes crosses the bridge. Nodes start one after the other (each prints its start-up
+time); `budget()` gives each node's start-up time and the RSS of its containerd, kubelet and
+kube-proxy.
+
+Pod names for the probes: each kubelet keeps its own podLogsDir (a kubelet's garbage collector
+deletes the log dirs of pods it does not run, so a shared one loses the other nodes' pods), but
+all of them write their links to the fixed /var/log/containers of this machine, and those
+(`<pod>_<ns>_<container>-<id>.log`) name every node's containers: the chart's default
+probes.podLogs (/var/log/pods, /var/log/containers) names the pods of every node.
 
 Caveats: all nodes share this machine's kernel, CPUs and memory (2 cores here): a node is the
 kubelet's view (its own cgroups, network and runtime), not its own machine.
@@ -43,30 +48,41 @@ from realnode import CGROUP_ROOT, NodeTools, RealNode, find_node_tools
 class RealCluster:
     cluster: Cluster
     nodes: list[RealNode]
-    pod_logs: Path
     imported: set[tuple[Path, str]] = field(default_factory=set)
 
     @classmethod
     @contextlib.contextmanager
     def start(cls, cluster: Cluster, tools: NodeTools, n: int = 3, prefix: str = "") -> Iterator[RealCluster]:
         prefix = prefix or f"ssrn{os.getpid()}"
-        pod_logs = cluster.dir / "pod-logs"
         with contextlib.ExitStack() as stack:
             br = stack.enter_context(Bridge.up())
             nodes: list[RealNode] = []
             for i in range(n):
                 name = f"{prefix}-{i}"
                 node = stack.enter_context(RealNode.start(
-                    cluster, tools, name, net=br.net(i, name), pod_logs=pod_logs,
-                    kubernetes_endpoint=i == 0,
+                    cluster, tools, name, net=br.net(i, name), kubernetes_endpoint=i == 0,
                 ))  # fmt: skip
                 for other in nodes:
                     node.net.peer(other.net)
                     other.net.peer(node.net)
                 nodes.append(node)
-            rc = cls(cluster, nodes, pod_logs)
+            rc = cls(cluster, nodes)
             print(rc.budget_table(), flush=True)
-            yield rc
+            try:
+                yield rc
+            finally:
+                rc.teardown()
+
+    def teardown(self) -> None:
+        """Every node at once: most of a node's teardown is deleting its containerd root (a
+        1.5 GB image unpacked per node: a minute or more each on a loaded machine)."""
+        t = time.monotonic()
+        threads = [threading.Thread(target=n.teardown) for n in self.nodes]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        print(f"realcluster: {len(self.nodes)} nodes down in {time.monotonic() - t:.1f} s", flush=True)
 
     def budget(self) -> list[dict[str, Any]]:
         """Per node: start-up time (s) and the RSS (MiB) of its own processes."""
@@ -188,7 +204,7 @@ def main() -> None:
                 rc.import_image(rc.nodes[0].tools.jaeger_tar, "docker.io/jaegertracing/jaeger")
             print(nodes_wide(c.api.get("/api/v1/nodes")["items"]))
             print(f"KUBECONFIG={c.kubeconfig}")
-            print(f"helm: --set probes.podLogs.podsDir={rc.pod_logs}; ^C (or SIGTERM) tears the nodes down")
+            print("^C (or SIGTERM) tears the nodes down", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
 

@@ -130,13 +130,18 @@ class RealNode:
     absent: list[Path] = field(default_factory=list)  # GLOBAL_DIRS that did not exist at start
     dns: ClusterDNS | None = None
     api_port: int = 0  # the API server's port on the node IP (tests/tcpforward.py)
-    pod_logs: Path = Path()  # the kubelet's podLogsDir
     kubernetes_endpoint: bool = True
+    down: bool = False
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
     def cgroup_root(self) -> str:
         return f"/{self.name}"
+
+    @property
+    def pod_logs(self) -> Path:
+        """The kubelet's podLogsDir: its own (a kubelet deletes the dirs of pods it does not run)."""
+        return self.dir / "pod-logs"
 
     @property
     def containerd_sock(self) -> Path:
@@ -170,14 +175,12 @@ class RealNode:
         name: str | None = None,
         *,
         net: Net | None = None,
-        pod_logs: Path | None = None,
         kubernetes_endpoint: bool = True,
     ) -> Iterator[RealNode]:
         """One node; without ``net`` on a bridge of its own (tests/realcluster.py joins several).
 
-        ``pod_logs``: the kubelet's podLogsDir (default: the node's own dir; nodes that share
-        one can be read by one probe DaemonSet's hostPath). ``kubernetes_endpoint``: this node's
-        API forwarder is the `kubernetes` Service's endpoint (one node of a cluster does it)."""
+        ``kubernetes_endpoint``: this node's API forwarder is the `kubernetes` Service's endpoint
+        (one node of a cluster does it)."""
         name = name or f"ssrn{os.getpid()}"
         with contextlib.ExitStack() as own:
             if net is None:
@@ -186,7 +189,6 @@ class RealNode:
             else:
                 d = cluster.dir / name
             node = cls(name, d, Path("/run") / name, net, tools, cluster)
-            node.pod_logs = pod_logs or d / "pod-logs"
             node.kubernetes_endpoint = kubernetes_endpoint
             t0 = time.monotonic()
             try:
@@ -198,9 +200,7 @@ class RealNode:
                 )
                 yield node
             finally:
-                t = time.monotonic()
                 node.teardown()
-                print(f"realnode {name}: down in {time.monotonic() - t:.1f} s", flush=True)
 
     def memory(self) -> dict[str, float]:
         """RSS (MiB) of the node's own processes: containerd, kubelet, kube-proxy (not its pods)."""
@@ -407,7 +407,12 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
     # ---- teardown -------------------------------------------------------------------------
 
     def teardown(self) -> None:
-        """Leave nothing behind: pods, processes, mounts, cgroups, the netns, the node object."""
+        """Leave nothing behind: pods, processes, mounts, cgroups, the netns, the node object.
+
+        Once: a later call returns at once (tests/realcluster.py tears nodes down in parallel)."""
+        if self.down:
+            return
+        self.down, t = True, time.monotonic()
         kubelet = next((p for p in self.procs if p.name == "kubelet"), None)
         if kubelet and kubelet.popen.poll() is None:
             with contextlib.suppress(Exception):
@@ -433,6 +438,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
         shutil.rmtree(self.run, ignore_errors=True)
         shutil.rmtree(self.dir / "containerd", ignore_errors=True)
         shutil.rmtree(self.dir / "kubelet", ignore_errors=True)
+        print(f"realnode {self.name}: down in {time.monotonic() - t:.1f} s", flush=True)
 
     def _delete_pods(self) -> None:
         api = self.cluster.api
