@@ -97,11 +97,14 @@ def find_node_tools() -> NodeTools:
 
 
 def cgroup_hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy (v1 controllers and the v2 unified one)."""
+    """Every cgroup hierarchy mounted under /sys/fs/cgroup (v1 controllers and the v2 one).
+
+    Only there: an image build's chroot mounts the same v2 hierarchy again elsewhere, and a
+    second mount of one hierarchy is the same directory tree, not another one."""
     out = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _dev, mnt, fstype, *_ = line.split()
-        if fstype in ("cgroup", "cgroup2"):
+        if fstype in ("cgroup", "cgroup2") and Path(mnt).is_relative_to(CGROUP_ROOT):
             out.append(Path(mnt))
     return out
 
