@@ -14,8 +14,9 @@ get final child's PID from pipe").
 
 Isolation (six people share the machine): containerd runs in a network namespace the fixture
 makes (`nsenter --net`, so the mount namespace stays the host's and the kubelet's volume mounts
-are visible to runc), so the pods' CNI bridge lives there; one veth joins it to the host with
-/30 addresses, and the node's IP is the host end (the kubelet refuses a loopback node IP). The
+are visible to runc), so the pods' CNI bridge lives there; a veth joins it to a host bridge
+(tests/nodenet.py: a lone node's own, or the one tests/realcluster.py's nodes share), and the
+node's IP is a host address on that bridge (the kubelet refuses a loopback node IP). The
 kubelet's cgroup root is /<name> in every hierarchy, its root dir, pod logs, containerd's
 root/state and every socket are under the node's own directories, and pod network namespaces are
 mounted under containerd's state dir. Teardown deletes the pods, stops the kubelet, kills and
