@@ -4,7 +4,7 @@
         a, b = br.net(0, "ssrn1-0"), br.net(1, "ssrn1-1")
         a.up(); b.up(); a.peer(b); b.peer(a)      # pods on a reach pods on b, and back
 
-Addresses (N from the pid, so parallel runs on this machine differ; the bridge checks N is free):
+Addresses (N from the pid, so parallel runs on this machine differ; the next free N if taken):
 the bridge ssbr<pid> holds 10.231.N.1/24; node i's IP 10.231.N.(10+i)/32 is on the bridge too
 (the kubelet, the node's cluster DNS and API forwarder bind it: the kubelet refuses a loopback
 node IP); its network namespace's eth0 is 10.231.N.(100+i)/24 on the bridge (veth, host end
@@ -14,7 +14,8 @@ nodes' pod CIDRs to their namespaces over the bridge, so pod-to-pod traffic betw
 the bridge without the host forwarding (its ip_forward stays as it is).
 
 Caveats: at most 8 nodes (10.232-10.239); interface names are at most 15 characters, so node
-names are at most 13.
+names are at most 13 (and bridge names `ssbr<pid>-<k>` fit while pids have at most 7 digits and
+k at most 2).
 """
 
 from __future__ import annotations
@@ -81,11 +82,18 @@ class Bridge:
     @classmethod
     @contextlib.contextmanager
     def up(cls) -> Iterator[Bridge]:
-        n = os.getpid() % 250 + 1
-        br = cls(f"ssbr{os.getpid()}", f"10.231.{n}", n)
-        for line in run("ip", "-o", "addr", "show").stdout.splitlines():
-            if f" {br.prefix}." in line:
-                raise RuntimeError(f"nodenet: {br.prefix}.0/24 is already in use: {line}")
+        """A new bridge on the first N (from the pid on) that no address or route here uses:
+        a run may hold several (the session's nodes and a test's own node)."""
+        addrs = run("ip", "-o", "addr", "show").stdout + run("ip", "route", "show").stdout
+        for k in range(250):
+            n = (os.getpid() + k) % 250 + 1
+            used = [f" 10.231.{n}."] + [f"10.{232 + i}.{n}.0/24" for i in range(MAX_NODES)]
+            name = f"ssbr{os.getpid()}" + (f"-{k}" if k else "")
+            if not any(u in addrs for u in used) and not os.path.exists(f"/sys/class/net/{name}"):
+                break
+        else:
+            raise RuntimeError("nodenet: every 10.231.N.0/24 here is in use")
+        br = cls(name, f"10.231.{n}", n)
         run("ip", "link", "add", br.name, "type", "bridge")
         try:
             run("ip", "addr", "add", f"{br.prefix}.1/24", "dev", br.name)

@@ -34,8 +34,9 @@ def test_address_plan_gives_every_node_its_own_ips_and_pod_cidr() -> None:
 
 @pytest.mark.root
 def test_namespaces_route_pod_cidrs_to_each_other_over_the_bridge() -> None:
-    with Bridge.up() as br:
-        a, b = br.net(0, f"{br.name[4:]}nna"[:13]), br.net(1, f"{br.name[4:]}nnb"[:13])
+    with Bridge.up() as br, Bridge.up() as other:  # a second bridge in one run takes the next N
+        assert (other.n, other.name) != (br.n, br.name)
+        a, b = br.net(0, f"nn{br.n}a"), br.net(1, f"nn{br.n}b")
         try:
             for n in (a, b):
                 n.up()
