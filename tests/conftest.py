@@ -29,8 +29,13 @@ import ctypes
 import functools
 import os
 import platform
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from realcluster import RealCluster
 
 SLOW_S = 5.0
 
@@ -127,3 +132,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"tests over {SLOW_S:.0f} s without the slow marker")
         for nodeid, secs in sorted(slow, key=lambda s: -s[1]):
             terminalreporter.write_line(f"{secs:7.1f} s  {nodeid}")
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """Three real nodes (tests/realcluster.py), started once per run: tests share them, each in
+    its own namespace, and leave nothing of theirs behind."""
+    from cluster import Cluster, find_tools
+    from realcluster import RealCluster
+    from realnode import find_node_tools
+
+    with (
+        Cluster.start(find_tools(), tmp_path_factory.mktemp("rc"), nodes=0, endpoint_reconciler="none") as c,
+        RealCluster.start(c, find_node_tools(), 3) as rc,
+    ):
+        yield rc
+    left = [x for n in rc.nodes for x in n.leftovers()]
+    assert left == [], f"the real nodes left {left}"
