@@ -13,12 +13,19 @@ its start time (so a reused pid is not mistaken for the owner) plus what the swe
 cgroups keep their own owner files (workers/nodes.py) and are swept by their own
 ``cleanup_stale``. Caveats: Linux only; /run is tmpfs, so claims do not outlive a reboot
 (neither do the things they claim).
+
+Claims are shared across PID namespaces (the chart's probe pods mount the node's
+``/run/swarmscope/owners``), where a pid means nothing: a claim records its owner's PID
+namespace, and its owner holds an flock on the claim file for as long as it lives. A claim of
+this PID namespace is judged by pid and start time; one of another by the lock alone (the
+kernel drops it when the owner dies, whatever namespace looks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import pathlib
@@ -31,6 +38,15 @@ OWNERS_DIR = pathlib.Path("/run/swarmscope/owners")
 KINDS = ("run", "netns", "link", "pindir")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}$")
 _PR_SET_PDEATHSIG = 1
+_held: dict[pathlib.Path, int] = {}  # claim file -> the fd whose flock says its owner lives
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace, e.g. ``pid:[4026531836]``."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 def proc_start(pid: int) -> str | None:
@@ -63,15 +79,47 @@ def claim(kind: str, name: str, **data: Any) -> None:
     creation must still leave a claim to sweep)."""
     p = _path(kind, name)
     p.parent.mkdir(parents=True, exist_ok=True)
-    body = dict(data, pid=os.getpid(), start=proc_start(os.getpid()))
+    body = dict(data, pid=os.getpid(), start=proc_start(os.getpid()), pidns=pid_namespace())
     tmp = p.with_name(f".{p.name}.{os.getpid()}")
     tmp.write_text(json.dumps(body))
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # held until release() or death: the other namespaces' test
     os.replace(tmp, p)
+    old = _held.pop(p, None)
+    _held[p] = fd
+    if old is not None:
+        os.close(old)
 
 
 def release(kind: str, name: str) -> None:
+    p = _path(kind, name)
     with contextlib.suppress(OSError):
-        _path(kind, name).unlink()
+        p.unlink()
+    fd = _held.pop(p, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _locked(p: pathlib.Path) -> bool:
+    """Whether a live process holds the claim file's lock (its owner, in any PID namespace)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _owner_alive(p: pathlib.Path, d: dict[str, Any]) -> bool:
+    ns = d.get("pidns")
+    if ns and ns != pid_namespace():  # its pid names some other process here, or none
+        return _locked(p)
+    return alive(int(d.get("pid", 0) or 0), d.get("start"))
 
 
 def claims(kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -90,7 +138,7 @@ def claims(kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def stale(kind: str) -> list[tuple[str, dict[str, Any]]]:
     """Claims of ``kind`` whose owner process is gone."""
-    return [(n, d) for n, d in claims(kind) if not alive(int(d.get("pid", 0) or 0), d.get("start"))]
+    return [(n, d) for n, d in claims(kind) if not _owner_alive(OWNERS_DIR / kind / n, d)]
 
 
 def die_with_parent() -> None:
