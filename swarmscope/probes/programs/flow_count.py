@@ -92,8 +92,8 @@ def netns_path(cgroup: int, name: str) -> str | None:
     netns`` name is enough); a worker in a pod keeps it in the pod's own /run/netns, which the
     node reaches as ``/proc/<pid>/root/run/netns/<name>`` through any process of the target's
     cgroup. That needs the host PID namespace (the chart's probe has it with workers.flows) and
-    ptrace read access (SYS_PTRACE): without them the cgroup is found but not its processes,
-    which is an error, not a target to skip."""
+    ptrace read access (SYS_PTRACE): without them the cgroup's processes are there but none can
+    be looked into, which is an error, not a target to skip (a namespace already deleted is)."""
     if not name or os.path.exists(f"/var/run/netns/{name}"):
         return name
     if not cgroup:
@@ -106,10 +106,18 @@ def netns_path(cgroup: int, name: str) -> str | None:
         pids = (root / rel.lstrip("/") / "cgroup.procs").read_text().split()
     except OSError:
         return None  # removed since
+    looked = False
     for pid in pids:
         path = f"/proc/{pid}/root/run/netns/{name}"
-        if pid != "0" and os.path.exists(path):
-            return path
+        try:
+            if pid != "0" and os.stat(path):  # "0": a process outside this PID namespace
+                return path
+        except FileNotFoundError:
+            looked = True  # this process's /run/netns has no such namespace (deleted)
+        except OSError:
+            continue  # EACCES without ptrace access; ESRCH: exited
+    if looked or not pids:
+        return None
     raise ProbeError(
         f"flow_count: namespace {name} of cgroup {rel} is not reachable from this probe "
         f"(processes seen: {len(pids)}): the probe needs the host PID namespace and SYS_PTRACE"
