@@ -1,5 +1,6 @@
 """The chart's flow-storm worker mode (workers.flows), rendered: what each pod is given, and
-the combinations it refuses. The real node runs it: tests/test_realnode_chart_flowstorm.py.
+the combinations it refuses (and ebpf_cost, the one kind the chart refuses, with its reason).
+The real node runs it: tests/test_realnode_chart_flowstorm.py.
 
     .venv/bin/python -m pytest tests/test_chart_flows.py -v
 """
@@ -63,3 +64,12 @@ def test_bad_combinations_rejected_clearly(tools, tmp_path: Path, sets: list[str
     r = helm_template(tools, tmp_path, *args, check=False)
     assert r.returncode != 0, f"{sets} was accepted"
     assert message in r.stderr, r.stderr
+
+
+def test_ebpf_cost_is_refused_with_the_kinds_reason(tools, tmp_path: Path) -> None:  # noqa: F811
+    from swarmscope.kinds import get_kind
+
+    r = helm_template(tools, tmp_path, "--set", "scenario.config.scenario=ebpf_cost", check=False)
+    assert r.returncode != 0
+    why = get_kind("ebpf_cost").not_in_cluster
+    assert f"scenario.config.scenario=ebpf_cost: the chart does not run this kind: {why}" in r.stderr
