@@ -56,6 +56,9 @@ def test_flow_storm_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
         try:
             rep, worker = _report(c, node)
             print(f"helm install -> the sweep's report in {time.monotonic() - t:.1f} s", flush=True)
+            print(f"status {rep['status']}, flags {json.dumps(rep['flags'])[:3000]}", flush=True)
+            if rep["status"] != "ok":
+                print(_logs(node), flush=True)
             _check(rep, f"{NS}/{worker['metadata']['name']}/worker")
             sc = worker["spec"]["containers"][0]["securityContext"]
             assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "SYS_ADMIN"]}
