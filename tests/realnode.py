@@ -96,12 +96,16 @@ def find_node_tools() -> NodeTools:
 
 
 def cgroup_hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy (v1 controllers and the v2 unified one)."""
-    out = []
+    """Every mounted cgroup hierarchy (v1 controllers and the v2 unified one), each once: a
+    second mount of one (a chroot's /sys/fs/cgroup, made by another job) is the same directory."""
+    out, seen = [], set()
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _dev, mnt, fstype, *_ = line.split()
         if fstype in ("cgroup", "cgroup2"):
-            out.append(Path(mnt))
+            with contextlib.suppress(OSError):  # unmounted since
+                if (dev := os.stat(mnt).st_dev) not in seen:
+                    seen.add(dev)
+                    out.append(Path(mnt))
     return out
 
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = "ssfs"
 RELEASE = "fs"
 IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
-TIMEOUT = 600.0  # install -> report: BCC compiles in the probe and in the worker's agent, under load
+TIMEOUT = 900.0  # install -> report: BCC compiles in the probe and in the worker's agent, under load (20+)
 FLOWS = [1000, 3000]  # one window each; exact whatever the machine's speed
 PPF = 2  # packets per flow
 FRAME = 128  # bytes per frame
@@ -82,7 +82,7 @@ def _values(node: RealNode) -> dict[str, Any]:
             "config": {
                 "scenario": "flow_storm",
                 # The probe compiles with BCC before it registers: minutes under load.
-                "probe_timeout_s": 300, "worker_timeout_s": 300,
+                "probe_timeout_s": 600, "worker_timeout_s": 600,
             },
             "flow_storm": {
                 "flows": FLOWS, "packets_per_flow": PPF, "frame_bytes": FRAME, "rate_pps": RATE,

@@ -152,7 +152,8 @@ class FlowAgent:
             self.bpf.cleanup()
         self.cache_max_flows, self.timeout = int(cache_max_flows), float(cache_timeout_s)
         flags = [f"-DCACHE_MAX_FLOWS={self.cache_max_flows}", f"-DRINGBUF_PAGES={int(self.ringbuf_pages)}"]
-        self.bpf = bcc_env.load_program("flow_agent", cflags=flags)
+        # TC only, no tracepoint: no CAP_PERFMON or tracefs needed (none in the chart's worker pod)
+        self.bpf = bcc_env.load_program("flow_agent", cflags=flags, tracing=False)
         self._dropped0 = self._dropped_seen = 0  # a new program: its drop counter starts at 0
         self.bpf[b"direct_flows"].open_ring_buffer(self._on_record)
         self._attach()
