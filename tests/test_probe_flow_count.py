@@ -95,6 +95,9 @@ def test_full_table_counts_drops() -> None:
 
 def test_targets_and_options() -> None:
     assert parse_target("12:ns-a:veth0") == (12, "ns-a", "veth0")
+    own = cgroups.pid_cgroup_rel("self")  # a container on a hybrid host announces its path
+    assert parse_target(f"/{own}:ns-a:veth0") == (cgroups.pid_cgroup_id("self"), "ns-a", "veth0")
+    assert parse_target("/ss-no-such-cgroup:ns-a:veth0") == (0, "ns-a", "veth0")  # another node's
     for bad in ("ns:dev", "x:ns:dev", "1:ns:"):
         with pytest.raises(ProbeError, match="not <cgroup id>"):
             parse_target(bad)

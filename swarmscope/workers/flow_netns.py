@@ -93,9 +93,9 @@ class FlowNetns:
             ["ip", "netns", "exec", self.src, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
-    def target(self, cgroup_id: int) -> str:
-        """The receiving interface as a ``flow_count.targets`` entry."""
-        return f"{int(cgroup_id)}:{self.dst}:{self.dst_dev}"
+    def target(self, cgroup: int | str) -> str:
+        """The receiving interface as a ``flow_count.targets`` entry (cgroup: id or v2 path)."""
+        return f"{cgroup}:{self.dst}:{self.dst_dev}"
 
     def dropped(self) -> int:
         """Packets the veth pair dropped (both ends' tx and rx drops)."""

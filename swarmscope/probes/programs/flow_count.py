@@ -30,6 +30,7 @@ next start-up sweep).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -38,8 +39,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swarmscope.core.config import Field, list_of
-from swarmscope.core.errors import ProbeError
-from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_paths
+from swarmscope.core.errors import ProbeError, SetupError
+from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_paths, resolve_cgroup_id
 from swarmscope.probes import pinned
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import NodeLike, Snapshot
@@ -77,13 +78,21 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # an `ip netns` name: never 
 
 
 def parse_target(text: str) -> tuple[int, str, str]:
-    """``"4242:ns:dev"`` -> (4242, "ns", "dev")."""
-    parts = text.split(":")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[2]:
+    """``"4242:ns:dev"`` -> (4242, "ns", "dev"). The cgroup may be given as its v2 path (a
+    worker in a container on a hybrid-layout host cannot read its id, workers/nodes.py:
+    own_cgroup_node), resolved here; 0 when it is not on this node."""
+    parts = text.rsplit(":", 2)
+    cg = parts[0]
+    if len(parts) != 3 or not (cg.isdigit() or cg.startswith("/")) or not parts[2]:
         raise ProbeError(f"flow_count: target {text!r} is not <cgroup id>:<netns>:<interface>")
     if parts[1] and not _NAME.fullmatch(parts[1]):
         raise ProbeError(f"flow_count: target {text!r}: {parts[1]!r} is not a network namespace name")
-    return int(parts[0]), parts[1], parts[2]
+    if cg.isdigit():
+        return int(cg), parts[1], parts[2]
+    try:
+        return resolve_cgroup_id(cg), parts[1], parts[2]
+    except SetupError:
+        return 0, parts[1], parts[2]  # another node's cgroup
 
 
 def netns_path(cgroup: int, name: str) -> str | None:
@@ -97,10 +106,12 @@ def netns_path(cgroup: int, name: str) -> str | None:
     if not name or os.path.exists(f"/var/run/netns/{name}"):
         return name
     if not cgroup:
+        log.info("flow_count: %s skipped: its cgroup is not on this node", name)
         return None
     root = cgroup2_mount()
     rel = cgroup_paths(root, {cgroup}).get(cgroup)
     if rel is None:
+        log.info("flow_count: %s skipped: cgroup %d is not on this node", name, cgroup)
         return None  # another node's worker
     try:
         pids = (root / rel.lstrip("/") / "cgroup.procs").read_text().split()
@@ -117,6 +128,9 @@ def netns_path(cgroup: int, name: str) -> str | None:
         except OSError:
             continue  # EACCES without ptrace access; ESRCH: exited
     if looked or not pids:
+        log.info(
+            "flow_count: %s skipped: not in /run/netns of cgroup %s's %d processes", name, rel, len(pids)
+        )
         return None
     raise ProbeError(
         f"flow_count: namespace {name} of cgroup {rel} is not reachable from this probe "
@@ -124,6 +138,7 @@ def netns_path(cgroup: int, name: str) -> str | None:
     )
 
 
+log = logging.getLogger(__name__)
 _KEY = struct.Struct("<IIHHB3x")  # struct flow_key in bpf/flow_key.h
 _VAL = struct.Struct("<QQ")  # struct flow_val {packets, bytes}
 _TOT = struct.Struct("<5Q")  # struct flow_tot, in TOTALS order
