@@ -6,13 +6,17 @@ PY := .venv/bin/python
 TIMED := tools/timed.sh
 SETUP_STAMP := .venv/.setup-done
 
-.PHONY: setup run test test-fast tools lint typecheck pytest pytest-fast proto bench bench-http bench-http-k6 clean
+.PHONY: setup setup-run run test test-fast tools lint typecheck pytest pytest-fast proto bench bench-http bench-http-k6 clean
 
 setup:
 	$(TIMED) setup tools/setup.sh
 
+# What `make run` needs and no more (no Go, Chromium or test tools): a fresh machine's first run.
+setup-run:
+	$(TIMED) setup tools/setup.sh --no-dev
+
 # The main job on one machine: exec storm, 2 simulated nodes, bpftrace as tracer under test.
-run: setup
+run: setup-run
 	.venv/bin/swarmscope run scenarios/exec_storm.yaml --set tracer=bpftrace --out results/
 
 test: setup lint typecheck tools pytest

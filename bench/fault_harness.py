@@ -160,6 +160,10 @@ class _Watch:
         # namespaces (by inode) and cgroups they lived in. A resource the code forgets to
         # register under /run/swarmscope/owners is still audited.
         self.netns_inodes: set[int] = set()
+        # Named namespaces seen holding its processes, name -> inode at that moment: an inode
+        # alone is not enough, the kernel reuses a deleted namespace's inode for a new one (other
+        # runs on the machine make theirs meanwhile).
+        self.netns_names: dict[str, int] = {}
         self.cgroups: set[str] = set()
         self.host_netns = os.stat("/proc/self/ns/net").st_ino  # this process runs in the host's
         self.host_cgroups = set(_cgroups_of(os.getpid()))
@@ -176,6 +180,11 @@ class _Watch:
             with contextlib.suppress(OSError):
                 self.netns_inodes.add(os.stat(f"/proc/{p.pid}/ns/net").st_ino)
             self.cgroups.update(_cgroups_of(p.pid))
+        for d in pathlib.Path("/run/netns").iterdir() if pathlib.Path("/run/netns").is_dir() else []:
+            with contextlib.suppress(OSError):
+                ino = os.stat(d).st_ino
+                if ino in self.netns_inodes and ino != self.host_netns:
+                    self.netns_names[d.name] = ino
         pids = set(self.procs)
         for kind in ("netns", "link", "pindir"):
             d = OWNERS / kind
@@ -230,7 +239,7 @@ def leftovers(w: _Watch) -> list[str]:
     for d in pathlib.Path("/run/netns").iterdir() if pathlib.Path("/run/netns").is_dir() else []:
         with contextlib.suppress(OSError):
             ino = os.stat(d).st_ino
-            if ino in w.netns_inodes and ino != w.host_netns and d.name not in claimed:
+            if w.netns_names.get(d.name) == ino and d.name not in claimed:
                 left.append(f"netns {d.name} (its processes were in it; never claimed)")
     for cg in sorted(w.cgroups - w.host_cgroups):
         if pathlib.Path(cg).is_dir() and "/swarmscope" in cg:

@@ -46,8 +46,9 @@ JOINS_IN_FLIGHT = 100
 async def _register(stub: Any, token: str, name: str) -> Any:
     pid = f"sim-{name}"
     nonce = auth.new_nonce()
-    hello = await stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=pid), timeout=60)
-    if not auth.check(auth.controller_proof(token, nonce, hello.server_nonce), hello.proof):
+    key = auth.node_key(token, name)
+    hello = await stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=pid, node=name), timeout=60)
+    if not auth.check(auth.controller_proof(key, nonce, hello.server_nonce), hello.proof):
         raise RuntimeError("controller proof does not verify")
     return await stub.Register(
         pb.RegisterRequest(
@@ -56,7 +57,7 @@ async def _register(stub: Any, token: str, name: str) -> Any:
             node_name=name,
             nonce=nonce,
             server_nonce=hello.server_nonce,
-            proof=auth.probe_proof(token, hello.server_nonce, nonce, pid),
+            proof=auth.probe_proof(key, hello.server_nonce, nonce, pid),
         ),
         timeout=60,
     )

@@ -1,11 +1,11 @@
 """Cheap simulated Locust workers for the workers' fan-in bench: hundreds of ZeroMQ sockets per process.
 
-    procs = SimWorkers.spawn("127.0.0.1:5557", token, 1000, per_process=500, stall=0.1)
+    procs = SimWorkers.spawn("127.0.0.1:5557", token, master_public, 1000, per_process=500, stall=0.1)
     procs.wait_ready(timeout_s=120); ...; events = procs.stop()    # JSON events the workers wrote
 
 Each simulated worker speaks what ``swarmscope worker`` speaks to the master, over a real
-DEALER socket with the same CURVE keys (swarmscope.app.workerauth, derived from the worker
-token): Locust's ``client_ready`` (waits for ``ack``), a ``heartbeat`` every second and a
+DEALER socket with the same CURVE keys (swarmscope.app.workerauth: the worker token's key pair,
+the master's public key): Locust's ``client_ready`` (waits for ``ack``), a ``heartbeat`` every second and a
 ``stats`` report every 3 s (a real locust.stats.RequestStats: one EXEC request per node and
 window, its response-time histogram included), and swarmscope's messages: ``swarmscope:setup``
 is answered with ``swarmscope:nodes`` (``sim_nodes`` nodes named ``<prefix>n<j>``, as a real
@@ -180,7 +180,7 @@ class Host:
     def __init__(self, address: str, token: str):
         import zmq.green as zmq
 
-        from swarmscope.app.workerauth import keypair
+        from swarmscope.app.workerauth import master_public, worker_keypair
         from swarmscope.core.sys.limits import raise_nofile
         from swarmscope.core.sys.otlpjson import WindowSpans
 
@@ -188,8 +188,7 @@ class Host:
         self.zmq = zmq
         self.ctx = zmq.Context()
         self.ctx.max_sockets = 100_000
-        master_pub, _ = keypair(token, b"master")
-        self.keys = (master_pub, *keypair(token, b"worker"))
+        self.keys = (master_public(), *worker_keypair(token))
         self.address = f"tcp://{address}"
         self.buf = WindowSpans("swarmscope-worker", {"host.name": "simworkers"})
         self.n_ready = 0
@@ -266,6 +265,7 @@ class SimWorkers:
         cls,
         address: str,
         token: str,
+        master_public: bytes,
         n: int,
         per_process: int = 500,
         probe_hosts: int = 1,
@@ -274,7 +274,12 @@ class SimWorkers:
         cpus: set[int] | None = None,
     ) -> SimWorkers:
         procs = []
-        env = {**os.environ, "SWARMSCOPE_WORKER_TOKEN": token}
+        env = {
+            **os.environ,
+            "SWARMSCOPE_WORKER_TOKEN": token,
+            "SWARMSCOPE_MASTER_PUBLIC_KEY": master_public.decode(),
+        }
+        env.pop("SWARMSCOPE_MASTER_PUBLIC_KEY_FILE", None)
         hung_from = n - round(n * stall)  # the last workers overall hang
         for first in range(0, n, per_process):
             count = min(per_process, n - first)

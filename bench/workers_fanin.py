@@ -79,7 +79,15 @@ class Master:
             "--set", f"iterations={windows}", "--set", f"burst_s={burst_s}", "--set", "pause_s=0.2",
             "--set", "window_timeout_s=20", "--set", "worker_timeout_s=300", "--out", str(self.out),
         ]  # fmt: skip
-        env = {**os.environ, "SWARMSCOPE_WORKER_TOKEN": token}
+        # The master's own key pair (issue 27): its secret in a file only the master reads, the
+        # public half for the workers.
+        from swarmscope.app import workerauth
+
+        key = tmp / "master.key"
+        self.master_public, secret = workerauth.new_master_key()
+        key.write_bytes(secret)
+        key.chmod(0o600)
+        env = {**os.environ, "SWARMSCOPE_WORKER_TOKEN": token, workerauth.ENV_MASTER_KEY_FILE: str(key)}
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -142,7 +150,12 @@ def run_one(
             )
             _wait(master, lambda t: probes.wait_registered(timeout_s=t), 120)
             workers = SimWorkers.spawn(
-                f"127.0.0.1:{master.locust_port}", token, n, per_process=per_process, stall=stall
+                f"127.0.0.1:{master.locust_port}",
+                token,
+                master.master_public,
+                n,
+                per_process=per_process,
+                stall=stall,
             )
             _wait(master, lambda t: workers.wait_ready(timeout_s=t), 300)
             c = master.ps.cpu_times()
@@ -237,9 +250,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.stall and args.windows < 2:
         ap.error("--stall needs --windows 2 or more (workers hang in window 2)")
+    failed = 0
     for n in (int(x) for x in args.workers.split(",")):
         load0 = os.getloadavg()[0]
-        f = run_one(n, args.windows, args.burst_s, args.stall, args.probe_hosts, args.per_process)
+        try:
+            f = run_one(n, args.windows, args.burst_s, args.stall, args.probe_hosts, args.per_process)
+        except RuntimeError as e:  # the master failed: say why in one line, go on with the next N
+            why = [ln for ln in str(e).splitlines() if ln.startswith("swarmscope:")][-1:] or [str(e)]
+            print(f"workers={n} FAILED: {why[0]}  (load {load0:.1f}→{os.getloadavg()[0]:.1f})", flush=True)
+            failed += 1
+            continue
         f["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
         print(
             line(f) + f"  (goal at 1,000: lost=0, close p99 < 1000 ms; load {load0:.1f}→{f['load'][1]:.1f})"
@@ -258,6 +278,8 @@ def main() -> None:
         if args.json:
             print(json.dumps({k: v for k, v in f.items() if k not in ("report", "master_log")}))
         sys.stdout.flush()
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

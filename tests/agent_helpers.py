@@ -51,14 +51,19 @@ class TestController(pbg.ProbeControlServicer):
         self.hellos.append(request)
         sn = auth.new_nonce()
         self._server_nonces[sn] = request.probe_nonce
-        proof = b"\0" * 32 if self.bad_proof else auth.controller_proof(self.token, request.probe_nonce, sn)
+        proof = (
+            b"\0" * 32
+            if self.bad_proof
+            else auth.controller_proof(auth.node_key(self.token, request.node), request.probe_nonce, sn)
+        )
         return pb.HelloReply(server_nonce=sn, proof=proof)
 
     def Register(self, request, context):
         self.metadata += list(context.invocation_metadata())
         self.registers.append(request)
         pn = self._server_nonces.pop(request.server_nonce, None)
-        want = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
+        key = auth.node_key(self.token, request.node_name or request.hostname)
+        want = auth.probe_proof(key, request.server_nonce, request.nonce, request.probe_id)
         if pn != request.nonce or not auth.check(want, request.proof):
             self.rejected += 1
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad proof")

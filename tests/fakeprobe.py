@@ -30,8 +30,11 @@ class FakeProbe:
         counters: dict[str, int] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: list[tuple[str, str]] | None = None,
+        probe_id: str = "",
+        node_key: str = "",
     ):
-        self.address, self.token, self.node = address, token, node
+        """``token``: the fleet token (it derives its node's key), or ``node_key`` given instead."""
+        self.address, self.token, self.node, self.node_key = address, token, node, node_key
         self.counters = counters or {"exec": 7}
         self.samples: list[pb.Sample] = []  # put in every reading
         self.out: queue.Queue[pb.ProbeMessage | None] = queue.Queue()
@@ -40,7 +43,7 @@ class FakeProbe:
         else:
             self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.ProbeControlStub(self.channel)
-        self.probe_id = f"fake-{node}"
+        self.probe_id = probe_id or f"fake-{node}"
         self.session_id = ""
         self.reply = pb.RegisterReply()  # the last Register's (its heartbeat interval)
         self.silent = False  # stop answering (a probe that hangs)
@@ -53,8 +56,11 @@ class FakeProbe:
 
     def register(self) -> pb.RegisterReply:
         nonce = auth.new_nonce()
-        hello = self.stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=self.probe_id), timeout=10)
-        assert auth.check(auth.controller_proof(self.token, nonce, hello.server_nonce), hello.proof), (
+        key = self.node_key or auth.node_key(self.token, self.node)
+        hello = self.stub.Hello(
+            pb.HelloRequest(probe_nonce=nonce, probe_id=self.probe_id, node=self.node), timeout=10
+        )
+        assert auth.check(auth.controller_proof(key, nonce, hello.server_nonce), hello.proof), (
             "controller proof does not verify"
         )
         reply = self.stub.Register(
@@ -64,7 +70,7 @@ class FakeProbe:
                 node_name=self.node,
                 nonce=nonce,
                 server_nonce=hello.server_nonce,
-                proof=auth.probe_proof(self.token, hello.server_nonce, nonce, self.probe_id),
+                proof=auth.probe_proof(key, hello.server_nonce, nonce, self.probe_id),
             ),
             timeout=10,
         )

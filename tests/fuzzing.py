@@ -174,14 +174,16 @@ def handshake(stub: Any, token: str, probe_id: str) -> str:
     """A legitimate probe's handshake (Hello, the controller's proof checked, then Register
     with the probe's proof); the session id."""
     pn = auth.new_nonce()
-    hello = stub.Hello(ppb.HelloRequest(probe_nonce=pn, probe_id=probe_id), timeout=10)
-    assert auth.check(auth.controller_proof(token, pn, hello.server_nonce), hello.proof)
+    key = auth.node_key(token, probe_id)  # each fuzzing probe speaks for a node of its own name
+    hello = stub.Hello(ppb.HelloRequest(probe_nonce=pn, probe_id=probe_id, node=probe_id), timeout=10)
+    assert auth.check(auth.controller_proof(key, pn, hello.server_nonce), hello.proof)
     reply = stub.Register(
         ppb.RegisterRequest(
             probe_id=probe_id,
+            hostname=probe_id,
             nonce=pn,
             server_nonce=hello.server_nonce,
-            proof=auth.probe_proof(token, hello.server_nonce, pn, probe_id),
+            proof=auth.probe_proof(key, hello.server_nonce, pn, probe_id),
         ),
         timeout=10,
     )

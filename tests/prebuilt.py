@@ -12,6 +12,7 @@ timeout, nor leaves a half-written build directory in the shared cache when the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,6 +20,7 @@ from typing import TypeVar
 import pytest
 
 from swarmscope.core.errors import SetupError
+from swarmscope.core.sys.trust import untrusted
 
 T = TypeVar("T")
 
@@ -32,6 +34,9 @@ def run(argv: list[str], timeout: float = 60.0) -> str:
         tail = "\n".join(r.stderr.strip().splitlines()[-5:])
         why = f"{argv[0]} (rc={r.returncode}): {tail}\n(the tests build nothing: run `{MAKE}`)"
         pytest.fail(why, pytrace=False)
+    for line in r.stdout.splitlines():
+        if line.startswith("/") and os.path.exists(line) and (why := untrusted(line)) is not None:
+            pytest.fail(f"{argv[0]} gave {line}, which the tests will not run: {why}", pytrace=False)
     return r.stdout
 
 

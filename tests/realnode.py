@@ -14,8 +14,9 @@ get final child's PID from pipe").
 
 Isolation (six people share the machine): containerd runs in a network namespace the fixture
 makes (`nsenter --net`, so the mount namespace stays the host's and the kubelet's volume mounts
-are visible to runc), so the pods' CNI bridge lives there; one veth joins it to the host with
-/30 addresses, and the node's IP is the host end (the kubelet refuses a loopback node IP). The
+are visible to runc), so the pods' CNI bridge lives there; a veth joins it to a host bridge
+(tests/nodenet.py: a lone node's own, or the one tests/realcluster.py's nodes share), and the
+node's IP is a host address on that bridge (the kubelet refuses a loopback node IP). The
 kubelet's cgroup root is /<name> in every hierarchy, its root dir, pod logs, containerd's
 root/state and every socket are under the node's own directories, and pod network namespaces are
 mounted under containerd's state dir. Teardown deletes the pods, stops the kubelet, kills and
@@ -47,6 +48,7 @@ from typing import Any, TypeVar
 import prebuilt
 from cluster import BUILD, Cluster, Proc, _wait, free_port, stop
 from clusterdns import ClusterDNS
+from nodenet import Bridge, Net, run
 from tcpforward import forward
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -96,16 +98,15 @@ def find_node_tools() -> NodeTools:
 
 
 def cgroup_hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy (v1 controllers and the v2 unified one), each once: a
-    second mount of one (a chroot's /sys/fs/cgroup, made by another job) is the same directory."""
-    out, seen = [], set()
+    """Every cgroup hierarchy mounted under /sys/fs/cgroup (v1 controllers and the v2 one).
+
+    Only there: an image build's chroot mounts the same v2 hierarchy again elsewhere, and a
+    second mount of one hierarchy is the same directory tree, not another one."""
+    out = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _dev, mnt, fstype, *_ = line.split()
-        if fstype in ("cgroup", "cgroup2"):
-            with contextlib.suppress(OSError):  # unmounted since
-                if (dev := os.stat(mnt).st_dev) not in seen:
-                    seen.add(dev)
-                    out.append(Path(mnt))
+        if fstype in ("cgroup", "cgroup2") and Path(mnt).is_relative_to(CGROUP_ROOT):
+            out.append(Path(mnt))
     return out
 
 
@@ -118,52 +119,6 @@ def _rm_cgroup_tree(d: Path) -> None:
             sub.rmdir()
     with contextlib.suppress(OSError):
         d.rmdir()
-
-
-def _run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed (rc={r.returncode}): {r.stderr.strip()}")
-    return r
-
-
-@dataclass
-class Net:
-    """The node's network: netns <name>, veth host <-> netns, pod subnet on a bridge inside."""
-
-    netns: str
-    host_if: str
-    host_ip: str  # the node IP (host end of the veth)
-    ns_ip: str
-    pod_subnet: str
-
-    @classmethod
-    def pick(cls, name: str) -> Net:
-        # One /24 per node from 10.231-10.232/16, chosen by pid so parallel runs differ.
-        n = os.getpid() % 250 + 1
-        return cls(name, f"{name}-h", f"10.231.{n}.1", f"10.231.{n}.2", f"10.232.{n}.0/24")
-
-    def up(self) -> None:
-        for other in _run("ip", "-o", "addr", "show").stdout.splitlines():
-            if f" {self.host_ip}/" in other:
-                raise RuntimeError(f"realnode: {self.host_ip} is already in use: {other}")
-        _run("ip", "netns", "add", self.netns)
-        _run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
-        _run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
-        _run("ip", "link", "set", self.host_if, "up")
-        ns = ("ip", "netns", "exec", self.netns)
-        _run(*ns, "ip", "addr", "add", f"{self.ns_ip}/30", "dev", "eth0")
-        _run(*ns, "ip", "link", "set", "eth0", "up")
-        _run(*ns, "ip", "link", "set", "lo", "up")
-        _run(*ns, "ip", "route", "add", "default", "via", self.host_ip)
-        _run(*ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        # The host reaches pods (kubelet probes, the test) through the netns.
-        _run("ip", "route", "add", self.pod_subnet, "via", self.ns_ip, "dev", self.host_if)
-
-    def down(self) -> None:
-        # Deleting the namespace destroys the bridge and both veth ends, and so the route.
-        _run("ip", "netns", "del", self.netns, check=False)
-        _run("ip", "link", "del", self.host_if, check=False)
 
 
 @dataclass
@@ -179,6 +134,8 @@ class RealNode:
     absent: list[Path] = field(default_factory=list)  # GLOBAL_DIRS that did not exist at start
     dns: ClusterDNS | None = None
     api_port: int = 0  # the API server's port on the node IP (tests/tcpforward.py)
+    kubernetes_endpoint: bool = True
+    down: bool = False
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
@@ -186,11 +143,16 @@ class RealNode:
         return f"/{self.name}"
 
     @property
+    def pod_logs(self) -> Path:
+        """The kubelet's podLogsDir: its own (a kubelet deletes the dirs of pods it does not run)."""
+        return self.dir / "pod-logs"
+
+    @property
     def containerd_sock(self) -> Path:
         return self.run / "containerd.sock"
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        return _run(
+        return run(
             str(self.tools.containerd_bin / "ctr"), "--address", str(self.containerd_sock),
             "-n", "k8s.io", *args, check=check, timeout=timeout,
         )  # fmt: skip
@@ -210,20 +172,49 @@ class RealNode:
 
     @classmethod
     @contextlib.contextmanager
-    def start(cls, cluster: Cluster, tools: NodeTools, name: str | None = None) -> Iterator[RealNode]:
+    def start(
+        cls,
+        cluster: Cluster,
+        tools: NodeTools,
+        name: str | None = None,
+        *,
+        net: Net | None = None,
+        kubernetes_endpoint: bool = True,
+    ) -> Iterator[RealNode]:
+        """One node; without ``net`` on a bridge of its own (tests/realcluster.py joins several).
+
+        ``kubernetes_endpoint``: this node's API forwarder is the `kubernetes` Service's endpoint
+        (one node of a cluster does it)."""
         name = name or f"ssrn{os.getpid()}"
-        d = cluster.dir / "realnode"
-        node = cls(name, d, Path("/run") / name, Net.pick(name), tools, cluster)
-        t0 = time.monotonic()
-        try:
-            node._start()
-            node.timings["total"] = time.monotonic() - t0
-            print("realnode: up: " + ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items()), flush=True)
-            yield node
-        finally:
-            t = time.monotonic()
-            node.teardown()
-            print(f"realnode: down in {time.monotonic() - t:.1f} s", flush=True)
+        with contextlib.ExitStack() as own:
+            if net is None:
+                net = own.enter_context(Bridge.up()).net(0, name)
+                d = cluster.dir / "realnode"
+            else:
+                d = cluster.dir / name
+            node = cls(name, d, Path("/run") / name, net, tools, cluster)
+            node.kubernetes_endpoint = kubernetes_endpoint
+            t0 = time.monotonic()
+            try:
+                node._start()
+                node.timings["total"] = time.monotonic() - t0
+                print(
+                    f"realnode {name}: up: " + ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items()),
+                    flush=True,
+                )
+                yield node
+            finally:
+                node.teardown()
+
+    def memory(self) -> dict[str, float]:
+        """RSS (MiB) of the node's own processes: containerd, kubelet, kube-proxy (not its pods)."""
+        out = {}
+        for p in self.procs:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{p.popen.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        out[p.name] = int(line.split()[1]) / 1024
+        return out
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         log = self.dir / f"{name}.log"
@@ -248,7 +239,7 @@ class RealNode:
         api = urllib.parse.urlsplit(self.cluster.api.server)
         target = (api.hostname or "127.0.0.1", api.port or 443)
         self.api_port = self._stack.enter_context(forward(self.net.host_ip, target))
-        if self.cluster.endpoint_reconciler == "none":
+        if self.cluster.endpoint_reconciler == "none" and self.kubernetes_endpoint:
             self._point_kubernetes_service()
         self.timings["net+cgroups"] = time.monotonic() - t
 
@@ -380,7 +371,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
             # Reachable from this machine only (veth); the API server's logs/exec need no cert.
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
-            "podLogsDir": str(d / "pod-logs"),
+            "podLogsDir": str(self.pod_logs),
             "failSwapOn": False,
             "resolvConf": "",
             "clusterDNS": [self.net.host_ip],
@@ -420,7 +411,12 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
     # ---- teardown -------------------------------------------------------------------------
 
     def teardown(self) -> None:
-        """Leave nothing behind: pods, processes, mounts, cgroups, the netns, the node object."""
+        """Leave nothing behind: pods, processes, mounts, cgroups, the netns, the node object.
+
+        Once: a later call returns at once (tests/realcluster.py tears nodes down in parallel)."""
+        if self.down:
+            return
+        self.down, t = True, time.monotonic()
         kubelet = next((p for p in self.procs if p.name == "kubelet"), None)
         if kubelet and kubelet.popen.poll() is None:
             with contextlib.suppress(Exception):
@@ -446,6 +442,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
         shutil.rmtree(self.run, ignore_errors=True)
         shutil.rmtree(self.dir / "containerd", ignore_errors=True)
         shutil.rmtree(self.dir / "kubelet", ignore_errors=True)
+        print(f"realnode {self.name}: down in {time.monotonic() - t:.1f} s", flush=True)
 
     def _delete_pods(self) -> None:
         api = self.cluster.api

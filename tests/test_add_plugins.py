@@ -206,6 +206,7 @@ def test_the_table_names_the_files_added(tree: pathlib.Path) -> None:
     assert rows["a fault injector"] == {"swarmscope/targets/faults.py"}
 
 
+@pytest.mark.slow
 def test_registries_see_the_additions(tree: pathlib.Path) -> None:
     out = _py(
         tree,
@@ -244,6 +245,7 @@ def test_the_chart_tool_lists_the_new_kind(tree: pathlib.Path) -> None:
     assert f"'{NAME}'" in out
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_the_kind_runs_end_to_end(tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
     r = subprocess.run(

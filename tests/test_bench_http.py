@@ -23,6 +23,7 @@ def _netns() -> set[str]:
     return {ln.split()[0] for ln in out.splitlines() if ln.strip()}
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_removes_the_target(tmp_path: pathlib.Path, sig: signal.Signals) -> None:

@@ -13,6 +13,7 @@ from bpftool_check import check_against_bpftool
 BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench" / "probes.py"
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_bench_probes_short() -> None:

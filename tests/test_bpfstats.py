@@ -173,6 +173,7 @@ def test_top_ebpf_json_agrees_with_bpftool(xdp: tuple[str, int]) -> None:
         assert theirs[i].get("map_ids", []) == mine[i]["map_ids"]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_top_ebpf_filters(xdp: tuple[str, int]) -> None:
@@ -249,6 +250,7 @@ def test_top_ebpf_prometheus_exporter(xdp: tuple[str, int]) -> None:
         assert proc.wait(timeout=10) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_self_metrics(xdp: tuple[str, int]) -> None:
@@ -302,6 +304,7 @@ def test_top_ebpf_live_mode_redraws(xdp: tuple[str, int]) -> None:
     assert [f.splitlines()[1].split()[-1] for f in frames[1:]] == ["CPU_TREND", "CPU_TREND"]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_top_ebpf_keys_in_a_terminal(xdp: tuple[str, int]) -> None:

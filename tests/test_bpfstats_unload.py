@@ -68,6 +68,7 @@ def test_bpf_stats_keeps_a_really_unloaded_program() -> None:
     }
 
 
+@pytest.mark.slow
 def test_top_ebpf_live_mode_survives_an_unload() -> None:
     stats_fd = bpf.enable_stats()
     try:

@@ -26,6 +26,7 @@ def test_root_has_what_bpf_needs() -> None:
     assert missing_bpf_caps() == []
 
 
+@pytest.mark.slow
 def test_a_run_without_the_capabilities_says_which(tmp_path: pathlib.Path) -> None:
     p = _swarmscope("run", "scenarios/exec_storm.yaml", "--set", "iterations=1", "--out", str(tmp_path))
     assert p.returncode == 3

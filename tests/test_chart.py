@@ -119,6 +119,7 @@ def test_ci_values_exist() -> None:
     assert {"minimal", "daemonset-workers", "jaeger-enabled"} <= names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: values_id(v) if v else "default")
 def test_lint_and_validate_strict(tools: Tools, tmp_path: Path, values: Path | None) -> None:
     extra = ["-f", str(values)] if values else []
@@ -181,7 +182,7 @@ def test_probe_pod_capabilities_and_mounts(tools: Tools, tmp_path: Path) -> None
     # The probe binds its metrics to loopback unless told: the pod's IP is where the kubelet's
     # health checks and Prometheus reach it.
     assert ctr["args"][3:] == [
-        "--token-file", "/var/run/swarmscope-token/token", "--metrics-port", "9647",
+        "--node-key-file", "/var/run/swarmscope-node/key", "--metrics-port", "9647",
         "--metrics-bind", "0.0.0.0", "--retries", "60",
     ]  # fmt: skip
     assert ctr["resources"]["limits"]["memory"]
@@ -406,10 +407,13 @@ def test_install_default_values(cluster: Cluster) -> None:
         assert not api.can(sa(role), "list", "pods", namespace=ns, groups=groups)
         assert not api.can(sa(role), "get", "nodes", groups=groups)
 
-    # upgrade keeps the generated token (lookup), so running probes stay authenticated
+    # upgrade keeps the generated token and master key (lookup), so running probes and workers
+    # stay authenticated
+    master = api.get(f"/api/v1/namespaces/{ns}/secrets/ss-swarmscope-master-key")["data"]
     cluster.helm("upgrade", "ss", str(CHART), "-n", ns, "--wait", "--timeout", "180s")
     secret = api.get(f"/api/v1/namespaces/{ns}/secrets/ss-swarmscope-token")
     assert base64.b64decode(secret["data"]["token"]).decode() == token
+    assert api.get(f"/api/v1/namespaces/{ns}/secrets/ss-swarmscope-master-key")["data"] == master
 
 
 @pytest.mark.cluster

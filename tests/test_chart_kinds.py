@@ -60,6 +60,7 @@ def test_generated_parts_follow_the_code() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_kind_switch_leaves_the_exec_storm_options_behind(tools: Tools, tmp_path: Path) -> None:
     text, cfg = _scenario(tools, tmp_path)
     assert cfg == {"scenario": "exec_storm", "out": "/var/lib/swarmscope/results",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_chart import Tools, docs, helm_env, helm_template, one, tools  # noqa: F401
 
 
@@ -16,6 +17,7 @@ def env_of(obj: dict) -> dict[str, dict]:
     return {e["name"]: e for e in obj["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
+@pytest.mark.slow
 def test_probes_and_workers_get_the_otlp_endpoint(tools: Tools, tmp_path: Path) -> None:  # noqa: F811
     objs = docs(helm_template(tools, tmp_path).stdout)
     for kind, suffix in (("DaemonSet", "-probes"), ("Deployment", "-workers"), ("Deployment", "-controller")):

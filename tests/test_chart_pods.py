@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_chart import Tools, docs, helm_template, one, tools  # noqa: F401
 
 
+@pytest.mark.slow
 def test_probe_mounts_kubelet_log_dirs_read_only(tools: Tools, tmp_path: Path) -> None:  # noqa: F811
     ds = one(docs(helm_template(tools, tmp_path).stdout), "DaemonSet", "-probes")
     spec = ds["spec"]["template"]["spec"]

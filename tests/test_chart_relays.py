@@ -32,6 +32,7 @@ def _container(obj: dict) -> dict:
     return obj["spec"]["template"]["spec"]["containers"][0]
 
 
+@pytest.mark.slow
 def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # noqa: F811
     off = docs(helm_template(tools, tmp_path).stdout)
     assert [o for o in off if o["metadata"]["name"].endswith("-relays")] == []
@@ -56,7 +57,9 @@ def test_relays_render_wired_and_restricted(tools, tmp_path: Path) -> None:  # n
     assert spec["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in c["env"]}
     assert env["SWARMSCOPE_RELAY_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert sorted(env) == ["PYTHONDONTWRITEBYTECODE", "SWARMSCOPE_RELAY_ID"]  # no TLS unless asked
+    tls = ["SWARMSCOPE_RELAY_TLS_CERT", "SWARMSCOPE_RELAY_TLS_KEY", "SWARMSCOPE_RELAY_TLS_CLIENT_CA",
+           "SWARMSCOPE_TLS_CA", "SWARMSCOPE_TLS_CERT", "SWARMSCOPE_TLS_KEY"]  # fmt: skip
+    assert sorted(env) == sorted(["PYTHONDONTWRITEBYTECODE", "SWARMSCOPE_RELAY_ID", *tls])  # mTLS by default
     svc = one(objs, "Service", "-relays")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 7002, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "grpc"}
@@ -101,6 +104,7 @@ def test_relays_invalid_combinations_fail(tools, tmp_path: Path, sets: list[str]
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_generated_relay_certificate_works_both_ways(tools, tmp_path: Path) -> None:  # noqa: F811
     """The chart's relay certificate, towards probes (mTLS) and the controller (mTLS, its
     server name), with the relay configured by environment only (as the chart does)."""

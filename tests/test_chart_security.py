@@ -111,6 +111,49 @@ def test_secrets_reach_only_their_roles(tools, tmp_path: Path) -> None:  # noqa:
     assert ctr["args"][-1] == "--no-web-login"
 
 
+def test_master_key_and_node_keys_reach_only_their_holders(tools, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 27: the Locust master's secret key is mounted into the controller only (workers get
+    its public half, which matches it), and a probe container holds its node's key, made by an
+    init container from the probe token, never the token itself."""
+    import zmq
+
+    from swarmscope.app import workerauth
+
+    objs = docs(helm_template(tools, tmp_path).stdout)
+    master = one(objs, "Secret", "-master-key")
+    pem = {k: base64.b64decode(v).decode() for k, v in master["data"].items()}
+    assert set(pem) == {"master.key", "master.crt"}
+    secret = workerauth.parse_secret(pem["master.key"], "master.key")
+    assert zmq.curve_public(secret) == workerauth.parse_public(pem["master.crt"], "master.crt")
+
+    def pod(kind: str, suffix: str) -> dict[str, Any]:
+        return dict(one(objs, kind, suffix)["spec"]["template"]["spec"])
+
+    def uses(spec: dict[str, Any], name: str) -> bool:
+        return name in __import__("json").dumps(spec)
+
+    ctl, wrk, prb = (
+        pod("Deployment", "-controller"),
+        pod("Deployment", "-workers"),
+        pod("DaemonSet", "-probes"),
+    )
+    env = {e["name"]: e for e in ctl["containers"][0]["env"]}
+    assert env["SWARMSCOPE_MASTER_KEY_FILE"]["value"] == "/var/run/swarmscope-master/master.key"
+    (vol,) = [v for v in ctl["volumes"] if v["name"] == "master-key"]
+    assert vol["secret"]["items"] == [{"key": "master.key", "path": "master.key"}]
+    wenv = {e["name"]: e for e in wrk["containers"][0]["env"]}
+    ref = wenv["SWARMSCOPE_MASTER_PUBLIC_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": master["metadata"]["name"], "key": "master.crt"}
+    assert not uses(wrk, "master.key") and not uses(prb, master["metadata"]["name"])
+    (init,) = prb["initContainers"]
+    probe = prb["containers"][0]
+    assert init["args"][:3] == ["node-key", "--node", "$(NODE_NAME)"]
+    assert {m["name"] for m in init["volumeMounts"]} == {"token", "node-key"}
+    assert "token" not in {m["name"] for m in probe["volumeMounts"]}
+    i = probe["args"].index("--node-key-file")
+    assert probe["args"][i + 1] == "/var/run/swarmscope-node/key" and "--token-file" not in probe["args"]
+
+
 def _secret_files(secret: dict[str, Any], d: Path) -> dict[str, str]:
     d.mkdir(parents=True, exist_ok=True)
     out = {}

@@ -138,6 +138,7 @@ def test_every_invalid_check_with_its_location() -> None:
     assert item_lines("scenario: exec_storm\nchecks:\n  - a < 1\n\n  - b > 2\n") == [3, 5]
 
 
+@pytest.mark.slow
 def test_bad_check_in_scenario_file_names_its_line(tmp_path: pathlib.Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text("scenario: exec_storm\nnodes: [1]\nchecks:\n  - generated == kernel\n  - loss_ratio.max <\n")
@@ -152,6 +153,7 @@ root = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 SMALL = ["--set", "nodes=1", "--set", "iterations=2", "--set", "burst_s=0.3", "--set", "pause_s=0"]
 
 
+@pytest.mark.slow
 @root
 @pytest.mark.root
 @pytest.mark.bpf
@@ -189,6 +191,7 @@ def _locust(out: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @root
 @pytest.mark.root
 @pytest.mark.bpf
@@ -254,6 +257,7 @@ def test_unknown_paths_are_refused_before_the_run(kind: str, text: str, why: str
     assert str(e.value.problems[0]) == f"--check: checks: {text!r}: {why} (docs/report-json.md)"
 
 
+@pytest.mark.slow
 def test_a_misspelt_check_stops_the_run_before_it_starts(tmp_path: pathlib.Path) -> None:
     """Issue 28: `--check 'lossratio.max < 0.01'` ran the whole sweep, then exited 99."""
     out = tmp_path / "results"

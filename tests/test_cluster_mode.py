@@ -44,7 +44,12 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     token.write_text("cluster-mode-token")
     ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
     sw = str(BIN / "swarmscope")
-    # As the chart does: the probe token, and the workers' token (CURVE on the master port).
+    # As the chart does: the probe token, and the workers' token (CURVE on the master port); the
+    # master's key only for the controller, its public half for the worker.
+    import zmq
+
+    master_pub, master_sec = zmq.curve_keypair()
+    (tmp_path / "master.key").write_bytes(master_sec)
     env = {
         **os.environ,
         "SWARMSCOPE_TOKEN": "cluster-mode-token",
@@ -58,7 +63,8 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
          "--web-port", str(ports["web"]), "--run-once", "ss-r1",
          "--", "--headless", "-u", "1", "-r", "1", "-t", "10s", "--expect-workers", "1"],
-        cwd=ROOT, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT,
+        cwd=ROOT, env={**env, "SWARMSCOPE_MASTER_KEY_FILE": str(tmp_path / "master.key")},
+        stdout=logs["controller"], stderr=subprocess.STDOUT,
     )  # fmt: skip
     node_env = {**env, "NODE_NAME": "kind-node-1"}
     probe = subprocess.Popen(
@@ -72,7 +78,8 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     worker = subprocess.Popen(
         [sw, "worker", "--kind", "exec_storm", "--controller", "127.0.0.1",
          "--locust-port", str(ports["locust"])],
-        cwd=ROOT, env=node_env, stdout=logs["worker"], stderr=subprocess.STDOUT,
+        cwd=ROOT, env={**node_env, "SWARMSCOPE_MASTER_PUBLIC_KEY": master_pub.decode()},
+        stdout=logs["worker"], stderr=subprocess.STDOUT,
         preexec_fn=lambda: (pod / "cgroup.procs").write_text(str(os.getpid())),
     )  # fmt: skip
     try:

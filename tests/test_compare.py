@@ -56,6 +56,7 @@ def test_spread_rule() -> None:
     assert lines[5].split()[-1] == "+11.9"  # within the spread: no flag
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_compare_two_real_runs_with_different_tracers(tmp_path: pathlib.Path) -> None:
@@ -128,6 +129,7 @@ def _store_with_runs(out: pathlib.Path, *kinds: str) -> list[str]:
     return ids
 
 
+@pytest.mark.slow
 def test_ls_into_a_closed_pipe_is_quiet(tmp_path: pathlib.Path) -> None:
     """`swarmscope ls --json | head`: the reader is gone before the write; no traceback."""
     import subprocess
@@ -144,6 +146,7 @@ def test_ls_into_a_closed_pipe_is_quiet(tmp_path: pathlib.Path) -> None:
     assert err == b""
 
 
+@pytest.mark.slow
 def test_compare_refuses_runs_of_two_kinds(tmp_path: pathlib.Path) -> None:
     a, b = _store_with_runs(tmp_path, "exec_storm", "ingress_flood")
     p = run_cli("compare", a, b, "--out", str(tmp_path))

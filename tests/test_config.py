@@ -49,6 +49,7 @@ def test_not_a_mapping(tmp_path: pathlib.Path) -> None:
         SCHEMA.load(file=f, env={})
 
 
+@pytest.mark.slow
 def test_a_problem_names_the_option_it_came_from() -> None:
     """Issue 28: an error in `--ss-iterations` (locust -f) or `--tracer` (tracer-check) was
     labelled `--set`; each names its own option now, and plain --set keys stay `--set`."""

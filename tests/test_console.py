@@ -74,6 +74,7 @@ def test_kind_summary_from_report_sections() -> None:
     assert text_table([("a", "A")], []) == "  A"
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_ingress_run_prints_progress_and_summary(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"

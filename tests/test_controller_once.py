@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers import free_port
 
@@ -37,6 +38,7 @@ def _start(tmp: Path, run_id: str, ports: dict[str, int], log: str) -> subproces
         "PYTHONPATH": str(ROOT),
         "SWARMSCOPE_TOKEN": "t" * 20,
         "SWARMSCOPE_WORKER_TOKEN": "w" * 20,
+        "SWARMSCOPE_MASTER_KEY_FILE": str(tmp / "master.key"),  # made on first use
     }
     # No worker ever comes: the run waits for it (--expect-workers), i.e. it is under way.
     return subprocess.Popen(
@@ -83,6 +85,7 @@ def _stop(p: subprocess.Popen[bytes]) -> int:
         raise
 
 
+@pytest.mark.slow
 def test_a_restarted_headless_controller_does_not_run_again(tmp_path: Path) -> None:
     ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
     claim = tmp_path / "results" / ".run-once-rel-r3.json"
@@ -120,6 +123,7 @@ def test_a_restarted_headless_controller_does_not_run_again(tmp_path: Path) -> N
     ]
 
 
+@pytest.mark.slow
 def test_run_once_needs_headless(tmp_path: Path) -> None:
     sfile = tmp_path / "scenario.yaml"
     sfile.write_text("scenario: exec_storm\n")

@@ -1,25 +1,37 @@
-"""Ctrl-C on the Locust path (issue 18, finding 13): `locust -f scenarios/exec_storm.py`.
+"""Ctrl-C (issue 18, finding 13; issue 28: every kind through every door).
 
-Headless and web UI, single process and --master/--worker: SIGINT while a window is in flight
-stops the test as Locust's users expect (long before -t), the window closes in order (users and
-workers stop and send their counts, then the probe reads, then teardown), its counts are exact
-(generated == kernel for every node), and the run's status is ``interrupted``, in the store,
-the report and the console, never ``ok`` or ``running``.
+`locust -f scenarios/exec_storm.py`, headless and web UI, single process and --master/--worker:
+SIGINT while a window is in flight stops the test as Locust's users expect (long before -t),
+the window closes in order (users and workers stop and send their counts, then the probe reads,
+then teardown), its counts are exact (generated == kernel for every node), and the run's status
+is ``interrupted``, in the store, the report and the console, never ``ok`` or ``running``.
+
+The matrix (``test_ctrl_c_every_kind_every_door``): a terminal's Ctrl-C, SIGINT to the process
+group, on `swarmscope run` (every kind), `locust -f scenarios/<kind>.py --headless` and
+`swarmscope controller` + a hand-started worker and probe in its process group (every kind with a
+locustfile), once a window is in flight: status ``interrupted``, the report written with what was measured, no
+traceback, and nothing left (processes, network namespaces, cgroups, BPF programs, pins, owner
+claims under /run/swarmscope/owners), audited without the next run's start-of-run sweep.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import pathlib
 import signal
 import sqlite3
-import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
+import yaml
 from helpers import (
+    BIN,
+    ROOT,
     Logged,
     free_port,
     load_report,
@@ -28,6 +40,9 @@ from helpers import (
     only_run_dir,
     requests_done,
 )
+
+sys.path.insert(0, str(ROOT / "bench"))
+from fault_harness import OWNERS, _wait_tree_gone, _Watch, leftovers  # bench/: shared with bench/faults.py
 
 pytestmark = [
     pytest.mark.root,
@@ -163,42 +178,130 @@ def test_master_that_gives_up_waiting_for_workers_writes_a_failed_report(tmp_pat
     assert "swarmscope: report in" in stderr
 
 
-def _netns() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
+# -- every kind through every door ---------------------------------------------------------------
+# Each kind's run, long enough that a window is in flight when Ctrl-C comes.
+VALUES: dict[str, dict[str, object]] = {
+    "exec_storm": {"nodes": [2], "iterations": 60, "burst_s": 0.5},
+    "ingress_flood": {"steps": [5, 10, 15], "step_duration": 20, "network_baseline_s": 0},
+    "neighbor_writes": {"neighbors": [2000, 3000, 4000, 5000, 6000, 7000, 8000], "page_size": 1000,
+                        "batch_size": 500},
+    "flow_storm": {"flows": [1000], "iterations": 30, "rate_pps": 2000, "cache_max_flows": [100000]},
+    "ebpf_cost": {"tools": ["open"], "duration_s": 20, "iterations": 3},
+}  # fmt: skip
+# Locust's own options of the free-running doors: the ingress flood's shape runs its steps.
+LOCUST = {"exec_storm": ["-u", "2", "-r", "2", "-t", "120s"], "ingress_flood": [],
+          "neighbor_writes": ["-u", "1", "-r", "1", "-t", "120s"],
+          "flow_storm": ["-u", "1", "-r", "1", "-t", "120s"]}  # fmt: skip
+# `swarmscope run` embedded (every kind) and distributed (its workers spawned; ebpf_cost is embedded only)
+CELLS = [("run", k) for k in VALUES] + [
+    (d, k) for d in ("distributed", "locust", "controller") for k in LOCUST
+]
 
 
-def test_ctrl_c_to_the_process_group_of_a_shape_run(tmp_path: pathlib.Path) -> None:
-    """A terminal's Ctrl-C (SIGINT to the whole process group) on `locust -f
-    scenarios/ingress_flood.py --headless`: the shape's run stops in order (its window closed
-    with what was measured, status interrupted, exit 0, no traceback), and the local target's
-    namespace and nginx processes are gone. Locust installs its SIGTERM handler only after a
-    headless shape ends, so the plug-in must not turn this Ctrl-C into a SIGTERM."""
-    out = tmp_path / "results"
-    before = _netns()
-    p = subprocess.Popen(
-        [str(pathlib.Path(__file__).resolve().parent.parent / ".venv/bin/locust"), "-f",
-         "scenarios/ingress_flood.py", "--headless", "--only-summary", "--ss-steps", "5,10",
-         "--ss-step-duration", "30", "--ss-out", str(out)],
-        cwd=pathlib.Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+def _iterations(out: pathlib.Path) -> int:
     try:
-        _wait_for(lambda: _window_open(out), "the window to open")
-        time.sleep(2)
-        t0 = time.monotonic()
-        os.killpg(p.pid, signal.SIGINT)
-        _, stderr = p.communicate(timeout=120)
-        assert time.monotonic() - t0 < 45, "Ctrl-C ignored until the steps ended?"
+        with sqlite3.connect(out / "swarmscope.sqlite", timeout=5) as c:
+            return int(c.execute("SELECT COUNT(*) FROM iterations").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _window_in_flight(metrics: str) -> bool:
+    """The controller's /metrics says a window is open on the probes (swarmscope_window_open)."""
+    try:
+        with urllib.request.urlopen(metrics, timeout=2) as r:
+            return "\nswarmscope_window_open 1.0" in r.read().decode()
+    except OSError:
+        return False
+
+
+def _start_door(door: str, kind: str, tmp: pathlib.Path, metrics_port: int) -> dict[str, Logged]:
+    """The door's processes, each in a session of its own (a terminal each), by role."""
+    sfile = tmp / f"{kind}.yaml"
+    values = {"scenario": kind, "out": str(tmp / "results"), "metrics_port": metrics_port, **VALUES[kind]}
+    if door == "distributed":
+        values.update(mode="distributed", workers=2, master_bind=f"127.0.0.1:{free_port()}")
+    sfile.write_text(yaml.safe_dump(values))
+    started: dict[str, Logged] = {}
+
+    def start(role: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        # The first is a terminal's foreground job; the controller's probe and worker join its
+        # process group, as when one shell script starts them all: one Ctrl-C reaches every one.
+        group = next(iter(started.values())).pid if started else 0  # 0: a new group, led by it
+        started[role] = Logged(argv, cwd=ROOT, env={**os.environ, **(env or {})}, process_group=group)
+
+    if door in ("run", "distributed"):
+        start("run", [str(BIN / "swarmscope"), "run", str(sfile)])
+    elif door == "locust":
+        start("locust", [str(BIN / "locust"), "-f", f"scenarios/{kind}.py", "--headless",
+                         "--ss-scenario-file", str(sfile), *LOCUST[kind]])  # fmt: skip
+    else:
+        token, (locust_port, grpc_port) = tmp / "token", (free_port(), free_port())
+        token.write_text("ctrl-c-token")
+        env = {"SWARMSCOPE_TOKEN": "ctrl-c-token", "SWARMSCOPE_NODE_HOST": "hA"}
+        start("controller", [
+            str(BIN / "swarmscope"), "controller", "--scenario", str(sfile),
+            "--locust-port", str(locust_port), "--grpc-port", str(grpc_port),
+            "--metrics-port", str(metrics_port), "--web-port", str(free_port()),
+            "--", "--headless", "--expect-workers", "1", *LOCUST[kind],
+        ], env)  # fmt: skip
+        start("probe", [str(BIN / "swarmscope"), "probe", "--controller", f"127.0.0.1:{grpc_port}",
+                        "--token-file", str(token), "--node", "hA", "--retries", "60"], env)  # fmt: skip
+        start("worker", [str(BIN / "swarmscope"), "worker", "--controller", "127.0.0.1",
+                         "--locust-port", str(locust_port)], env)  # fmt: skip
+    return started
+
+
+@pytest.mark.slow  # 17 real runs, 23-61 s each
+@pytest.mark.parametrize("door,kind", CELLS, ids=[f"{d}-{k}" for d, k in CELLS])
+def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: str) -> None:
+    out, port, locust = tmp_path / "results", free_port(), door in ("locust", "controller")
+    procs = _start_door(door, kind, tmp_path, port)
+    first = next(iter(procs.values()))  # the run, locust, or the controller: the run's terminal
+    watches = [_Watch(p.pid) for p in procs.values()]
+    try:
+        # Visible state: a window open on the probes (the controller's /metrics) and, for a
+        # swept run, one stored before it.
+        deadline = time.monotonic() + 180
+        while not (
+            _window_in_flight(f"http://127.0.0.1:{port}/metrics") and (locust or _iterations(out) >= 1)
+        ):
+            for w in watches:
+                w.sample()
+            assert first.poll() is None, first.output()[1][-3000:]
+            assert time.monotonic() < deadline, first.output()[1][-3000:]
+            time.sleep(0.1)
+        for w in watches:
+            w.sample()
+            w.sample_progs()
+        stored = _iterations(out)
+        os.killpg(first.pid, signal.SIGINT)
+        for p in procs.values():
+            p.wait(120)
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == 0, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    for w in watches:
+        _wait_tree_gone(w, 15.0)
+    texts = {role: "\n".join(p.output()) for role, p in procs.items()}
+    for role, text in texts.items():
+        assert "Traceback" not in text, f"{role}: {text[-3000:]}"
+    assert first.returncode == (0 if locust else 130), texts
     rep = load_report(only_run_dir(out))
-    assert rep["status"] == "interrupted"
-    [step] = rep["sections"]["steps"]
-    assert step["users"] == 5 and step["requests"] > 0
-    assert {n for n in _netns() - before if n.startswith("ss-ingress-")} == set()
-    nginx = subprocess.run(["pgrep", "-af", "nginx"], capture_output=True, text=True).stdout
-    assert rep["run_id"].rsplit("-", 1)[-1] not in nginx
+    assert rep["status"] == "interrupted", texts
+    kept = sum(len(p["iterations"]) for p in rep["points"])
+    if locust:  # the window in flight: closed in order and kept
+        assert kept == 1, rep["points"]
+    else:  # every window stored before the Ctrl-C is kept
+        assert kept >= stored >= 1, rep["points"]
+    # Nothing left, seen from the processes themselves (bench/fault_harness.py): their processes,
+    # the namespaces and cgroups they were in, the BPF programs they held, their pins and links.
+    left = [x for w in watches for x in leftovers(w)]
+    pids = {pid for w in watches for pid in w.procs}
+    for claim in OWNERS.glob("*/*"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(claim.read_text()).get("pid") in pids:
+                left.append(f"owner claim {claim}")
+    assert left == [], texts

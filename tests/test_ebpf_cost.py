@@ -53,6 +53,7 @@ def test_runtime_format() -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_figures_match_bpftool_for_the_same_ids() -> None:
     prebuilt.found(lambda: ig_binary(build=False))  # built by `make tools`
     stats = BpfStats()
@@ -100,6 +101,7 @@ def test_figures_match_bpftool_for_the_same_ids() -> None:
     assert not pathlib.Path(str(driver.node.cgroup_path)).exists()
 
 
+@pytest.mark.slow
 def test_swarmscope_run_ebpf_cost(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(

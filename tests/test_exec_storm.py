@@ -79,6 +79,7 @@ def test_build_from_scratch_then_cached(tmp_path: pathlib.Path, monkeypatch: pyt
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.tiny.parent.name], "no temp dirs left"
 
 
+@pytest.mark.slow
 def test_source_change_builds_new_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -279,6 +280,7 @@ def test_missing_cgroup_is_a_load_gen_error(tools: NativeTools) -> None:
 # --- generated == kernel -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.bpf
 def test_generated_equals_kernel_two_nodes_several_bursts(
     tools: NativeTools, exec_bpf: Any, group: str
@@ -353,6 +355,7 @@ print(json.dumps({"ticks": ticks, "execs": r.execs}))
 """
 
 
+@pytest.mark.slow
 def test_burst_does_not_block_the_gevent_hub() -> None:
     r = subprocess.run(
         [sys.executable, "-c", GEVENT_SCRIPT], capture_output=True, text=True, timeout=60, check=True
@@ -364,6 +367,7 @@ def test_burst_does_not_block_the_gevent_hub() -> None:
     assert d["ticks"] >= 10, d
 
 
+@pytest.mark.slow
 @pytest.mark.bpf
 def test_bench_runs_and_reconciles() -> None:
     """The bench itself (short): both paths exec, the probe's cost is measured, counts agree."""

@@ -66,6 +66,7 @@ def test_watcher_stops_with_its_session_and_is_off_at_zero() -> None:
     assert Failback(0.0).start(ended, lambda: True, lambda: True, lambda: None) is None
 
 
+@pytest.mark.slow
 def test_agent_started_before_its_relay_moves_to_it_between_windows() -> None:
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0, reconnect_grace_s=6.0)
     fleet.start()
@@ -116,6 +117,7 @@ def test_agent_started_before_its_relay_moves_to_it_between_windows() -> None:
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_a_stopped_relay_lets_its_probe_move_on_instead_of_stopping_it() -> None:
     """SIGTERM to a relay (a rollout, a scale-down) ends its sessions; it does not tell its
     probes to stop (only the controller's Shutdown is passed on): the agent registers at the
@@ -158,6 +160,7 @@ def test_a_stopped_relay_lets_its_probe_move_on_instead_of_stopping_it() -> None
         fleet.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_cli_started_before_its_relay_moves_to_it() -> None:

@@ -32,6 +32,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,sig",
     [
@@ -54,6 +55,7 @@ def test_fault_cell(name: str, sig: signal.Signals, tmp_path: pathlib.Path) -> N
         assert (r.status, r.stored) == ("ok", 12)
 
 
+@pytest.mark.slow
 def test_sigkill_at_point_k_keeps_every_finished_point(tmp_path: pathlib.Path) -> None:
     """Finding 7: a kill after k stored windows keeps all k; the next start marks the run
     interrupted; `swarmscope report` reads it back with those windows."""

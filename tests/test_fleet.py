@@ -68,9 +68,13 @@ def test_controller_proof_checks_token(fleet: Fleet) -> None:
     ch = grpc.insecure_channel(fleet.address)
     stub = pb_grpc.ProbeControlStub(ch)
     nonce = auth.new_nonce()
-    reply = stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="p"))
-    assert auth.check(auth.controller_proof("secret-token", nonce, reply.server_nonce), reply.proof)
-    assert not auth.check(auth.controller_proof("other-token", nonce, reply.server_nonce), reply.proof)
+    reply = stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="p", node="n1"))
+    key = auth.node_key("secret-token", "n1")  # the proof is keyed by the named node's key
+    assert auth.check(auth.controller_proof(key, nonce, reply.server_nonce), reply.proof)
+    assert not auth.check(auth.controller_proof("secret-token", nonce, reply.server_nonce), reply.proof)
+    assert not auth.check(
+        auth.controller_proof(auth.node_key("secret-token", "n2"), nonce, reply.server_nonce), reply.proof
+    )
     ch.close()
 
 
@@ -89,6 +93,7 @@ def test_silent_probe_is_reported_missing_and_others_kept(fleet: Fleet) -> None:
     b.stop()
 
 
+@pytest.mark.slow
 def test_dead_probe_detected_without_waiting_full_timeout(fleet: Fleet) -> None:
     a = FakeProbe(fleet.address, "secret-token", "host-a").start()
     b = FakeProbe(fleet.address, "secret-token", "host-b").start()
@@ -116,6 +121,7 @@ def test_wait_for_probes_times_out_with_hint(fleet: Fleet) -> None:
         fleet.wait_for_probes(1, timeout_s=0.3)
 
 
+@pytest.mark.slow
 def test_options_go_down_and_samples_come_up(fleet: Fleet) -> None:
     from swarmscope.controller.model import ReadingSample
 

@@ -61,6 +61,7 @@ def test_forty_probes_on_the_loop_without_a_thread_per_stream() -> None:
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_fleet_process_serves_the_same_api() -> None:
     fleet = FleetProcess(TOKEN, liveness_s=2.0)
     fleet.start()
@@ -112,6 +113,7 @@ fleet.stop()
 """
 
 
+@pytest.mark.slow
 def test_gevent_process_gets_the_fleet_in_a_child() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
@@ -164,6 +166,7 @@ def test_a_probe_message_that_does_not_parse_ends_its_session_as_invalid_argumen
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_a_fleet_collects_garbage_less_often_unless_its_process_set_a_pace() -> None:
     code = (
         "import gc, sys; from swarmscope.controller.fleet import Fleet\n"

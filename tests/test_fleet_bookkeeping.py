@@ -115,13 +115,14 @@ def test_register_cannot_be_replayed(fleet: Fleet) -> None:
     and a server nonce is good only with the probe nonce of its own Hello."""
     p = FakeProbe(fleet.address, TOKEN, "host-a")
     nonce = auth.new_nonce()
-    hello = p.stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=p.probe_id))
+    hello = p.stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=p.probe_id, node="host-a"))
+    key = auth.node_key(TOKEN, "host-a")
     req = pb.RegisterRequest(
         probe_id=p.probe_id,
         node_name="host-a",
         nonce=nonce,
         server_nonce=hello.server_nonce,
-        proof=auth.probe_proof(TOKEN, hello.server_nonce, nonce, p.probe_id),
+        proof=auth.probe_proof(key, hello.server_nonce, nonce, p.probe_id),
     )
     assert p.stub.Register(req).session_id
     with pytest.raises(grpc.RpcError) as ei:
@@ -133,9 +134,10 @@ def test_register_cannot_be_replayed(fleet: Fleet) -> None:
         p.stub.Register(
             pb.RegisterRequest(
                 probe_id=p.probe_id,
+                node_name="host-a",
                 nonce=other,
                 server_nonce=hello2.server_nonce,
-                proof=auth.probe_proof(TOKEN, hello2.server_nonce, other, p.probe_id),
+                proof=auth.probe_proof(key, hello2.server_nonce, other, p.probe_id),
             )
         )
     assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -173,3 +175,101 @@ def test_reconnects_land_in_the_window_result(fleet: Fleet) -> None:
     result = ctl.close_window(win, point, timeout_s=5)
     assert result.extra["probe_reconnects"] == {"fake-host-a@host-a": 1}
     a.stop()
+
+
+def test_a_worker_speaks_only_for_the_nodes_it_announced(fleet: Fleet) -> None:
+    """Issue 27 finding 3: a second worker announcing a node another live worker holds is refused
+    (the node keeps its host and cgroup), and results a worker sends for a node it did not
+    announce are not merged; both refusals are in the window's result and the log."""
+    from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowOutcome
+    from swarmscope.controller.role import ControllerRole
+    from swarmscope.core.events import RunEvents
+
+    seen: dict[str, dict[str, object]] = {}
+
+    def rule(o: WindowOutcome) -> IterationResult:
+        seen.update(o.results)
+        return IterationResult.for_window(o.window, o.point, [])
+
+    run = RunInfo("run-1", "exec_storm", "exec", {}, time.time_ns())
+    ctl = ControllerRole(run, fleet, RunEvents(), reconcile=rule)
+    ctl.add_nodes("worker-1", [{"name": "n1", "host": "host-a", "cgroup_id": 101}])
+    refused = ctl.add_nodes("worker-2", [{"name": "n1", "host": "host-b", "cgroup_id": 666}])
+    assert (ctl.nodes["n1"].host, ctl.nodes["n1"].cgroup_id, ctl.nodes["n1"].worker) == (
+        "host-a",
+        101,
+        "worker-1",
+    )
+    assert refused == ["worker worker-2 announced node n1, which worker worker-1 holds: refused"]
+    a = FakeProbe(fleet.address, TOKEN, "host-a").start()
+    fleet.wait_for_probes(1, timeout_s=10)
+    point = PointInfo(0, {"nodes": 1}, 1)
+    win = ctl.open_window(point, 1, ["n1"])
+    ctl.add_results(win.window_id, "worker-1", {"n1": {"generated": 7}})
+    ctl.add_results(win.window_id, "worker-2", {"n1": {"generated": 999999}})
+    result = ctl.close_window(win, point, timeout_s=5)
+    a.stop()
+    assert seen == {"n1": {"generated": 7}}
+    assert result.extra["refused"] == [
+        "worker worker-2 announced node n1, which worker worker-1 holds: refused",
+        "worker worker-2 sent results for node n1, which it did not announce: refused",
+    ]
+    # A node whose worker is gone can be taken over (a worker pod restarted on its node).
+    assert (
+        ctl.add_nodes("worker-3", [{"name": "n1", "host": "host-a", "cgroup_id": 102}], alive=lambda w: False)
+        == []
+    )
+    assert ctl.nodes["n1"].worker == "worker-3"
+
+
+def test_a_probe_speaks_only_for_its_own_node(fleet: Fleet) -> None:
+    """Issue 27 finding 4: a second probe claiming a node whose probe is live is refused (named in
+    the log and the window's result), so the genuine probe's reading stands; a probe holding
+    another node's key cannot register for this node at all."""
+    from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowOutcome
+    from swarmscope.controller.role import ControllerRole
+    from swarmscope.core.events import RunEvents
+
+    seen: list[tuple[str, str, int]] = []
+
+    def rule(o: WindowOutcome) -> IterationResult:
+        seen.extend((r.probe_id, r.node, r.counters["exec"]) for r in o.readings)
+        return IterationResult.for_window(o.window, o.point, [])
+
+    run = RunInfo("run-1", "exec_storm", "exec", {}, time.time_ns())
+    ctl = ControllerRole(run, fleet, RunEvents(), reconcile=rule)
+    ctl.add_nodes("worker-1", [{"name": "nodeA", "host": "nodeA", "cgroup_id": 0}])
+    genuine = FakeProbe(fleet.address, TOKEN, "nodeA", counters={"exec": 7}).start()
+    fleet.wait_for_probes(1, timeout_s=10)
+    second = FakeProbe(fleet.address, TOKEN, "nodeA", counters={"exec": 999999}, probe_id="impostor")
+    with pytest.raises(grpc.RpcError) as ei:
+        second.register()
+    assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    # A probe given only nodeB's key (the chart gives each probe its own node's) claims nodeA.
+    other = FakeProbe(
+        fleet.address, "", "nodeA", probe_id="from-nodeB", node_key=auth.node_key(TOKEN, "nodeB")
+    )
+    with pytest.raises(AssertionError, match="controller proof"):  # its check of the controller fails
+        other.register()
+    nonce = auth.new_nonce()
+    hello = other.stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id="from-nodeB", node="nodeA"))
+    with pytest.raises(grpc.RpcError) as ei:
+        other.stub.Register(
+            pb.RegisterRequest(
+                probe_id="from-nodeB",
+                node_name="nodeA",
+                nonce=nonce,
+                server_nonce=hello.server_nonce,
+                proof=auth.probe_proof(other.node_key, hello.server_nonce, nonce, "from-nodeB"),
+            )
+        )
+    assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    point = PointInfo(0, {"nodes": 1}, 1)
+    win = ctl.open_window(point, 1, ["nodeA"])
+    ctl.add_results(win.window_id, "worker-1", {"nodeA": {"generated": 7}})
+    result = ctl.close_window(win, point, timeout_s=5)
+    genuine.stop()
+    assert seen == [("fake-nodeA", "nodeA", 7)]
+    assert result.extra["refused"] == [
+        "probe impostor registered for node nodeA, which live probe fake-nodeA holds: refused"
+    ]

@@ -137,6 +137,7 @@ def test_holds_nest_across_threads_and_a_process_without_the_collector_keeps_it_
         gc.enable()
 
 
+@pytest.mark.slow
 def test_thousands_of_completions_in_flight_all_answer_through_the_drained_reader() -> None:
     fleet = Fleet(TOKEN)
     fleet.start()

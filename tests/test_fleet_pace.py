@@ -40,6 +40,7 @@ def _beat(probe: FakeProbe, stop: threading.Event) -> threading.Thread:
     return t
 
 
+@pytest.mark.slow
 def test_scaled_interval_and_liveness_per_probe() -> None:
     fleet = _fleet()
     stop = threading.Event()
@@ -82,6 +83,7 @@ def test_scaled_interval_and_liveness_per_probe() -> None:
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_silent_probe_is_lost_after_its_scaled_liveness_not_before() -> None:
     fleet = _fleet()
     probes = []

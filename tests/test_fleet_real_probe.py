@@ -40,6 +40,7 @@ class Running:
         self.thread.join(15)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_real_probe_reconnect_mid_window_keeps_exact_count() -> None:

@@ -14,6 +14,7 @@ import json
 import pathlib
 import sys
 
+import pytest
 from test_flow_exporters import _run
 from test_flow_storm import _exact, root
 
@@ -42,6 +43,7 @@ def test_window_metrics_is_the_counters_increase_and_the_gauges_at_the_end() -> 
     }
 
 
+@pytest.mark.slow
 @root
 def test_reference_agent_metrics_scraped_equal_its_own_counters(tmp_path: pathlib.Path) -> None:
     rep = _run(tmp_path, "flows=3000", "packets_per_flow=2", "cache_max_flows=100000,300", "rate_pps=20000",
@@ -74,6 +76,7 @@ def test_reference_agent_metrics_scraped_equal_its_own_counters(tmp_path: pathli
     assert (small["exact_flows"], small["split_flows"]) == (pf["exact"], pf["split"])
 
 
+@pytest.mark.slow
 @root
 def test_scraped_dropped_flows_equal_the_agents_over_two_windows() -> None:
     """A one-page ring buffer behind a 64-flow map, unpaced: the agent drops flows (ring

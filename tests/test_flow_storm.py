@@ -60,6 +60,7 @@ def _exact(rep: dict, flows: list[int], ppf: int, frame: int) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 @root
 def test_flow_storm_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
@@ -75,6 +76,7 @@ def test_flow_storm_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     assert "Flow storm: generated against the kernel" in (run_dir / "report.html").read_text()
 
 
+@pytest.mark.slow
 @root
 def test_flow_storm_stopped_by_max_s_is_still_exact_per_flow(tmp_path: pathlib.Path) -> None:
     """60000 flows x 3 rounds at 20000 packets/s cannot finish in 1 s: the generator stops in
@@ -95,6 +97,7 @@ def test_flow_storm_stopped_by_max_s_is_still_exact_per_flow(tmp_path: pathlib.P
     assert row["kernel"]["hist"] == {"1": row["partial"]} and row["problems"] == []
 
 
+@pytest.mark.slow
 @root
 def test_flow_storm_distributed(tmp_path: pathlib.Path) -> None:
     """Two worker processes, each its own namespace pair; the probe counts each interface apart
@@ -200,6 +203,7 @@ def test_reconcile_rule() -> None:
     assert shares(5, ["b", "a"]) == {"a": [0, 3], "b": [3, 2]}
 
 
+@pytest.mark.slow
 @root
 def test_reference_agent_cache_sweep(tmp_path: pathlib.Path) -> None:
     """The write-up's experiment in small: a map that holds every flow needs no ring buffer;

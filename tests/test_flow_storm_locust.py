@@ -12,10 +12,12 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
+import pytest
 from helpers import BIN, ROOT, load_report, only_run_dir
 from test_flow_storm import root
 
 
+@pytest.mark.slow
 @root
 def test_locust_f_flow_storm_exits_and_counts_the_cut_burst(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import gc, json
 import locust, gevent, grpc, numpy  # what a worker has imported before its first window
@@ -19,6 +21,7 @@ print(json.dumps({"n": n, "again": freeze_setup_heap(), "count": gc.get_freeze_c
 """
 
 
+@pytest.mark.slow
 def test_freeze_setup_heap_moves_the_imports_out_of_full_collections_once() -> None:
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, check=True

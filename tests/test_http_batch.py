@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from swarmscope.workers.http_stats import HIGH_US, LOW_US, StepRecorder, add_values, new_histogram
 
@@ -100,6 +101,20 @@ def test_record_many_equals_record_across_steps_failures_and_timeline() -> None:
             many.record_many(rows)
         many.record_many([])
         _same(one, many)
+        # batches with no transport error (counted by status alone): 5xx, 3xx and no status too
+        one, many = _pair(0, keep, t0)
+        sent: list[tuple] = []
+        for status in (200, 503, None):
+            rows = [(t, d, s, None, 0) for t, d, s, _e, _s in _rows(rng, t0, 400, 1.0, [0])]
+            rows += [(t0 + 0.5, t0 + 0.6, status, None, 0)] * 9
+            for r in rows:
+                one.record(*r[:4], step=r[4])
+            many.record_many(rows)
+            sent += rows
+        _same(one, many)
+        assert many.steps[0].statuses["503"] == sum(r[2] == 503 for r in sent)
+        assert many.steps[0].failures["HTTP 503"] == sum(r[2] == 503 for r in sent)
+        assert many.steps[0].statuses["none"] == sum(r[2] is None for r in sent)
     # a step in progress set by a count run (current_step) is where unnamed rows go
     one, many = _pair(0, False, t0)
     one.current_step = many.current_step = 5
@@ -111,6 +126,7 @@ def test_record_many_equals_record_across_steps_failures_and_timeline() -> None:
     _same(one, many)
 
 
+@pytest.mark.slow
 def test_window_load_buffers_and_counts_a_count_step_exactly() -> None:
     """WindowLoad in a real (gevent-patched) process: the buffer flushes at FLUSH_AT and at
     stop, recorded() counts buffered requests, a count step is done at exactly its share."""

@@ -45,6 +45,7 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_image_install_check_passes_on_host() -> None:
     r = run("tools/image-install.sh", "--check")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -57,6 +58,7 @@ def test_image_install_check_passes_on_host() -> None:
     assert "ok entrypoint swarmscope" in r.stdout
 
 
+@pytest.mark.slow
 def test_image_install_check_fails_on_missing_package(tmp_path: Path) -> None:
     # a fake setup.sh that lists a package apt does not know: --check must fail and name it
     fake = tmp_path / "repo"

@@ -79,6 +79,7 @@ def test_signal_stops_the_build_and_cleans_up(tmp_path: Path, sig: signal.Signal
         build_image_work.clean(images)
 
 
+@pytest.mark.slow
 def test_next_start_cleans_what_a_sigkill_left(tmp_path: Path) -> None:
     p, fake, images = start(tmp_path)
     try:

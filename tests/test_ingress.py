@@ -241,6 +241,7 @@ def test_preflight_unreachable_and_tls_errors() -> None:
         srv.server_close()
 
 
+@pytest.mark.slow
 def test_cli_rejects_bad_host_before_load(tmp_path: pathlib.Path) -> None:
     r = flood(tmp_path, "host=http://203.0.113.5/", "steps=10", "step_duration=1", expect_rc=2)
     assert "allow_hosts" in r["stderr"]
@@ -249,6 +250,7 @@ def test_cli_rejects_bad_host_before_load(tmp_path: pathlib.Path) -> None:
 
 
 # -- real runs against the local nginx target ---------------------------------------------------
+@pytest.mark.slow
 @needs_root
 def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathlib.Path) -> None:
     r = flood(tmp_path, "steps=5,10", "step_duration=2", "lb_workers=2")
@@ -270,14 +272,24 @@ def test_embedded_steps_exact_per_step_with_proxy_from_the_probe(tmp_path: pathl
         assert [p["role"] for p in procs] == ["master", "worker", "worker"]
         assert sum(p["RSS"] for p in procs) == s["proxy"]["rss_kib_max"]
         assert all(p["VSZ"] >= p["RSS"] > 0 and 0 < p["%MEM"] < 100 for p in procs)
+        # pidstat's rows: each process each second, the step's row their mean (sizes: largest)
+        per_s = s["proxy_per_second"]
+        assert len(per_s) == 3 * s["proxy"]["ticks"]
+        assert [p["role"] for p in per_s[:3]] == ["master", "worker", "worker"]
+        for p in procs:
+            mine = [r for r in per_s if r["pid"] == p["pid"]]
+            assert p["%CPU"] == sum(r["%CPU"] for r in mine) / len(mine)
+            assert p["RSS"] == max(r["RSS"] for r in mine)
     assert any(s["proxy"]["cpu_pct"] > 0 for s in steps)
     assert any(p["%CPU"] > 0 for s in steps for p in s["proxy_processes"] if p["role"] == "worker")
-    assert "<th>minflt/s</th>" in (r["run_dir"] / "report.html").read_text()
+    page = (r["run_dir"] / "report.html").read_text()
+    assert "<th>minflt/s</th>" in page and "Proxy processes per second" in page
     assert r["faults"] == []
     for f in ("latency_percentiles.png", "latency_histograms.png", "rps.png", "proxy_cpu_rss.png"):
         assert (r["run_dir"] / f).stat().st_size > 1000
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("workers", [1, 2])
 def test_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, workers: int) -> None:
@@ -298,6 +310,7 @@ def test_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, workers: int
     assert r["ingress"]["server_requests"] == 1301
 
 
+@pytest.mark.slow
 @needs_root
 def test_backend_replicas_per_step_serve_round_robin(tmp_path: pathlib.Path) -> None:
     """backends=1,2,4: each step the LB proxies to that many replicas (each its own nginx), and
@@ -411,6 +424,7 @@ def k6_bin() -> str:
     return prebuilt.found(lambda: k6_binary(build=False))
 
 
+@pytest.mark.slow
 @needs_root
 def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> None:
     assert pathlib.Path(k6_bin).is_file()
@@ -429,6 +443,7 @@ sleep "$BUILD_S"; ln -sf "$REAL_K6" "$DIR/k6"; echo "$DIR/k6"
 """
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.timeout(1800)
 def test_first_k6_run_builds_before_the_first_window(tmp_path: pathlib.Path, k6_bin: str) -> None:
@@ -468,6 +483,7 @@ def test_kill_pod_without_a_cluster_says_so(tmp_path: pathlib.Path, monkeypatch:
         KillPod(at_s=0).inject()
 
 
+@pytest.mark.slow
 @needs_root
 def test_locustfile_distributed_master_merges_workers_exactly(tmp_path: pathlib.Path) -> None:
     """locust -f scenarios/ingress_flood.py --master + 2 --worker: a worker starts the target;
@@ -484,6 +500,7 @@ def test_locustfile_distributed_master_merges_workers_exactly(tmp_path: pathlib.
     assert w["proxy"]["processes"] == 3  # master + lb_workers (2)
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.root
 def test_locustfile_honours_locust_users_spawn_rate_and_run_time(tmp_path: pathlib.Path) -> None:
@@ -506,6 +523,7 @@ def test_generator_bound_flag_from_worker_cpu() -> None:
     assert rows[1]["generator_cpu_pct"] == [pytest.approx(95.0)]
 
 
+@pytest.mark.slow
 @needs_root
 def test_k6_open_model_keeps_the_arrival_rate(tmp_path: pathlib.Path, k6_bin: str) -> None:
     r = flood(tmp_path, "engine=k6", "model=open", "steps=100,300", "step_duration=2", "open_users=100")

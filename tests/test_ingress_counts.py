@@ -24,6 +24,7 @@ def k6() -> str:
     return prebuilt.found(lambda: k6_binary(build=False))
 
 
+@pytest.mark.slow
 @needs_root
 def test_k6_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, k6: str) -> None:
     """engine=k6 with requests=: k6's shared-iterations sends exactly N per step, and nginx
@@ -38,6 +39,7 @@ def test_k6_request_count_steps_send_exactly_n(tmp_path: pathlib.Path, k6: str) 
     assert r["ingress"]["engine"] == "k6" and r["ingress"]["server_requests"] == 1004
 
 
+@pytest.mark.slow
 @needs_root
 def test_network_baseline_iperf3_beside_the_http_figures(tmp_path: pathlib.Path) -> None:
     """iperf3 both ways between the host and the target's namespace, once before the first step:
@@ -62,8 +64,9 @@ def test_network_baseline_iperf3_beside_the_http_figures(tmp_path: pathlib.Path)
     assert ["network_baseline" in w for w in windows(r)] == [True, False]
 
 
+@pytest.mark.slow
 @needs_root
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("workers", [0, 2])
 def test_locustfile_request_counts_and_backends_per_step(tmp_path: pathlib.Path, workers: int) -> None:
     """locust -f with --ss-requests and --ss-backends (alone, and a master with 2 workers): each
     step sends exactly its count, nginx logs exactly that many lines for it (counted at the
@@ -88,6 +91,7 @@ def test_locustfile_request_counts_and_backends_per_step(tmp_path: pathlib.Path,
         assert sorted(b["steps"]["1"]["requests"] for b in blobs.values()) == [500, 501]
 
 
+@pytest.mark.slow
 @needs_root
 def test_locustfile_timed_steps_reload_onto_each_steps_backends(tmp_path: pathlib.Path) -> None:
     """locust -f with timed steps and --ss-backends 2,1: the target's worker reloads the LB at
@@ -137,6 +141,7 @@ def test_locustfile_request_counts_against_a_host_it_did_not_start(tmp_path: pat
     assert (it["ended_ns"] - it["started_ns"]) / 1e9 < END_WAIT_S
 
 
+@pytest.mark.slow
 def test_iperf3_without_totals_is_retried_then_a_setup_error(tmp_path: pathlib.Path, monkeypatch) -> None:
     """Under load iperf3 has printed an "end" without sum_sent/sum_received (exit 0); the run
     used to die on a KeyError. Each try is made again, then the run gets our SetupError."""

@@ -53,6 +53,7 @@ def _connect_once(ns: VethNetns, opts: dict[str, float], timeout: float) -> dict
     return dict(json.loads(p.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_connect_into_a_black_hole_fails_after_the_connect_timeout() -> None:
     with VethNetns("ss-cto") as ns:

@@ -41,6 +41,7 @@ def _log_lines(t: LocalIngress) -> int:
         return sum(1 for line in fh if line.strip())
 
 
+@pytest.mark.slow
 @needs_root
 def test_one_line_per_request_equal_to_k6s_own_csv(
     tmp_path: pathlib.Path, k6: str, target: LocalIngress
@@ -82,6 +83,7 @@ def test_one_line_per_request_equal_to_k6s_own_csv(
     assert sorted(t for t, _ok in rec.timeline) == sorted(int(r[1]) / 1e6 for r in rows)
 
 
+@pytest.mark.slow
 @needs_root
 def test_dropped_iterations_are_counted(tmp_path: pathlib.Path, k6: str, target: LocalIngress) -> None:
     """Open model at 20,000/s with one VU: k6 drops iterations, and the worker's count of them

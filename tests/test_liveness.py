@@ -21,6 +21,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 def test_killed_worker_and_probe_are_missing_and_the_rest_is_kept(tmp_path: pathlib.Path) -> None:
     run, procs, out = launch(tmp_path, iterations=8, window_timeout_s=5)
     lines: list[str] = []

@@ -32,6 +32,7 @@ def dotted(k: bytes) -> str:
     return ".".join(map(str, k))
 
 
+@pytest.mark.slow
 def test_map_update_tracer_counts_every_update_with_time(xdp: XdpTarget) -> None:
     tr = MapUpdateTracer(pids=[os.getpid()])
     tr.load()
@@ -89,6 +90,7 @@ def test_xdp_handles_programmed_neighbors_as_programmed(xdp: XdpTarget) -> None:
             xdp.attached.remove(ns.host_dev)
 
 
+@pytest.mark.slow
 def test_kernel_neighbor_table_target_counted_by_tracepoints(tmp_path: Path) -> None:
     ne = NeighEventCounter()
     ne.load()
@@ -110,6 +112,7 @@ def test_kernel_neighbor_table_target_counted_by_tracepoints(tmp_path: Path) -> 
         ne.close()
 
 
+@pytest.mark.slow
 def test_pipeline_small_points_verified(tmp_path: Path) -> None:
     """N=1 and 2000 through `swarmscope run`: a worker's agent, the probe's kernel clock."""
     out, recount = tmp_path / "out", str(tmp_path / "recount.json")
@@ -130,6 +133,7 @@ def test_pipeline_small_points_verified(tmp_path: Path) -> None:
     assert (only_run_dir(out) / "neighbors.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_kernel_table_target_on_the_pipeline_distributed(tmp_path: Path) -> None:
     """target=kernel through `swarmscope run`, two worker processes: each programs its own
     device's table; the probe's neigh_events counts per device (both workers share a cgroup)."""

@@ -31,6 +31,7 @@ def _ch(b: bytes, n: int) -> list[bytes]:
     return [b[i : i + n] for i in range(0, len(b), n)]
 
 
+@pytest.mark.slow
 def test_control_plane_sigkill_keeps_every_acknowledged_entry(tmp_path: Path) -> None:
     db = str(tmp_path / "n.db")
     acked: dict[bytes, bytes] = {}
@@ -61,6 +62,7 @@ def test_control_plane_sigkill_keeps_every_acknowledged_entry(tmp_path: Path) ->
         assert len(state) % 100 == 0  # whole transactions only: no torn batch
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.bpf
 def test_agent_sigkill_resumes_and_converges(tmp_path: Path) -> None:

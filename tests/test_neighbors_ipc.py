@@ -7,7 +7,9 @@ programmed by the agent, the agent as its own process opening that map by id.
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,6 +109,7 @@ def test_shared_log_records_in_order_and_bounded() -> None:
         w.close()
 
 
+@pytest.mark.slow
 def test_put_get_watch_and_token(tmp_path: Path) -> None:
     with plane(tmp_path) as cp:
         with pytest.raises(LoadGenError, match="refused"):
@@ -137,6 +140,7 @@ def test_put_get_watch_and_token(tmp_path: Path) -> None:
             c.close()
 
 
+@pytest.mark.slow
 @NATIVE
 def test_agent_lists_in_pages_and_watches_in_order(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """2500 entries in 3 transactions listed with page 1000: exactly 3 update calls (full pages
@@ -180,6 +184,7 @@ def _part(key: bytes, threads: int) -> int:
     return ((int.from_bytes(key, "little") * 2654435761) % (1 << 32) * threads) >> 32
 
 
+@pytest.mark.slow
 def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str) -> None:
     """A big list programmed by 2 threads (min_entries lowered to 1000 here): 2500 entries in 3
     records, then the first 300 written again with new values. Each thread programs its own
@@ -217,6 +222,7 @@ def test_compiled_list_in_parallel_splits_by_key(tmp_path: Path, agent_lib: str)
         c.close()
 
 
+@pytest.mark.slow
 def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
     with plane(tmp_path) as cp:
         c = IpcClient(cp.socket, TOKEN)
@@ -234,6 +240,7 @@ def test_reopened_store_is_the_logs_first_record(tmp_path: Path) -> None:
             c.close()
 
 
+@pytest.mark.slow
 @NATIVE
 def test_agent_process_programs_the_map_by_id(tmp_path: Path, native: bool, agent_lib: str) -> None:
     """The agent as its own process: lists into the map it opened by id, a watch-only list
@@ -271,6 +278,72 @@ def test_agent_process_programs_the_map_by_id(tmp_path: Path, native: bool, agen
         os.close(meta)
 
 
+@pytest.mark.slow
+@NATIVE
+def test_stopped_agent_catches_up_per_neighbor(tmp_path: Path, native: bool, agent_lib: str) -> None:
+    """One commit per neighbor, the agent process stopped (SIGSTOP) while 2,000 of them are
+    written: far more notes than its socket buffer holds (about 280 of 21 bytes). Resumed, the
+    agent reaches the last revision with every entry in the map: the control plane keeps a
+    watcher that fell behind and sends it the latest tail once it reads again (the bug: it
+    closed the watch, and a 10,000-neighbor window stalled at revision 802)."""
+    meta = bpf.map_create(2, "ss_test_meta", 4, 8, 4)
+    agent = AgentProcess(native=agent_lib if native else None)
+    try:
+        with hash_map() as t, plane(tmp_path) as cp:
+            maps = {"map_id": bpf.map_info(t.fd).id, "meta_id": bpf.map_info(meta).id}
+            c = IpcClient(cp.socket, TOKEN)
+            agent.call(op="watch", socket=cp.socket, token=TOKEN, **maps)
+            os.kill(agent.pid, signal.SIGSTOP)
+            try:
+                k, v = R.make_entries(2000)
+                timing = write_ipc(c, k, v, batch=1)
+            finally:
+                os.kill(agent.pid, signal.SIGCONT)
+            assert timing.revisions == list(range(1, 2001))
+            w = agent.call(op="wait", revision=2000, timeout=30)
+            assert w["programmed"] == 2000 and w["errors"] == []
+            assert sorted(x[0] for x in w["received"]) == list(range(1, 2001))
+            assert bpf.map_read_all(t.fd) == state(k, v)
+            assert bpf.map_lookup_elem(meta, bytes(4), 8) == (2000).to_bytes(8, "little")
+            c.close()
+    finally:
+        agent.close()
+        os.close(meta)
+
+
+@NATIVE
+def test_watch_ended_by_the_plane_is_an_error(tmp_path: Path, native: bool, agent_lib: str) -> None:
+    """The control plane stopped under a watching agent: the watch raises with the revision it
+    reached, and a wait for a later revision returns then, not at its timeout."""
+    with hash_map() as t:
+        with plane(tmp_path) as cp:
+            a = IpcAgent(cp.socket, TOKEN, t, native=agent_lib if native else None)
+            got: list[BaseException] = []
+            ready = threading.Event()
+
+            def run() -> None:
+                try:
+                    a.watch(ready=lambda _r: ready.set())
+                except LoadGenError as e:
+                    got.append(e)
+
+            th = threading.Thread(target=run, daemon=True)
+            th.start()
+            assert ready.wait(10)
+            c = IpcClient(cp.socket, TOKEN)
+            k, v = R.make_entries(3)
+            assert c.put_batch(k, v)[0] == 1
+            c.close()
+        t0 = time.monotonic()
+        assert a.wait_revision(2, 30) is False
+        assert time.monotonic() - t0 < 5
+        th.join(5)
+        assert [str(e) for e in got] == ["the control plane ended the watch at revision 1"]
+        assert a.ended == "the control plane ended the watch at revision 1"
+        a.close()
+
+
+@pytest.mark.slow
 def test_compiled_watch_takes_whole_notes_and_stops_at_deletes(agent_lib: str) -> None:
     """agent_list.c's ss_watch on a socket pair: a note in two pieces is one wake-up, two notes
     sent together are one walk to the later tail (each record its own update call), a record

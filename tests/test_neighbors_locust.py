@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hdrh.histogram import HdrHistogram
 from helpers import free_port, only_run_dir
 from neighbors_util import needs_root
@@ -19,6 +20,7 @@ LOCUSTFILE = str(ROOT / "scenarios" / "neighbor_writes.py")
 pytestmark = [needs_root]
 
 
+@pytest.mark.slow
 def test_master_and_two_workers_merge_exactly(tmp_path: Path) -> None:
     port = free_port()
     master = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--master", "--headless",

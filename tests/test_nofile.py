@@ -56,6 +56,7 @@ def test_raise_nofile_lifts_soft_to_hard_in_a_fresh_process() -> None:
     assert raise_nofile() == resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
+@pytest.mark.slow
 def test_relay_started_with_64_open_files_takes_150_connections() -> None:
     from simprobes import SimProbes
 

@@ -8,6 +8,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
 from _results_data import make_run, sweep
 
 from swarmscope.controller.reconcile import name_pods
@@ -18,6 +19,7 @@ from swarmscope.core.events import RunEvents
 POD = "ssrn/rn-swarmscope-workers-7dc6884d9f-xl2n7/worker"
 
 
+@pytest.mark.slow
 def test_pod_reaches_report_json_html_and_console(tmp_path: Path) -> None:
     run = make_run(tracer=False)
     events = RunEvents()

@@ -150,6 +150,7 @@ def test_top_ebpf_exporter_names_pods_on_its_info_metric(
     assert "pods" not in families["swarmscope_probe_prog_run_count"].samples[0].labels
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_agent_names_the_pod_it_counts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -41,18 +41,21 @@ def _run(tmp: pathlib.Path, *sets: str) -> subprocess.CompletedProcess[str]:
     return run_cli("run", "scenarios/exec_storm.yaml", "--out", str(tmp), *args, timeout=120)
 
 
+@pytest.mark.slow
 def test_metrics_port_in_use(tmp_path: pathlib.Path, held: int) -> None:
     p = _run(tmp_path, f"metrics_port={held}", "metrics_bind=0.0.0.0")
     assert p.returncode == 3
     _said(p.stderr, "Prometheus metrics", f"0.0.0.0:{held}", "metrics_port")
 
 
+@pytest.mark.slow
 def test_grpc_port_in_use(tmp_path: pathlib.Path, held: int) -> None:
     p = _run(tmp_path, f"grpc_bind=127.0.0.1:{held}")
     assert p.returncode == 1
     _said(p.stderr, "probes (gRPC)", f"127.0.0.1:{held}", "grpc_bind; a relay: --bind")
 
 
+@pytest.mark.slow
 def test_master_port_in_use(tmp_path: pathlib.Path, held: int) -> None:
     p = _run(tmp_path, "mode=distributed", "workers=1", f"master_bind=127.0.0.1:{held}")
     assert p.returncode == 3
@@ -64,6 +67,7 @@ def test_master_port_in_use(tmp_path: pathlib.Path, held: int) -> None:
     )
 
 
+@pytest.mark.slow
 def test_web_port_in_use(tmp_path: pathlib.Path, held: int) -> None:
     cmd = [
         str(BIN / "locust"),

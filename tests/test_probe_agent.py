@@ -32,6 +32,7 @@ def controller() -> Iterator[tuple[TestController, str]]:
     yield from serve_controller()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_window_counts_exact_execs(controller) -> None:
@@ -120,12 +121,15 @@ def test_controller_with_wrong_proof_is_refused() -> None:
 
 def impostor_haul_is_worthless(ctl: TestController, token: str) -> bool:
     """What a controller without the token collected holds neither the token nor anything keyed
-    by it: the Hello carries only the probe's fresh random nonce and its id."""
+    by it: the Hello carries only the probe's fresh random nonce, its id and its node's name."""
+    from swarmscope.core import auth
+
     sent = b"".join(h.SerializeToString() for h in ctl.hellos)
     sent += b"".join(k.encode() + (v if isinstance(v, bytes) else v.encode()) for k, v in ctl.metadata)
     assert token.encode() not in sent
     for h in ctl.hellos:
-        assert set(f.name for f, _ in h.ListFields()) <= {"probe_nonce", "probe_id"}
+        assert set(f.name for f, _ in h.ListFields()) <= {"probe_nonce", "probe_id", "node"}
+        assert auth.node_key(token, h.node).encode() not in sent
     return True
 
 

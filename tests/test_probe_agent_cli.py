@@ -23,6 +23,7 @@ from agent_helpers import (
 )
 from probe_helpers import exec_in_cgroup, temp_cgroup
 
+from swarmscope.core import auth
 from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.v1 import probe_pb2 as pb
@@ -77,6 +78,7 @@ def _probe_cmd(addr: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "swarmscope", "probe", "--controller", addr, *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 @pytest.mark.parametrize("end", ["shutdown", "sigterm"])
@@ -89,8 +91,19 @@ def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_p
         "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_sink.url,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
     }
+    cred = ["--token-file", str(token_file)]
+    if end == "sigterm":  # this one holds only its node's key, as the chart's probes do
+        key_file = tmp_path / "node-key"
+        subprocess.run(
+            [sys.executable, "-m", "swarmscope", "node-key", "--node", "cli-node",
+             "--token-file", str(token_file), "--out", str(key_file)],
+            check=True, env=env,
+        )  # fmt: skip
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        assert key_file.read_text().strip() == auth.node_key(TOKEN, "cli-node")
+        cred = ["--node-key-file", str(key_file)]
     proc = subprocess.Popen(
-        _probe_cmd(addr, "--token-file", str(token_file), "--node", "cli-node"),
+        _probe_cmd(addr, *cred, "--node", "cli-node"),
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -124,6 +137,7 @@ def test_cli_agent_process_counts_and_exits_cleanly(controller, otlp_sink, tmp_p
         proc.stderr.close()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_cli_agent_wrong_token_is_one_clear_line(controller) -> None:
@@ -180,6 +194,7 @@ def test_window_span_is_child_of_controller_traceparent(controller) -> None:
     assert span.status.code == 0  # unset: no reading had an error
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_cli_agent_metrics_port_serves_self_metrics(controller, tmp_path) -> None:

@@ -49,6 +49,7 @@ def own_cgroup() -> pathlib.Path:
     return pid_cgroup_path()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_exact_counts_per_cgroup_and_no_leak(prog) -> None:
@@ -106,6 +107,7 @@ def test_registry_is_closed() -> None:
         ExecCount().snapshot()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_once_json_sees_a_busy_cgroup() -> None:

@@ -61,6 +61,7 @@ def _claims(pid: int) -> dict[str, dict]:
     return {n: d for n, d in owners.claims("pindir") if d.get("pid") == pid}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_counts_exactly_over_mtls_and_its_span_reaches_the_trace(tmp_path: Path) -> None:
@@ -175,6 +176,7 @@ def test_probe_refuses_a_controller_without_the_token_and_unpins() -> None:
         fleet.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_killed_probe_leaves_pins_that_the_sweep_removes(fleet: Fleet) -> None:
@@ -189,6 +191,7 @@ def test_killed_probe_leaves_pins_that_the_sweep_removes(fleet: Fleet) -> None:
         assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_reconnects_mid_window_and_keeps_the_exact_count(fleet: Fleet) -> None:
@@ -212,6 +215,7 @@ def test_probe_reconnects_mid_window_and_keeps_the_exact_count(fleet: Fleet) -> 
         assert fleet.take_reconnects("w-rc") == {f"{socket.gethostname()}-{proc.pid}@{node}": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_moves_from_a_killed_relay_to_the_controller_with_its_count(
@@ -245,6 +249,7 @@ def test_probe_moves_from_a_killed_relay_to_the_controller_with_its_count(
         relay.wait(10)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_syscall_count_counts_its_startup_and_window_filters_exactly(
@@ -273,6 +278,7 @@ def test_syscall_count_counts_its_startup_and_window_filters_exactly(
         assert proc.wait(15) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_pkt_count_counts_packets_exactly_and_detaches_at_exit(fleet: Fleet) -> None:

@@ -60,6 +60,7 @@ def test_registry_map_update_counts_calls_entries_and_map_id(monkeypatch: pytest
     assert dropped == 0 and delivered >= n + 1 and in_map >= n + 1
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_nodes_mode_records_the_window_nodes_cgroups_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,6 +85,7 @@ def _window(
     return ack, readings
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_procstat_pids_per_window_then_startup_selection(controller) -> None:
     ctl, addr = controller
@@ -128,6 +129,7 @@ def test_procstat_pids_per_window_then_startup_selection(controller) -> None:
     assert run.error is None
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_map_update_samples_every_call_of_the_chosen_pid(controller, monkeypatch) -> None:
@@ -272,6 +274,7 @@ def test_registry_programs_declare_their_params() -> None:
     assert window_params("syscall_count") == {"syscall_count.syscalls"}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_syscall_count_filter_changes_without_and_with_reload(monkeypatch) -> None:

@@ -66,6 +66,7 @@ def _mapped(pid: int) -> str:
         return fh.read()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(controller) -> None:
@@ -109,6 +110,7 @@ def test_probe_counts_execs_exactly_without_bcc_and_unpins_at_exit(controller) -
         assert not os.path.exists(claim["path"]) and _claims(proc.pid) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_killed_probe_leaves_pins_that_the_next_run_sweeps(controller) -> None:
@@ -143,6 +145,7 @@ def test_failed_load_leaves_no_pin_dir_and_no_claim() -> None:
     assert not [e for e in os.listdir(pinned.PIN_ROOT) if e.startswith(f"ss-probe-{os.getpid()}-no_such")]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_map_update_samples_come_from_the_pinned_ring_buffer_without_bcc(controller) -> None:
@@ -174,6 +177,7 @@ def test_map_update_samples_come_from_the_pinned_ring_buffer_without_bcc(control
     assert _claims(proc.pid) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_probe_once_counts_a_cgroup_and_leaves_no_pins() -> None:

@@ -18,6 +18,7 @@ from swarmscope.probes.programs.base import get_program
 from swarmscope.probes.programs.pkt_count import PktCount
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_exact_packets_on_interface() -> None:

@@ -25,7 +25,7 @@ from swarmscope.core.errors import ProbeError
 from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_id
 from swarmscope.probes.procstat import ProcSampler
 from swarmscope.probes.programs.base import get_program
-from swarmscope.probes.programs.procstat import GAUGES, PER_PROCESS_MAX, PER_PROCESS_MEAN, ProcStat
+from swarmscope.probes.programs.procstat import COLUMNS, GAUGES, SERIES, ProcStat
 
 # argv: cgroup dir ("" = stay), seconds. Touches 40 MiB, prints "ready", then alternates
 # 10 ms of spinning with 10 ms of sleep until the time is up.
@@ -105,6 +105,7 @@ def test_env_selection(monkeypatch: pytest.MonkeyPatch) -> None:
         get_program("procstat")
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_registry_procstat_gauges_by_cgroup(
     monkeypatch: pytest.MonkeyPatch, child_in_cgroup: tuple[subprocess.Popen[str], int, str]
@@ -122,21 +123,28 @@ def test_registry_procstat_gauges_by_cgroup(
         rows = pidstat_rows(_child.pid, WINDOW_S)  # the window is pidstat's run
         end = time.time_ns()
         assert prog.snapshot() == {}
-        g = prog.window_gauges(start, end, [Node("n1", cg_id), Node("host", 0), Node("other", 1)])
+        nodes = [Node("n1", cg_id), Node("host", 0), Node("other", 1)]
+        g = prog.window_gauges(start, end, nodes)
+        samples = prog.window_samples(start, end, nodes)
     finally:
         prog.close()
     print(g)
     n1 = g["n1"]
-    (pid,) = {int(k.split(".")[2]) for k in n1 if k.startswith("proc.pid.")}  # the child's row
-    assert pid == _child.pid
-    assert {k for k in n1 if not k.startswith("proc.pid.")} == set(GAUGES)
-    assert {k.split(".", 3)[3] for k in n1 if k.startswith("proc.pid.")} == set(PER_PROCESS_MEAN) | set(
-        PER_PROCESS_MAX
-    )
-    assert n1[f"proc.pid.{pid}.cpu_pct"] == n1["proc.cpu_pct"]  # the one process is the total
-    assert n1[f"proc.pid.{pid}.rss_kib"] == n1["proc.rss_max_kib"]
-    assert n1[f"proc.pid.{pid}.vsz_kib"] >= n1[f"proc.pid.{pid}.rss_kib"] > 0
+    assert set(n1) == set(GAUGES)
     assert n1["proc.processes"] == 1 and n1["proc.ticks"] >= WINDOW_S - 1
+    # pidstat's rows: one sample per tick of the child, its columns exact in the labels
+    ticks = samples["n1"]
+    assert len(ticks) == n1["proc.ticks"] and samples["host"] == ticks and samples["other"] == []
+    assert {s.series for s in ticks} == {SERIES}
+    assert {s.labels["pid"] for s in ticks} == {str(_child.pid)}
+    assert all(set(s.labels) == {"pid", "comm", *COLUMNS} for s in ticks)
+    # a tick ended in the window (its start may be before it: the first tick straddles it)
+    assert all(s.start_ns < s.end_ns and start < s.end_ns <= end for s in ticks)
+    assert all(s.value == round(100 * float(s.labels["%CPU"])) for s in ticks)
+    # the one process is the total: the gauges are the rows' mean and largest RSS
+    assert sum(float(s.labels["%CPU"]) for s in ticks) / len(ticks) == n1["proc.cpu_pct"]
+    assert max(float(s.labels["RSS"]) for s in ticks) == n1["proc.rss_max_kib"]
+    assert all(float(s.labels["VSZ"]) >= float(s.labels["RSS"]) > 0 for s in ticks)
     within_pidstat(n1["proc.cpu_pct"], n1["proc.rss_max_kib"], rows)
     assert g["host"]["proc.processes"] == 1 and g["host"]["proc.cpu_pct"] == n1["proc.cpu_pct"]
     assert g["other"]["proc.processes"] == 0 and g["other"]["proc.cpu_pct"] == 0
@@ -199,6 +207,7 @@ def _pidstat(pid: int, out: dict[str, list[dict[str, str]]], n: int = 10) -> Non
     out["rows"] = rows
 
 
+@pytest.mark.slow
 def test_sampler_agrees_with_pidstat() -> None:
     # tools/setup.sh installs sysstat: a missing pidstat is a setup failure, not a skip.
     assert shutil.which("pidstat"), "pidstat missing: apt-get install sysstat (tools/setup.sh)"
@@ -237,6 +246,7 @@ def test_sampler_agrees_with_pidstat() -> None:
     assert {float(r["%guest"]) for r in rows} == {0.0}
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_agent_sends_procstat_gauges_over_grpc(
     monkeypatch: pytest.MonkeyPatch, child_in_cgroup: tuple[subprocess.Popen[str], int, str]
@@ -269,4 +279,10 @@ def test_agent_sends_procstat_gauges_over_grpc(
     assert by["n1"].error == "" and dict(by["n1"].counters) == {}
     assert by["n1"].gauges["proc.processes"] == 1
     within_pidstat(by["n1"].gauges["proc.cpu_pct"], by["n1"].gauges["proc.rss_max_kib"], rows)
+    # pidstat's rows per second came over gRPC too: one per tick, the gauges their mean
+    ticks = [s for s in by["n1"].samples if s.series == SERIES]
+    assert len(ticks) == by["n1"].gauges["proc.ticks"] >= WINDOW_S - 1
+    assert {s.labels["pid"] for s in ticks} == {str(_child.pid)}
+    assert sum(float(s.labels["%CPU"]) for s in ticks) / len(ticks) == by["n1"].gauges["proc.cpu_pct"]
+    assert list(by["idle"].samples) == []
     assert by["idle"].gauges["proc.processes"] == 0

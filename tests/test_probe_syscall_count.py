@@ -76,6 +76,7 @@ def test_exact_count_per_cgroup(filtered: bool) -> None:
         prog.close()
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_per_window_filter_and_build_switch() -> None:

@@ -40,6 +40,7 @@ def _controller(tmp_path: Path, at_exit: str) -> SwarmscopeProcess:
     return SwarmscopeProcess.make(cfg, get_kind("exec_storm"), role="master")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at_exit", ["shutdown", "keep"])
 def test_a_stopping_controller_stops_its_probes_only_when_told(tmp_path: Path, at_exit: str) -> None:
     proc = _controller(tmp_path, at_exit)

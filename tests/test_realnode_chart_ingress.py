@@ -21,7 +21,7 @@ two `helm upgrade`s that each make the controller run one headless scenario:
    15 s measured here; BOUND_S leaves room for a loaded machine).
 
 The API server's view of the victim (deletion, gone) and of its replacement (Pending, Running)
-is polled during the run and printed next to the seed's figures.
+is polled during the run and printed next to the write-up's ~30 s.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ RELEASE = "rk"
 IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"
 JAEGER_REPO = "docker.io/jaegertracing/jaeger"
 TIMEOUT = 300.0
-GRACE_S = 30  # kubectl delete pod's default, and the seed's
+GRACE_S = 30  # kubectl delete pod's default (the write-up's pod was Terminating ~30 s)
 BOUND_S = 45.0  # outage beyond the grace period: see the module docstring
 HOST_PORT = 18080
 SEED = "seed: Terminating ~30 s, replacement Pending ~30 s, ~30 s of downtime"
@@ -111,7 +111,8 @@ def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[s
     assert ing["target_requests"] == sum(COUNTS) + ing["preflight_requests"] == served
 
     # 2. kill-pod with the grace period, from the worker pod through the API server, with
-    # the seed's settings (installed above): the grace period is the outage's floor.
+    # our two settings for the write-up's ~30 s (installed above): the grace period is the
+    # outage's floor.
     victim = target["metadata"]["name"]
     f, seen = _kill_run(c, node, values, victim, "seed settings")
     # Nothing serves between the LB's exit and the end of the grace period: the outage
@@ -136,7 +137,7 @@ def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[s
         ]
         return ready[0] if len(ps) == 1 and ready and ready[0]["metadata"]["uid"] not in before else None
 
-    victim = wait_for("the target without the seed's settings", new_target, TIMEOUT)["metadata"]["name"]
+    victim = wait_for("the target without our ~30 s settings", new_target, TIMEOUT)["metadata"]["name"]
     f, seen = _kill_run(c, node, values, victim, "exits on SIGTERM, no node port")
     # The pod left well before its grace period and its replacement ran at once, and the
     # client saw it: a connect the Service still sent to the gone pod gives up after the

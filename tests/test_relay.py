@@ -84,6 +84,7 @@ def _window(
     return fleet.close_window("run", wid, timeout_s=40)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sim", ["python", "go"])
 def test_relay_killed_mid_window_probes_move_and_window_closes_exact(sim: str) -> None:
     from simprobes import COUNTERS, SimProbes
@@ -142,6 +143,7 @@ def test_relay_killed_mid_window_probes_move_and_window_closes_exact(sim: str) -
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay() -> None:
     """Six probes behind one relay (their only upstream); two SIGKILLed mid-window. The relay
     names exactly those two in its WindowDone after its own grace (3 s): the controller, whose
@@ -177,6 +179,7 @@ def test_probes_killed_behind_a_live_relay_are_named_missing_by_the_relay() -> N
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token() -> None:
     """Upstreams [a closed port, the controller]: the relay registers at the second, same id,
     and a window through it is exact. A relay whose only upstream cannot prove the token exits
@@ -209,6 +212,7 @@ def test_relay_tries_its_upstreams_in_turn_and_refuses_one_without_the_token() -
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_real_agent_over_mtls_moves_from_a_killed_relay_to_the_controller(tmp_path: Path) -> None:
     """The real probe agent (stand-in programs) with ``--controller relay,controller``, mTLS on
     both levels: a plaintext probe is refused by the relay; SIGKILL the relay mid-window and

@@ -75,6 +75,7 @@ def test_report_json(store: ResultStore) -> None:
     json.dumps(r, allow_nan=False)  # strict JSON: no NaN/inf anywhere
 
 
+@pytest.mark.slow
 def test_written_files(store: ResultStore, tmp_path: Path) -> None:
     run_dir = tmp_path / RUN_ID
     r = write_report(store, RUN_ID, run_dir)
@@ -106,6 +107,7 @@ def test_written_files(store: ResultStore, tmp_path: Path) -> None:
     assert all(f"<td>{v}</td>" in p99 for v in want), (want, p99)
 
 
+@pytest.mark.slow
 def test_no_tracer_no_loss_plot(tmp_path: Path) -> None:
     events = RunEvents()
     with ResultStore(tmp_path / "s.sqlite") as s:
@@ -133,6 +135,7 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     )
 
 
+@pytest.mark.slow
 def test_sections(store: ResultStore, tmp_path: Path) -> None:
     steps = [{"users": 100, "p99_ms": 3.5}, {"users": 1000, "p99_ms": 41.0}]
     register_section("steps")(render_steps)  # the code's registry, as a kind registers its own
@@ -151,6 +154,7 @@ def test_sections(store: ResultStore, tmp_path: Path) -> None:
     assert "&quot;xdp_neigh&quot;" in page  # nested dict falls back to escaped JSON
 
 
+@pytest.mark.slow
 def test_registered_renderer_wins_and_failures_fall_back(store: ResultStore, tmp_path: Path) -> None:
     store.add_section(RUN_ID, "custom", {"a": 1})
     store.add_section(RUN_ID, "broken", {"b": 2})
@@ -183,6 +187,7 @@ def test_console_table(store: ResultStore) -> None:
     assert f"{r['points'][0]['totals']['kernel']:,}" in total
 
 
+@pytest.mark.slow
 def test_report_writer_listener(tmp_path: Path) -> None:
     events = RunEvents()
     printed: list[str] = []

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _results_data import fire_run, make_run
 
 from swarmscope.controller.report import attach_report_writer
@@ -36,6 +37,7 @@ def _run(out: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_cli_rerenders_same_report(tmp_path: Path) -> None:
     run_dir = _run(tmp_path / "results")
     first = json.loads((run_dir / "report.json").read_text())
@@ -52,6 +54,7 @@ def test_cli_rerenders_same_report(tmp_path: Path) -> None:
     assert "wrote" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_formats_and_db_option(tmp_path: Path) -> None:
     run_dir = _run(tmp_path / "results")
     other = tmp_path / "elsewhere" / RUN_ID
@@ -65,6 +68,7 @@ def test_cli_formats_and_db_option(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.startswith(f"swarmscope run {RUN_ID}")
 
 
+@pytest.mark.slow
 def test_cli_errors(tmp_path: Path) -> None:
     _run(tmp_path / "results")
     proc = swarmscope("report", tmp_path / "results" / "run-nope")

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from _results_data import fire_run, make_run
 from matplotlib.figure import Figure
 
@@ -37,6 +38,7 @@ document.body.setAttribute('data-layout', JSON.stringify({
 </script></body>"""
 
 
+@pytest.mark.slow
 def test_summary_table_fits_1280(tmp_path: Path) -> None:
     assert CHROMIUM, "chromium is not installed (tools/setup.sh installs it)"
     events = RunEvents()

@@ -37,6 +37,7 @@ def test_no_trace_json_no_section(tmp_path: pathlib.Path) -> None:
     assert waterfall_section(str(tmp_path)) is None
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_waterfall_drawn_in_chromium(tmp_path: pathlib.Path) -> None:

@@ -49,6 +49,7 @@ def assert_exact(report: dict) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
@@ -64,9 +65,15 @@ def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
     assert [len(pt["iterations"][0]["per_node"]) for pt in rep["points"]] == [1, 2]
     assert assert_exact(rep) > 100
     for pt in rep["points"]:
+        kernels = []
         for it in pt["iterations"]:
             assert it["reported"] is None and it["loss_ratio"] is None
-        assert pt["summary"]["kernel"]["p50"] > 0
+            assert it["kernel"] == sum(n["kernel"] for n in it["per_node"])
+            kernels.append(it["kernel"])
+        # Three iterations: p50 is the middle one, min and max the ends (no interpolation).
+        lo, mid, hi = sorted(kernels)
+        k = pt["summary"]["kernel"]
+        assert (k["n"], k["min"], k["p50"], k["max"]) == (3, lo, mid, hi)
     assert re.fullmatch(r"[0-9a-f]{32}", rep["trace_id"]) and rep["trace_id"] != "0" * 32
     # the trace (OTLP JSON): run -> point -> iteration -> window spans, counts as attributes
     spans = {s["id"]: s for s in read_spans(run_dir)}
@@ -85,6 +92,7 @@ def test_swarmscope_run_sweep(tmp_path: pathlib.Path) -> None:
     assert list(run_dir.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_swarmscope_run_with_bpftrace(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
@@ -119,6 +127,7 @@ def _locust(*args: str) -> Logged:
     return locust_exec_storm(*args)
 
 
+@pytest.mark.slow
 def test_locust_headless(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = _locust("--headless", "-u", "4", "-r", "4", "-t", "4s", "--ss-out", str(out), "--ss-burst-s", "0.5")
@@ -128,9 +137,19 @@ def test_locust_headless(tmp_path: pathlib.Path) -> None:
     assert len(rep["points"]) == 1 and len(rep["points"][0]["iterations"]) == 1
     assert len(rep["points"][0]["iterations"][0]["per_node"]) == 2
     assert_exact(rep)
-    assert "EXEC" in stdout + stderr  # Locust's own stats table has the bursts
+    # Locust's own stats table: one EXEC row per node (a burst is one request), none failed,
+    # and the Aggregated row their sum. 4 users on 2 nodes run 0.5 s bursts for 4 s: each node's
+    # 2 users finish at most 2 x 4 / 0.5 = 16 bursts (a burst cut by the stop is not reported).
+    # Locust prints the table every few seconds while it runs: the last one is the final count.
+    out = stdout + stderr
+    rows = dict(re.findall(r"^EXEC +(burst n\d) +(\d+) +0\(0\.00%\)", out, re.M))  # last wins
+    assert sorted(rows) == ["burst n1", "burst n2"], out[-3000:]
+    assert all(1 <= int(n) <= 16 for n in rows.values()), rows
+    aggregated = re.findall(r"^ +Aggregated +(\d+) +0\(0\.00%\)", out, re.M)
+    assert aggregated[-1] == str(sum(int(n) for n in rows.values())), aggregated
 
 
+@pytest.mark.slow
 def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     master, worker = locust_master_worker(out, "4s", "0.5")
@@ -145,6 +164,7 @@ def test_locust_master_worker(tmp_path: pathlib.Path) -> None:
     assert_exact(rep)
 
 
+@pytest.mark.slow
 def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli(
@@ -165,8 +185,9 @@ def test_distributed_sweep_spawns_workers(tmp_path: pathlib.Path) -> None:
 def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     out, recount = tmp_path / "results", str(tmp_path / "recount.json")
     p = run_with_recount(
-        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000", "--out", str(out)
-    )
+        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000",
+        "--set", "batch_size=5000", "--out", str(out),
+    )  # fmt: skip  # batches: 20,000 one-by-one durable writes would be minutes
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = only_run_dir(out)
     rep = load_report(run_dir)
@@ -186,7 +207,7 @@ def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     p = run_with_recount(
         recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1001,20000",
         "--set", "mode=distributed", "--set", "workers=2", "--set", f"master_bind=127.0.0.1:{free_port()}",
-        "--set", "page_size=4000",
+        "--set", "page_size=4000", "--set", "batch_size=5000",
         "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
@@ -200,6 +221,7 @@ def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     assert len(pids) == 2
 
 
+@pytest.mark.slow
 def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     """The flood on the pipeline with a fault: the target and the fault live on the worker, the
     fault's span is fired on the controller when its record comes back."""
@@ -222,21 +244,32 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     # Step 1 has no fault: every success is in nginx's log, and nothing else is. Step 0 has the
     # SIGKILL: nginx writes a request's log line after sending its response, so a kill between
     # the two loses the line of an answered request (seen once: 5284 answered, 5283 logged). At
-    # most one request per user is in flight in the closed model: at most 10 (step 0's users).
+    # most one request per user is in flight in the closed model: at most step 0's 10 users.
     assert unlogged[1] == 0
     assert 0 <= unlogged[0] <= 10
     assert [pt["iterations"][0]["extra"]["server_log_cut_by_kill"] for pt in rep["points"]] == unlogged
-    # The probe samples the LB's pids (master + its two workers, lb_workers' default) that the
-    # window opened with. A process shows only from its second 1 s tick (CPU is a difference),
-    # and the restart (fault_at + restart_delay = 2.5 s, in step 0) ends the pids the window
-    # opened with: between 1 and the 3 pids, and ticks happened. 3 s steps leave the load time
-    # to recover after it.
-    assert 1 <= rep["steps"][0]["proxy"]["processes"] <= 3
-    assert rep["steps"][0]["proxy"]["ticks"] >= 1
+    # The probe samples the LB's pids: the master and its 2 workers (lb_workers' default). A
+    # process shows from its second 1 s tick (CPU is a difference); the kill at 1.5 s comes after
+    # it, and step 1 samples the restarted LB: 3 in both steps.
+    assert [s["proxy"]["processes"] for s in rep["steps"]] == [3.0, 3.0]
     assert rep["ingress"]["successes"] - rep["ingress"]["server_requests"] == unlogged[0]
     (fault,) = rep["faults"]
-    assert 1.0 <= fault["downtime_s"] <= 1.0 + 0.5, fault
-    assert fault["recovery_s"] is not None
+    # One kill, one restart, and the client-side outage bracketed by them: the last success came
+    # before the death, the first one after it not before the supervisor saw the death and waited
+    # restart_delay_s (1.0) to respawn. How long past that depends on this machine's load (under
+    # load the respawn can miss step 0's end, and the outage then runs to step 1's first
+    # request); downtime() itself is checked exactly on known timelines in test_ingress.py.
+    ((died, restarted),), killed = fault["restarts"], fault["detail"]["killed_at"]
+    assert fault["restart_delay_s"] == fault["detail"]["restart_delay_s"] == 1.0
+    # (A response nginx sent just before the kill can be read just after it: the supervisor's
+    # sight of the death, polled every 20 ms, bounds the last success, not the kill's stamp.)
+    assert killed <= died and fault["last_success_before"] <= died
+    assert restarted - died >= 1.0
+    assert fault["first_success_after"] >= died + 1.0
+    assert fault["downtime_s"] == fault["first_success_after"] - fault["last_success_before"]
+    # Every one of step 0's 10 users had a request refused or cut: the LB was down >= 1 s while
+    # 1.5 s of the step's load remained.
+    assert fault["failed_requests"] >= 10
     assert any(s["name"] == "fault kill-lb-local" for s in read_spans(run_dir))
     html = (run_dir / "report.html").read_text()
     # The page says which: equal, or equal but for the lines the SIGKILL cut.
@@ -244,6 +277,7 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     assert rep["ingress"]["exact"] is True
 
 
+@pytest.mark.slow
 def test_locust_web_ui_start_stop(tmp_path: pathlib.Path) -> None:
     """Without --headless: start and stop through Locust's web UI; each start/stop is a window."""
     import signal
@@ -300,6 +334,7 @@ def _closed_windows(base: str) -> int:
     return -1 if live["open_window"] else int(live["windows"])
 
 
+@pytest.mark.slow
 def test_not_root_gets_one_clear_message(tmp_path: pathlib.Path) -> None:
     import shutil
 

@@ -88,6 +88,7 @@ def test_the_scenario_file_is_read_once_per_process(
 KINDS_LIST = ", ".join(KINDS)
 
 
+@pytest.mark.slow
 def test_a_run_without_a_kind_is_an_error_not_an_exec_storm(tmp_path: pathlib.Path) -> None:
     """Issue 28: `swarmscope run` with no file, or a file with no `scenario:`, ran a 10-iteration
     exec storm. Now each is a configuration error naming the fix; nothing runs."""

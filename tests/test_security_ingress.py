@@ -142,6 +142,7 @@ print(" ".join(str(user.client.get("/", name="x").status_code) for _ in range(3)
 """
 
 
+@pytest.mark.slow
 def test_flood_user_follows_no_redirect(servers: _Servers) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     p = subprocess.run([sys.executable, "-c", _FLOOD, servers.url], capture_output=True, text=True,
@@ -151,6 +152,7 @@ def test_flood_user_follows_no_redirect(servers: _Servers) -> None:
     assert servers.hits == 0
 
 
+@pytest.mark.slow
 def test_k6_follows_no_redirect(servers: _Servers, tmp_path: Path) -> None:
     from swarmscope.workers.k6 import run_k6
 
@@ -161,6 +163,7 @@ def test_k6_follows_no_redirect(servers: _Servers, tmp_path: Path) -> None:
 
 
 # -- finding 12: every request sent to the target is in the report ------------------------------
+@pytest.mark.slow
 @needs_root
 def test_report_total_equals_nginx_access_log(tmp_path: Path) -> None:
     """A real nginx (our LocalIngress, given as ``host``): its access log has exactly the

@@ -67,6 +67,7 @@ def test_every_method_needs_the_token(tmp_path: Path) -> None:
         assert [n for n, r in got.items() if isinstance(r, grpc.RpcError) and n != "Watch"] == []
 
 
+@pytest.mark.slow
 def test_oversized_message_refused_server_stays_up(tmp_path: Path) -> None:
     with control_plane(str(tmp_path / "n.db")) as (proc, _addr, stub):
         n = MAX_MESSAGE_BYTES // 16 + 1
@@ -77,6 +78,7 @@ def test_oversized_message_refused_server_stays_up(tmp_path: Path) -> None:
         assert [a.count for a in stub.PutBatch(iter([batch(1000)]))] == [1000]
 
 
+@pytest.mark.slow
 def test_call_and_write_rates_are_capped(tmp_path: Path) -> None:
     server, store, port = serve(str(tmp_path / "n.db"), "127.0.0.1:0", TOKEN, calls_per_s=50, writes_per_s=20)
     try:
@@ -153,6 +155,7 @@ def test_list_and_watch_from_a_compacted_revision_are_out_of_range(tmp_path: Pat
         store.close()
 
 
+@pytest.mark.slow
 def test_a_watcher_that_does_not_read_is_dropped_not_buffered(tmp_path: Path) -> None:
     server, store, port = serve(str(tmp_path / "n.db"), "127.0.0.1:0", TOKEN)
     store.watch_queue_bytes = 256 << 10

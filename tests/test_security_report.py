@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _results_data import fire_run, make_run
 
 from swarmscope.controller.store import ResultStore, default_db_path, run_dir_for
@@ -44,6 +45,7 @@ def _crafted_store(out: Path, marker: Path) -> Path:
     return Path(run_dir_for(out, RUN_ID))
 
 
+@pytest.mark.slow
 def test_crafted_database_runs_no_code(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     run_dir = _crafted_store(tmp_path / "results", marker)

@@ -84,6 +84,7 @@ def test_bad_master_bind_is_a_config_error() -> None:
     assert schema.load(env={}, sets=["master_bind=:5557"]).master_bind == ":5557"
 
 
+@pytest.mark.slow
 def test_unwritable_out_is_one_error_not_a_traceback(tmp_path: pathlib.Path) -> None:
     p = subprocess.run(
         [sys.executable, "-m", "swarmscope", "run", str(ROOT / "scenarios" / "exec_storm.yaml"),

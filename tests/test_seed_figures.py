@@ -241,3 +241,53 @@ def test_flow_storm_timeouts_are_one_or_one_per_size() -> None:
     ]
     with pytest.raises(ConfigError, match="one value, or one per cache_max_flows"):
         kind.schema.load(env={}, sets=["cache_max_flows=10000,2000,500", "cache_timeout_s=5,1"])
+
+
+def test_neighbor_writes_are_per_neighbor_by_default() -> None:
+    """Arion's users wrote one neighbor per write: the kind's and the scenario's default, so the
+    write + watch + program rows are like for like unless a run asks for batches (ours). The
+    probe then has room for one update call per neighbor and one revision write after each."""
+    from swarmscope.kinds import load_scenario
+    from swarmscope.kinds.neighbor_writes.arion import like_for_like
+
+    kind, cfg = load_scenario(None, ["scenario=neighbor_writes"], env={})
+    assert cfg.batch_size == 1 and like_for_like("write_watch_program", cfg.batch_size) is True
+    assert kind.programs(cfg, {"pids": [7]}) == {"map_update": {"pids": "7", "max_samples": "2001000"}}
+    kind, cfg = load_scenario("scenarios/neighbor_writes.yaml", [], env={})
+    assert cfg.batch_size == 1
+    kind, cfg = load_scenario("scenarios/neighbor_writes.yaml", ["batch_size=5000"], env={})
+    assert like_for_like("write_watch_program", cfg.batch_size) is False
+    assert kind.programs(cfg, {"pids": [7]}) == {"map_update": {"pids": "7"}}  # 401 calls at most
+
+
+def test_neighbor_spans_are_bounded_per_window(monkeypatch: Any) -> None:
+    """One write per neighbor is N writes: past MAX_BATCH_SPANS a span covers consecutive
+    writes (first send to last commit), the entries and writes adding up to the window's."""
+    from swarmscope.kinds.neighbor_writes import driver
+
+    got: list[tuple[str, int, int, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        driver.spans, "record", lambda _w, name, t0, t1, attrs: got.append((name, t0, t1, attrs))
+    )
+    monkeypatch.setattr(driver.spans, "wall_ns", lambda t: t)
+    n = 2 * driver.MAX_BATCH_SPANS + 1  # 2001 writes of one neighbor: 3 per span, 667 spans
+    res = {"starts": [[i + 1, 10 * i] for i in range(n)], "commits": [[i + 1, 10 * i + 5] for i in range(n)]}
+    driver._batch_spans("w", "n1", "write_watch_program", res)
+    assert len(got) == 667 and got[0][0] == "batch n1 #1-3" and got[-1][0] == "batch n1 #1999-2001"
+    assert [a["swarmscope.writes"] for *_, a in got] == [3] * 667
+    assert sum(a["swarmscope.entries"] for *_, a in got) == n
+    assert (got[0][1], got[0][2], got[-1][2]) == (0, 25, 10 * (n - 1) + 5)
+    got.clear()
+    driver._batch_spans("w", "n1", "write_watch_program", {"starts": [[5000, 1]], "commits": [[5000, 9]]})
+    assert got == [("batch n1 #1", 1, 9, got[0][3])] and got[0][3]["swarmscope.writes"] == 1
+
+
+def test_flow_storm_table_heads_the_buffers_with_the_write_ups_names() -> None:
+    """report.json keeps hashmap_unique / hashmap_total; report.html heads them as the
+    write-up's dashboard names them."""
+    from swarmscope.kinds.flow_storm.results import render
+
+    point = {"flows": 100, "cache_max_flows": 2000, "hashmap_unique": 5, "hashmap_total": 6}
+    page = render("flow_storm", {"points": [point]}, {}).html
+    assert "hashmap-unique" in page and "hashmap-total" in page
+    assert "hashmap_unique" not in page and "hashmap_total" not in page

@@ -31,6 +31,7 @@ def binary() -> str:
     return prebuilt.found(build)  # built by `make tools` (cached by source hash)
 
 
+@pytest.mark.slow
 def test_200_register_and_close_windows_with_exact_readings() -> None:
     # Liveness 3 s at a 1 s heartbeat: probes alive after 7 s heartbeat at the interval handed out.
     fleet = Fleet(TOKEN, liveness_s=3.0, heartbeat_s=1.0)

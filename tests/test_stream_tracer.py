@@ -125,6 +125,7 @@ def tiny() -> pathlib.Path:
     return ensure_built().tiny
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_unthrottled_every_exec_arrives_one_message_each(node_cgroup, tiny) -> None:
@@ -147,6 +148,7 @@ def test_unthrottled_every_exec_arrives_one_message_each(node_cgroup, tiny) -> N
         assert not any(comm.startswith(col.prefix) for _, comm in col.counts)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_throttled_loses_and_the_kernel_counts_every_drop(node_cgroup, tiny) -> None:
@@ -168,6 +170,7 @@ def test_throttled_loses_and_the_kernel_counts_every_drop(node_cgroup, tiny) -> 
     assert col is not None and not any(comm.startswith(col.prefix) for _, comm in col.counts)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_scope_nodes_ignores_the_rest_of_the_host_and_host_scope_sees_it(node_cgroup, tiny) -> None:

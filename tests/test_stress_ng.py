@@ -80,6 +80,7 @@ def test_binary_per_comm_is_one_root_owned_copy(sng: StressNg) -> None:
         sng.binary_for("../x")
 
 
+@pytest.mark.slow
 @pytest.mark.bpf
 def test_kernel_equals_bogo_ops_plus_its_own_exec(exec_bpf: Any, group: str, sng: StressNg) -> None:
     n1, n2 = create_sim_nodes(group, ["n1", "n2"], pids_max=256)
@@ -100,6 +101,7 @@ def test_kernel_equals_bogo_ops_plus_its_own_exec(exec_bpf: Any, group: str, sng
         assert 0.9 < res.elapsed_s < 5, res
 
 
+@pytest.mark.slow
 @pytest.mark.bpf
 def test_default_methods_count_failed_execs_as_bogo_ops(exec_bpf: Any, group: str, sng: StressNg) -> None:
     """Why the methods are pinned: stress-ng's defaults count deliberate exec failures too."""
@@ -129,6 +131,7 @@ def test_default_methods_count_failed_execs_as_bogo_ops(exec_bpf: Any, group: st
     assert 180 < kernel - 1 < 360, kernel
 
 
+@pytest.mark.slow
 @pytest.mark.bpf
 def test_swarmscope_run_with_stress_ng(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"

@@ -72,6 +72,7 @@ def test_otlp_json_round_trip() -> None:
     assert otlpjson.to_json([otlpjson.encode(mem.get_finished_spans())] * 2) == doc
 
 
+@pytest.mark.slow
 @root_only
 def test_distributed_exec_storm_trace_json(tmp_path: pathlib.Path) -> None:
     run_dir = distributed_exec_run(tmp_path / "results")
@@ -115,11 +116,12 @@ def test_distributed_exec_storm_trace_json(tmp_path: pathlib.Path) -> None:
         assert not pids["swarmscope-probe"] & pids["swarmscope-worker"]
 
 
+@pytest.mark.slow
 @root_only
 def test_neighbor_trace_kernel_times_equal_report(tmp_path: pathlib.Path) -> None:
     run_dir = run_without_otlp(
         "run", "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000,20000",
-        "--set", "modes=write_watch_program", "--out", str(tmp_path / "results"),
+        "--set", "modes=write_watch_program", "--set", "batch_size=50", "--out", str(tmp_path / "results"),
     )  # fmt: skip
     rep = load_report(run_dir)
     spans = read_spans(run_dir)
@@ -162,6 +164,7 @@ def test_neighbor_trace_kernel_times_equal_report(tmp_path: pathlib.Path) -> Non
         assert round((ends[-1][1] - starts[0][1]) / 1e6, 3) == pt["total_ms"]
 
 
+@pytest.mark.slow
 def test_trace_push_errors_are_clear(tmp_path: pathlib.Path) -> None:
     """No trace.json, no endpoint, an endpoint that refuses: one clear message each, bounded."""
     from helpers import free_port, run_cli

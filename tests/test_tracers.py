@@ -179,6 +179,7 @@ def test_missing_tracer_binary_is_a_tracer_error() -> None:
         t.start("w", NODES)
 
 
+@pytest.mark.slow
 def test_tracer_that_never_traces_times_out() -> None:
     t = CommandTracer(["sleep", "60"], match="(?P<comm>x)", ready_timeout_s=0.5)
     t0 = time.monotonic()
@@ -238,6 +239,7 @@ def exact_or_retry(window: Callable[[int], TracerResult], node: str, k: int, tri
     raise AssertionError(f"host-wide loss in all {tries} windows: {res}")
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_bpftrace_counts_exactly_k_execs_per_node(node_cgroup, tmp_path) -> None:
@@ -268,6 +270,7 @@ def test_make_tracer_takes_the_sentinel_binary() -> None:
     assert make_tracer(tracer_config(tracer="none"), sentinel="/usr/bin/env") is None
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_bpftrace_stalled_reader_loses_and_says_so(node_cgroup, tmp_path) -> None:
@@ -405,6 +408,7 @@ def _filtered_bpftrace(cgid: int, rb_pages: int | None = 1) -> list[str]:
     return [*env, "bpftrace", "-B", "line", "-e", prog]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
 def test_read_rate_limits_the_reader_and_accounting_holds(node_cgroup) -> None:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from helpers import ROOT, free_port
 
@@ -16,6 +17,7 @@ LOCUSTFILE = str(ROOT / "tests" / "data" / "weblogin_locustfile.py")
 PASSWORD = "correct horse battery"
 
 
+@pytest.mark.slow
 def test_web_ui_needs_the_password(tmp_path: Path) -> None:
     port = free_port()
     pw = tmp_path / "pw"
@@ -80,6 +82,7 @@ def test_missing_password_is_one_clear_error(tmp_path: Path) -> None:
     assert "--web-login needs a password" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_swarmscope_controller_binds_narrowly_behind_login(tmp_path: Path) -> None:
     """`swarmscope controller` (what the chart runs): master port and fleet on $POD_IP (here
     127.0.0.2, a loopback address that is not the default), web UI on 127.0.0.1 behind the login,
@@ -91,7 +94,8 @@ def test_swarmscope_controller_binds_narrowly_behind_login(tmp_path: Path) -> No
     ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SWARMSCOPE_WEB_PASSWORD_FILE": str(pw),
            "POD_IP": "127.0.0.2", "SWARMSCOPE_TOKEN": "t" * 20,
-           "SWARMSCOPE_WORKER_TOKEN": "w" * 20}  # fmt: skip
+           "SWARMSCOPE_WORKER_TOKEN": "w" * 20,
+           "SWARMSCOPE_MASTER_KEY_FILE": str(tmp_path / "master.key")}  # fmt: skip
     env["SWARMSCOPE_OUT"] = str(tmp_path / "results")
     log = open(tmp_path / "controller.log", "wb")
     p = subprocess.Popen(

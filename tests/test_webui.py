@@ -180,6 +180,7 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
     assert f"<small>{rep['run_id']}</small>" in report_html  # rendered from the store mid-run
 
 
+@pytest.mark.slow
 def test_ingress_flood_tab_equals_report(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     with Locust("scenarios/ingress_flood.py", out) as loc:
@@ -207,3 +208,14 @@ def test_ingress_flood_tab_equals_report(tmp_path: pathlib.Path) -> None:
             "Proxy RSS KiB"]  # fmt: skip
     assert tab == [head, *want], png
     assert steps[0]["requests"] > 0
+
+
+@pytest.mark.parametrize("locustfile", ["scenarios/exec_storm.py", "scenarios/ingress_flood.py"])
+def test_start_page_has_no_missing_host_warning(tmp_path: pathlib.Path, locustfile: str) -> None:
+    """No host is needed (an exec storm has no target; the ingress flood starts its own): Locust's
+    start page must not warn that a User class has no host, on its first load or any later."""
+    with Locust(locustfile, tmp_path / "results") as loc:
+        for _ in range(2):
+            args = re.search(r"window\.templateArgs = (\{.*?\})\s*$", get(loc.base + "/"), re.M)
+            assert args is not None
+            assert json.loads(args.group(1))["missing_host_warning"] is False

@@ -58,6 +58,7 @@ def test_simulated_workers_are_merged_exactly_by_the_real_master() -> None:
     assert "unknown worker" not in f["master_log"] and "Traceback" not in f["master_log"]
 
 
+@pytest.mark.slow
 def test_a_simulated_worker_without_the_token_is_refused() -> None:
     """CURVE is really on: a simulated worker with another token never gets Locust's ack."""
     import pathlib as pl
@@ -73,12 +74,14 @@ def test_a_simulated_worker_without_the_token_is_refused() -> None:
         master = Master(pl.Path(d), 1, 1, 0.1, 1, token)
         address = f"127.0.0.1:{master.locust_port}"
         time.sleep(1.0)
-        stranger = SimWorkers.spawn(address, auth.new_token(), 1)
+        stranger = SimWorkers.spawn(address, auth.new_token(), master.master_public, 1)
         member = None
         try:
             with pytest.raises(TimeoutError, match="0/1 simulated workers acked"):
                 stranger.wait_ready(timeout_s=6)
-            member = SimWorkers.spawn(address, token, 1)  # the same master takes the right key
+            member = SimWorkers.spawn(
+                address, token, master.master_public, 1
+            )  # the same master takes the right key
             member.wait_ready(timeout_s=20)
         finally:
             for w in (stranger, member):
@@ -88,6 +91,7 @@ def test_a_simulated_worker_without_the_token_is_refused() -> None:
             master.proc.wait(30)
 
 
+@pytest.mark.slow
 def test_bench_smallest_form_parses_and_loses_nothing() -> None:
     out = subprocess.run(
         [sys.executable, BENCH_DIR / "workers_fanin.py", "--workers", "5", "--windows", "1"],

@@ -59,8 +59,7 @@ def launch(
         time.sleep(1.0)  # the fleet listens once the run has loaded its config
         for h in HOSTS:
             procs[f"worker-{h}"] = start(
-                [swarmscope, "worker", "--kind", "exec_storm", "--controller", "127.0.0.1",
-                 "--locust-port", str(locust_port), "--", "--ss-nodes", "1"],
+                [swarmscope, "worker", "--controller", "127.0.0.1", "--locust-port", str(locust_port)],
                 {"SWARMSCOPE_NODE_HOST": h},
                 tmp_path / f"worker-{h}.log",
             )  # fmt: skip

@@ -34,9 +34,11 @@ done
 # stress-ng: the exec storm's `load: stress-ng` (the published scaling test's load generator).
 # softflowd, pmacct: the real flow exporters a flow storm measures
 # (targets/flow_agent/exporters.py; pmacct gives pmacctd).
+# python3-venv: the .venv below (a minimal Debian 12 has python3 without ensurepip); make: the
+# README's commands (missing there too: run this script first, as the README says).
 PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftrace bpftool clang llvm libbpf1 libbpf-dev
-      gcc libc6-dev make iproute2 nginx-light sysstat util-linux procps wrk iperf3 stress-ng
-      softflowd pmacct)
+      gcc libc6-dev make python3-venv iproute2 nginx-light sysstat util-linux procps wrk iperf3
+      stress-ng softflowd pmacct)
 if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # Test-only (not in the image's --print-packages list): golang-go bootstraps the Go tools the tests
 # build (k6, Jaeger, ig, helm, kube); tools/go.sh fetches the newer toolchain they need through
@@ -44,9 +46,10 @@ if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # tab) are checked in a real headless browser. umoci, busybox-static, libseccomp-dev, pkg-config:
 # the real test node (docs/realnode.md) -- its pause/busybox images and a seccomp-enabled runc.
 # mmdebstrap: the image built without a Docker engine (tools/build_image.py). nftables: the
-# `nft` that kube-proxy (nftables mode) runs inside the real node's network namespace.
+# `nft` that kube-proxy (nftables mode) runs inside the real node's network namespace. openssl:
+# the CLI the test cluster's certificates are made with (tests/cluster.py).
 if [ -n "$EXTRAS" ]; then
-  PKGS+=(golang-go chromium umoci busybox-static libseccomp-dev pkg-config mmdebstrap nftables)
+  PKGS+=(golang-go chromium umoci busybox-static libseccomp-dev pkg-config mmdebstrap nftables openssl)
 fi
 if [ "$APT" = 1 ]; then
   missing=()
@@ -90,8 +93,10 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=".venv/.swarmscope-deps-$( (cat pyproject.toml constraints.txt; [ -n "$EXTRAS" ] || echo no-dev) | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
+deps_hash() { (cat pyproject.toml constraints.txt; [ -n "$1" ] || echo no-dev) | sha256sum | cut -c1-16; }
+stamp=".venv/.swarmscope-deps-$(deps_hash "$EXTRAS")"
+# A venv with the dev extras also has the runtime ones: `make run` after `make test` installs nothing.
+if [ ! -f "$stamp" ] && ! { [ -z "$EXTRAS" ] && [ -f ".venv/.swarmscope-deps-$(deps_hash '[dev]')" ]; }; then
   .venv/bin/pip install -q -c constraints.txt -e ".$EXTRAS"
   rm -f .venv/.swarmscope-deps-*; touch "$stamp"
 fi

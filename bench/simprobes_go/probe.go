@@ -8,6 +8,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -76,16 +77,18 @@ func (h *host) register(ctx context.Context, conn *grpc.ClientConn, name string)
 	hello := &pb.HelloReply{}
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	if err := conn.Invoke(cctx, svc+"Hello", &pb.HelloRequest{ProbeNonce: nonce, ProbeId: pid}, hello); err != nil {
+	if err := conn.Invoke(cctx, svc+"Hello", &pb.HelloRequest{ProbeNonce: nonce, ProbeId: pid, Node: name}, hello); err != nil {
 		return nil, err
 	}
-	want := mac(h.token, []byte("swarmscope/v1 controller"), nonce, hello.GetServerNonce())
+	// The node's key (swarmscope.core.auth.node_key): what the controller proves and checks.
+	key := hex.EncodeToString(mac(h.token, []byte("swarmscope/v1 node "), []byte(name)))
+	want := mac(key, []byte("swarmscope/v1 controller"), nonce, hello.GetServerNonce())
 	if !hmac.Equal(want, hello.GetProof()) {
 		return nil, &proofError{conn.Target()}
 	}
 	req := &pb.RegisterRequest{
 		ProbeId: pid, Hostname: name, NodeName: name, Nonce: nonce, ServerNonce: hello.GetServerNonce(),
-		Proof: mac(h.token, []byte("swarmscope/v1 probe"), hello.GetServerNonce(), nonce, []byte(pid)),
+		Proof: mac(key, []byte("swarmscope/v1 probe"), hello.GetServerNonce(), nonce, []byte(pid)),
 	}
 	reply := &pb.RegisterReply{}
 	rctx, rcancel := context.WithTimeout(ctx, rpcTimeout)

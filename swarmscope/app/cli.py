@@ -37,7 +37,11 @@ COMMAND_MODULES = [
 
 # Long-lived node processes: parsed with their own module only, so the controller's imports
 # (fleet, tracers, gevent, prometheus parser: ~10 MiB of RSS) never load into every node's probe.
-LEAN_COMMANDS = {"probe": "swarmscope.probes.cli", "relay": "swarmscope.controller.relay_cli"}
+LEAN_COMMANDS = {
+    "probe": "swarmscope.probes.cli",
+    "node-key": "swarmscope.probes.cli",
+    "relay": "swarmscope.controller.relay_cli",
+}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

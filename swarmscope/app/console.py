@@ -8,6 +8,9 @@ Each kind says what its line and its summary show (``Kind.console_cells``,
 ``Kind.console_summary``: the columns of its web UI tab, so terminal and tab say the same). The
 summary is built from report.json's sections, so it also works on a stored report.
 
+Values in them (node names, params, flags) come from workers and probes: control characters
+are shown escaped, never sent to the terminal (core/printable.py).
+
 Caveat: the line goes to stderr whether or not it is a terminal (CI logs keep it); the eta is
 the mean window time so far times the windows left.
 """
@@ -18,6 +21,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from swarmscope.core.printable import printable
 from swarmscope.kinds import KINDS, get_kind
 
 
@@ -36,7 +40,7 @@ class IterationPrinter:
         if self.total:
             left = max(self.total - self.done, 0)
             head += f" {self.done}/{self.total} eta {elapsed_s / self.done * left:.0f}s"
-        return f"{head} | {self.kind.console_cells(result)}"
+        return printable(f"{head} | {self.kind.console_cells(result)}", lines=False)
 
     def __call__(self, *, result: Any, **_: Any) -> None:
         print(self.line(result, time.monotonic() - self.t0), file=self.out or sys.stderr, flush=True)
@@ -45,4 +49,5 @@ class IterationPrinter:
 def kind_summary(report: dict[str, Any]) -> str | None:
     """The kind's one-screen table of a run (report.json), None when its lines say it all."""
     name = report.get("scenario")
-    return get_kind(name).console_summary(report) if name in KINDS else None
+    text = get_kind(name).console_summary(report) if name in KINDS else None
+    return None if text is None else printable(text)

@@ -36,7 +36,9 @@ from swarmscope.workers import spans as worker_spans
 
 log = logging.getLogger(__name__)
 
-_INSTALLED: dict[str, Any] = {}  # the kind this process's locustfile installed
+# "kind": the kind this process's locustfile installed (None: a worker that learns it from the
+# master's swarmscope:setup); "expect": the kind `swarmscope worker --kind` asked for.
+_INSTALLED: dict[str, Any] = {}
 
 
 def option_name(key: str) -> str:
@@ -47,21 +49,24 @@ def option_dest(key: str) -> str:
     return "ss_" + key.replace(".", "_").replace("-", "_")
 
 
-def install(kind_name: str) -> None:
-    """Register swarmscope's Locust hooks for scenario kind ``kind_name`` (once per process)."""
+def install(kind_name: str | None) -> None:
+    """Register swarmscope's Locust hooks for scenario kind ``kind_name`` (once per process);
+    None: a worker that takes its kind from the master (``swarmscope worker``)."""
     from swarmscope.kinds import get_kind
 
-    if _INSTALLED:
-        if _INSTALLED["kind"].name != kind_name:
-            raise SwarmscopeError(f"one locustfile, one kind: {_INSTALLED['kind'].name} already installed")
+    if "kind" in _INSTALLED:
+        have = _INSTALLED["kind"].name if _INSTALLED["kind"] is not None else None
+        if have != kind_name:
+            raise SwarmscopeError(f"one locustfile, one kind: {have or 'the master-given kind'} installed")
         return
-    _INSTALLED["kind"] = get_kind(kind_name)
+    _INSTALLED["kind"] = get_kind(kind_name) if kind_name else None
     from swarmscope.app import locust_checks, webui, workerauth
 
     workerauth.install()  # with a worker token set: Locust's master port admits only its workers
-    locust_checks.install()
-    webui.install(kind_name)
-    events.init_command_line_parser.add_listener(_add_options)
+    if kind_name is not None:  # a worker without one has no web UI and no options (the master's)
+        locust_checks.install()
+        webui.install(kind_name)
+        events.init_command_line_parser.add_listener(_add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
     events.test_stop.add_listener(_on_test_stop)
@@ -96,6 +101,39 @@ def _config(options: Any) -> Any:
     return kind.schema.load(file=path, sets=sets, text=text, set_labels=labels)
 
 
+def expect_kind(name: str) -> None:
+    """``swarmscope worker --kind NAME``: refuse a master that runs another kind."""
+    _INSTALLED["expect"] = name
+
+
+def _learn_kind(environment: Any, proc: Any, name: str) -> None:
+    """The kind of the master's swarmscope:setup, on a worker: checked against the one this
+    worker was started for (its locustfile's, or ``--kind``); a worker that had none takes it,
+    with the User classes of the kind's locustfile (scenarios/<kind>.py), which the master's
+    spawn messages name. Raises SetupError on a mismatch, naming both kinds."""
+    from swarmscope.core.errors import SetupError
+    from swarmscope.core.paths import SCENARIOS
+    from swarmscope.kinds import get_kind
+
+    have = proc.kind.name if proc.kind is not None else _INSTALLED.get("expect", "")
+    if have and have != name:
+        raise SetupError(
+            f"this worker was started for the {have} kind and the controller runs {name}: start it "
+            f"with `swarmscope worker --controller HOST` (it takes the controller's kind) or for {name}"
+        )
+    if proc.kind is not None:
+        return
+    kind = get_kind(name, "the controller's swarmscope:setup")
+    _INSTALLED["kind"] = proc.kind = kind  # before the locustfile's own install(name) below
+    users: list[Any] = []
+    path = SCENARIOS / f"{name}.py"
+    if path.is_file():  # a kind without one runs swept windows only: no Locust user at all
+        from locust.util.load_locustfile import load_locustfile
+
+        users = list(load_locustfile(str(path))[0].values())
+    environment.user_classes[:] = users
+
+
 def register_messages(proc: Any, runner: Any) -> None:
     """Wire swarmscope's messages (swarmscope.core.messages) for ``proc``'s roles onto a runner."""
     local = isinstance(runner, LocalRunner)
@@ -103,9 +141,23 @@ def register_messages(proc: Any, runner: Any) -> None:
 
         def on_setup(environment: Any, msg: Any, **_: Any) -> None:
             d = msg.data
-            if proc.worker is None:  # a second test (web UI) keeps the nodes it made
-                sim = 0 if os.environ.get("NODE_NAME") else int(d["sim_nodes"])
-                proc.set_up_worker(d["cfg"], sim, d.get("prefix", ""))
+            try:
+                if proc.worker is None:  # a second test (web UI) keeps the nodes it made
+                    _learn_kind(environment, proc, str(d.get("kind") or d["cfg"]["scenario"]))
+                    sim = 0 if os.environ.get("NODE_NAME") else int(d["sim_nodes"])
+                    proc.set_up_worker(d["cfg"], sim, d.get("prefix", ""))
+            except SwarmscopeError as e:
+                if local:  # one process: the run fails with it where it asked
+                    raise
+                # Told to the master, which fails the run with it at once (not a set-up timeout),
+                # and this worker quits with the error's exit code: one line, no traceback.
+                print(f"swarmscope: {e}", file=sys.stderr)
+                runner.send_message(M.NODES, {"nodes": [], "error": str(e)})
+                environment.process_exit_code = e.exit_code
+                import gevent
+
+                gevent.spawn(runner.quit)  # after this handler: the message leaves first
+                return
             runner.send_message(M.NODES, {"nodes": proc.worker.describe(), "info": proc.worker.info()})
 
         def on_run(environment: Any, msg: Any, **_: Any) -> None:
@@ -133,8 +185,18 @@ def register_messages(proc: Any, runner: Any) -> None:
     if proc.controller is not None:
         ctl = proc.controller
 
+        def alive(client_id: str) -> bool:  # a node of a worker gone can be taken by another
+            from locust.runners import STATE_MISSING
+
+            c = getattr(runner, "clients", {}).get(client_id)
+            return local or (c is not None and c.state != STATE_MISSING)
+
         def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
-            ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {})
+            if msg.data.get("error"):
+                ctl.worker_errors[msg.node_id] = str(msg.data["error"])
+                return
+            # msg.node_id is the worker's authenticated connection (workerauth), not its claim.
+            ctl.add_nodes(msg.node_id, msg.data["nodes"], msg.data.get("info") or {}, alive=alive)
 
         def on_result(environment: Any, msg: Any, **_: Any) -> None:
             ctl.add_results(
@@ -156,6 +218,7 @@ class _FreeRun:
         self.window: Any = None
         self.shared: dict[str, Any] = {}
         self.status = "ok"  # "interrupted" when quitting came with a window in flight
+        self.opening = False  # test start: workers being set up, the window being opened
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
@@ -177,6 +240,13 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
         sweep_stale()  # what killed earlier runs left on this machine (docs/lifecycle.md)
     try:
+        if kind is None and role != "worker":
+            from swarmscope.core.errors import SetupError
+
+            raise SetupError(
+                "this locustfile is `swarmscope worker`'s (a worker that takes its kind from the "
+                "controller): run Locust with a kind's, -f scenarios/<kind>.py"
+            )
         web = environment.web_ui
         if web is not None:  # Locust binds it after this hook, in a greenlet that only logs a failure
             from swarmscope.core.sys.ports import check_free
@@ -205,29 +275,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
     environment.swarmscope_free = _FreeRun(proc)
     if proc.printer is not None:
         proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
-    if not isinstance(runner, WorkerRunner):
-        # Ctrl-C as Locust's SIGTERM: a plain KeyboardInterrupt was seen to get lost in web-UI
-        # mode (it can land in a greenlet of grpc's gevent integration); SIGTERM is Locust's
-        # orderly shutdown (quitting fires, the report is written).
-        import signal
-
-        import gevent
-
-        def _on_sigint() -> None:
-            shape = getattr(runner, "shape_greenlet", None)
-            if shape is not None and getattr(environment.parsed_options, "headless", False):
-                # A headless run with a shape: locust.main installs its SIGTERM handler only once
-                # the shape is done, so SIGTERM now would kill the process outright (no report,
-                # the target's nginx and namespace left behind). Ending the shape lets Locust
-                # stop and quit in order, as at the shape's own end.
-                free = getattr(environment, "swarmscope_free", None)
-                if free is not None and free.window is not None:
-                    free.status = "interrupted"
-                shape.kill(block=False)
-                return
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        gevent.signal_handler(signal.SIGINT, _on_sigint)
+    _install_ctrl_c(environment, runner)
     register_messages(proc, runner)
     # Registered after the runner's own quitting listener, so it runs first (quitting fires in
     # reverse order): a master's would stop without telling its workers.
@@ -236,6 +284,40 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         import atexit
 
         atexit.register(_on_exit_unreported, environment)
+
+
+def _install_ctrl_c(environment: Any, runner: Any) -> None:
+    """Ctrl-C (SIGINT) for every role: a master, a local runner and a worker alike."""
+    # Ctrl-C as a KeyboardInterrupt thrown into the main greenlet, where locust.main catches
+    # it and shuts down once, in order (quitting fires, the report is written). Left to
+    # Python, it was seen to land in a greenlet of grpc's gevent integration and get lost
+    # (web UI), or in a worker's message greenlet, with a traceback; turned into Locust's
+    # SIGTERM, a master with workers shut down twice (its handler's runner.quit() let the main
+    # greenlet's own shutdown run alongside, and the handler's sys.exit then failed in the
+    # interpreter's exit, with a traceback).
+    import signal
+
+    import gevent
+    import greenlet
+
+    main = greenlet.getcurrent()
+
+    def _on_sigint() -> None:
+        free = getattr(environment, "swarmscope_free", None)
+        if free is not None and (free.window is not None or free.opening):  # one in flight
+            free.status = "interrupted"
+        shape = getattr(runner, "shape_greenlet", None)
+        if shape is not None and getattr(environment.parsed_options, "headless", False):
+            # A headless run with a shape: locust.main installs its SIGTERM handler only once
+            # the shape is done, so SIGTERM now would kill the process outright (no report,
+            # the target's nginx and namespace left behind). Ending the shape lets Locust
+            # stop and quit in order, as at the shape's own end.
+            shape.kill(block=False)
+            return
+        if not main.dead:
+            gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
+
+    gevent.signal_handler(signal.SIGINT, _on_sigint)
 
 
 def _on_exit_unreported(environment: Any) -> None:
@@ -274,20 +356,35 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return
     proc, runner = free.proc, environment.runner
     kind, cfg = proc.kind, proc.cfg
-    if cfg.probe == "external":
-        proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
     workers = runner.worker_count if isinstance(runner, MasterRunner) else 1
-    infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
-    free.shared = kind.shared(cfg, infos)
-    names = sorted(proc.controller.nodes)
-    if free.point is None:
-        free.point = PointInfo(0, {"nodes": len(names)}, 0)
-        proc.events.point_started.fire(run=proc.run, point=free.point)
-    free.iteration += 1
-    free.point.iterations = free.iteration
-    free.window = proc.controller.open_window(
-        free.point, free.iteration, names, programs=kind.programs(cfg, free.shared)
-    )
+    free.opening = True
+    try:
+        if cfg.probe == "external":
+            proc.fleet.wait_for_probes(cfg.expect_probes, cfg.probe_timeout_s)
+        infos = set_up_workers(runner, proc.controller, cfg, kind.free_run_nodes(cfg), workers, 10.0)
+        free.shared = kind.shared(cfg, infos)
+        names = sorted(proc.controller.nodes)
+        if free.point is None:
+            free.point = PointInfo(0, {"nodes": len(names)}, 0)
+            proc.events.point_started.fire(run=proc.run, point=free.point)
+        free.iteration += 1
+        free.point.iterations = free.iteration
+        free.window = proc.controller.open_window(
+            free.point, free.iteration, names, programs=kind.programs(cfg, free.shared)
+        )
+    except SwarmscopeError as e:  # no probe, a worker that cannot set up: the run fails, said once
+        if proc.closed:  # Ctrl-C came while this was starting: the run is already closed
+            log.info("the run closed while its window was opening: %s", e)
+            return
+        import gevent
+
+        print(f"swarmscope: {e}", file=sys.stderr)
+        free.status = "failed"
+        environment.process_exit_code = e.exit_code
+        gevent.spawn(runner.quit)  # once Locust's start (which fired this) has returned
+        return
+    finally:
+        free.opening = False
     if proc.worker is not None:
         proc.worker.current_window = free.window.window_id
         worker_spans.begin(free.window.window_id, free.window.traceparent)

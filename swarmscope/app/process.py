@@ -21,15 +21,15 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
 from swarmscope.core import auth
-from swarmscope.core.errors import ResultsError
 from swarmscope.core.events import RunEvents
 from swarmscope.core.sys import owners
 from swarmscope.core.sys.heap import freeze_setup_heap
+from swarmscope.core.sys.trust import make_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,13 @@ class SwarmscopeProcess:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
         self.role = role
-        # A worker has no config until the master's setup message: the defaults until then.
-        self.cfg: RunConfig = cfg if cfg is not None else kind.schema.load(env={})
+        # A worker has no config until the master's setup message: the defaults until then (the
+        # common options' when it learns its kind from that message too: kind None).
+        if cfg is None:
+            from swarmscope.kinds.base import Kind
+
+            cfg = cast(RunConfig, (kind or Kind()).schema.load(env={}))
+        self.cfg: RunConfig = cfg
         self.kind = kind
         self.events = RunEvents()
         self.run: RunInfo | None = None
@@ -108,11 +113,7 @@ class SwarmscopeProcess:
         assert cfg, "the controller needs the run's config"
         rid = run_id or new_run_id(kind.name)
         out = os.path.abspath(cfg.out)
-        run_dir = os.path.join(out, rid)
-        try:
-            os.makedirs(run_dir, exist_ok=True)
-        except OSError as e:  # e.g. --out /proc/x: one clear error, not a traceback
-            raise ResultsError(f"out: cannot create the run directory {run_dir}: {e.strerror or e}") from e
+        run_dir = make_run_dir(out, rid)  # fresh, 0750; an --out that is a symlink or not ours: refused
         self.run = RunInfo(
             run_id=rid,
             scenario=kind.name,

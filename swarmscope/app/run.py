@@ -50,7 +50,19 @@ def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[s
     return procs
 
 
-def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+def _stop_workers(workers: list[subprocess.Popen[bytes]], grace_s: float = 15.0) -> None:
+    """After runner.quit(), which told the workers to quit: each tears its nodes and targets down
+    and exits. A SIGTERM meanwhile started Locust's second shutdown in the worker, whose
+    sys.exit cut the first one short (namespaces, veths with XDP, pins left behind): only a
+    worker still running after ``grace_s`` gets one, then SIGKILL."""
+    import time
+
+    deadline = time.monotonic() + grace_s
+    for w in workers:
+        try:
+            w.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
     for w in workers:
         if w.poll() is None:
             w.terminate()
@@ -62,27 +74,36 @@ def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _worker_token(cfg: RunConfig, host: str) -> None:
-    """Workers authenticate to the master (CURVE, swarmscope.app.workerauth). Workers started here
-    inherit a fresh per-run token through the environment. External workers need the token set
-    on both sides; without one the master refuses to listen beyond loopback."""
+    """Workers authenticate to the master and the master to them (CURVE, swarmscope.app.workerauth).
+    Workers started here inherit a fresh per-run token and the master's public key through the
+    environment; the master's secret key stays in this process ($SWARMSCOPE_MASTER_KEY_FILE if
+    set, else made for the run). External workers need the token and the public key; without a
+    token the master refuses to listen beyond loopback."""
     from swarmscope.app import workerauth
     from swarmscope.core import auth
     from swarmscope.core.errors import SetupError
 
-    if not workerauth.load_token():
-        if cfg.spawn_workers:
+    if cfg.spawn_workers:
+        import zmq
+
+        if not workerauth.load_token():
             os.environ[workerauth.ENV_TOKEN] = auth.new_token()
-        elif host not in ("127.0.0.1", "localhost", "::1"):
-            raise SetupError(
-                f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
-                f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
-            )
-        else:
-            print(
-                f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
-                "master and the workers); listening on loopback only",
-                file=sys.stderr,
-            )
+        public = zmq.curve_public(workerauth.master_secret(make=True))
+        os.environ.pop(workerauth.ENV_MASTER_PUBLIC_FILE, None)  # the workers take this one
+        os.environ[workerauth.ENV_MASTER_PUBLIC] = public.decode()
+    elif workerauth.load_token():
+        workerauth.master_secret()  # the master's own key, or one clear error now
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        raise SetupError(
+            f"master_bind={cfg.master_bind} with external workers needs a worker token: set "
+            f"${workerauth.ENV_TOKEN} (or ${workerauth.ENV_TOKEN_FILE}) for the master and every worker"
+        )
+    else:
+        print(
+            f"swarmscope: external workers are not authenticated (set ${workerauth.ENV_TOKEN} on the "
+            "master and the workers); listening on loopback only",
+            file=sys.stderr,
+        )
     workerauth.install()
 
 
@@ -90,7 +111,7 @@ def _sweep_master(env: Any, host: str, port: int) -> Any:
     """Locust's master for a sweep. Locust re-checks after every message from a worker whether
     all workers stopped, copying its list of workers each time: O(workers) per heartbeat, so
     O(workers²) a second (1,000 workers: ~6 % of the master's samples; 10,000: more than a
-    core; docs/scale-out.md). A sweep starts no Locust users, so while the runner has never
+    core; docs/scale-out-workers.md). A sweep starts no Locust users, so while the runner has never
     started there is nothing to find stopped; a started one checks as Locust does."""
     from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner
 

@@ -82,7 +82,9 @@ def live(proc: Any, open_window: Any = None) -> dict[str, Any]:
 
 
 def _page(data: dict[str, Any]) -> str:
-    e = html.escape
+    def e(v: Any) -> str:  # cells are numbers or text from workers and probes: all escaped
+        return html.escape(str(v))
+
     head = "".join(f"<th>{e(c['title'])}</th>" for c in data["columns"])
     body = "".join(
         "<tr>" + "".join(f"<td>{e(r[c['key']])}</td>" for c in data["columns"]) + "</tr>"
@@ -125,6 +127,17 @@ def _on_init(environment: Any, web_ui: Any = None, **_: Any) -> None:
         {"href": "swarmscope/report.json", "title": "swarmscope report.json"},
         {"href": "swarmscope/trace.json", "title": "swarmscope trace (trace.json)"},
     ]
+    # Locust warns on its start page when a User class has no host; a swarmscope kind needs none:
+    # exec storms and flows have no target, and with no host the ingress flood and neighbor
+    # writes start their own (nginx in a namespace, a control plane). Locust recomputes its
+    # template args per page: the warning is dropped each time.
+    update = web_ui.update_template_args
+
+    def _update_template_args() -> None:
+        update()
+        web_ui.template_args["missing_host_warning"] = False
+
+    web_ui.update_template_args = _update_template_args
     app = web_ui.app
     # Every route added here is behind --web-login when it is on (Locust's own decorator);
     # tests/test_security_webui.py walks app.url_map for any left open.

@@ -22,6 +22,7 @@ from typing import IO, Any
 from swarmscope.core.errors import SetupError
 from swarmscope.core.node import node_host
 from swarmscope.core.sys import owners
+from swarmscope.core.sys.trust import open_append
 
 
 class EmbeddedProbe:
@@ -41,7 +42,7 @@ class EmbeddedProbe:
         extra_args: list[str] | None = None,
     ) -> EmbeddedProbe:
         os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        fh = open(log_path, "ab")
+        fh = os.fdopen(open_append(log_path), "ab")  # a symlink planted there: refused
         host = node_host()
         env = dict(os.environ, SWARMSCOPE_TOKEN=token, NODE_NAME=host)
         cmd = [

@@ -81,6 +81,16 @@ log = logging.getLogger(__name__)
 FIRST_MESSAGE_S = 30.0
 
 
+# The fleet's gRPC server. No BDP-probing override: turning it off was measured to change
+# neither what an unauthenticated flood leaves behind nor its peak (bench/abuse.py, issue 27).
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_concurrent_streams", 100000),
+    # Every call, the unauthenticated ones included: larger messages come in parts.
+    ("grpc.max_receive_message_length", wire.WIRE_LIMIT),
+]
+
+
 class Fleet(pb_grpc.ProbeControlServicer):
     """gRPC server (grpc.aio, on a loop thread of its own) + registry of probes + window bookkeeping.
 
@@ -121,6 +131,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self._probes: dict[str, ProbeState] = {}  # by probe id: its current session
         self._sessions: dict[str, ProbeState] = {}  # by session id, current and replaced ones
         self._direct: set[str] = set()  # ids in _probes with a session here (not via a relay)
+        self._holders: dict[str, str] = {}  # host -> the probe id that last registered for it here
+        self._refused: list[str] = []  # registrations refused for a held node, until taken
         self.hellos = PendingHellos()
         self.first_message_s = FIRST_MESSAGE_S
         self._windows: dict[str, Window] = {}
@@ -150,16 +162,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
         self.port = self._aio.start(
             lambda server: server.add_generic_rpc_handlers((probe_control_handlers(self),)),
             self.bind,
-            options=[
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_concurrent_streams", 100000),
-                # Every call, the unauthenticated ones included: larger messages come in parts.
-                ("grpc.max_receive_message_length", wire.WIRE_LIMIT),
-                # No flow-control window growth (BDP probing): gRPC takes in a stream's window
-                # before it refuses a message over the limit, and a grown window made that
-                # ~6 MiB per unauthenticated call in flight (bench/abuse.py).
-                ("grpc.http2.bdp_probe", 0),
-            ],
+            options=SERVER_OPTIONS,
             credentials=server_credentials(self.tls) if self.tls is not None else None,
         )
         self._aio.post(self._expire_hellos)
@@ -224,6 +227,12 @@ class Fleet(pb_grpc.ProbeControlServicer):
         """``{probe: reconnects}`` of probes that re-registered while the window was open (once)."""
         with self._lock:
             return self._closed_reconnects.pop(window_id, {})
+
+    def take_refusals(self) -> list[str]:
+        """Registrations refused since the last call: a node another live probe holds (once)."""
+        with self._lock:
+            refused, self._refused = self._refused, []
+            return refused
 
     # -- windows -------------------------------------------------------------------------
     def _next_seq(self) -> int:
@@ -400,7 +409,9 @@ class Fleet(pb_grpc.ProbeControlServicer):
         server_nonce = auth.new_nonce()
         with self._lock:
             self.hellos.add(context.peer(), server_nonce, bytes(request.probe_nonce), time.monotonic())
-        proof = auth.controller_proof(self.token, request.probe_nonce, server_nonce)
+        proof = auth.controller_proof(
+            auth.node_key(self.token, request.node), request.probe_nonce, server_nonce
+        )
         return pb.HelloReply(server_nonce=server_nonce, proof=proof)
 
     async def Register(
@@ -408,11 +419,18 @@ class Fleet(pb_grpc.ProbeControlServicer):
     ) -> pb.RegisterReply:
         with self._lock:
             probe_nonce = self.hellos.take(bytes(request.server_nonce), time.monotonic())  # one use only
-        expected = auth.probe_proof(self.token, request.server_nonce, request.nonce, request.probe_id)
+        # The proof is keyed by the node it registers for: a probe holding another node's key fails.
+        host = request.node_name or request.hostname
+        key = auth.node_key(self.token, host)
+        expected = auth.probe_proof(key, request.server_nonce, request.nonce, request.probe_id)
         if probe_nonce is None or probe_nonce != request.nonce or not auth.check(expected, request.proof):
-            refuse(
-                context, grpc.StatusCode.UNAUTHENTICATED, "bad proof, or a server nonce not fresh from Hello"
-            )
+            why = f"bad proof for node {host!r}, or a server nonce not fresh from Hello"
+            refuse(context, grpc.StatusCode.UNAUTHENTICATED, why)
+            return pb.RegisterReply()
+        with self._lock:
+            holder = fleet_live.claim(self, host, request.probe_id)
+        if holder:
+            refuse(context, grpc.StatusCode.ALREADY_EXISTS, f"node {host} is held by live probe {holder}")
             return pb.RegisterReply()
         sid = uuid.uuid4().hex
         # One hold of the lock from counting the sessions to adding this one: registrations that

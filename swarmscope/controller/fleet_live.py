@@ -3,6 +3,7 @@
     fleet_live.alive(fleet, probe_id)   # connected, and heard from within its liveness
     fleet_live.gone(fleet, probe_id)    # no answer will come: a window stops waiting for it
     fleet_live.prune(fleet)             # forget probes disconnected for longer than prune_s
+    fleet_live.claim(fleet, host, pid)  # a node to one live probe: "" or the probe holding it
 
 A direct probe (or relay) is alive while connected and heard from (any message) within its own
 ``liveness_s``, paced at its Register with its heartbeat interval (fleet_state.pace: probes that
@@ -29,6 +30,19 @@ def alive(fleet: FleetCore, probe_id: str) -> bool:
     return (
         p is not None and p.connected and time.monotonic() - p.last_seen <= (p.liveness_s or fleet.liveness_s)
     )
+
+
+def claim(fleet: FleetCore, host: str, probe_id: str) -> str:
+    """Give node ``host`` to ``probe_id`` unless another live probe holds it; return that holder
+    ("" when given). A refusal is logged and kept for the next window's result (take_refusals)."""
+    holder = fleet._holders.get(host, "")
+    if holder and holder != probe_id and alive(fleet, holder):
+        why = f"probe {probe_id} registered for node {host}, which live probe {holder} holds: refused"
+        fleet._refused.append(why)
+        log.error("%s", why)
+        return holder
+    fleet._holders[host] = probe_id
+    return ""
 
 
 def gone(fleet: FleetCore, probe_id: str) -> bool:

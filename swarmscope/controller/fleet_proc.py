@@ -45,6 +45,7 @@ _CALLS = frozenset(
         "close_window",
         "take_spans",
         "take_reconnects",
+        "take_refusals",
         "shutdown_probes",
         "counters",
     }
@@ -157,6 +158,9 @@ class FleetProcess:
 
     def take_reconnects(self, window_id: str) -> dict[str, int]:
         return dict(self._call("take_reconnects", window_id))
+
+    def take_refusals(self) -> list[str]:
+        return list(self._call("take_refusals"))
 
     def shutdown_probes(self, reason: str = "run finished") -> None:
         self._call("shutdown_probes", reason)

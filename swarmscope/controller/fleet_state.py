@@ -250,6 +250,8 @@ class FleetCore(Protocol):
     _probes: dict[str, ProbeState]
     _sessions: dict[str, ProbeState]
     _direct: set[str]
+    _holders: dict[str, str]
+    _refused: list[str]
     _windows: dict[str, Window]
     _spans: dict[str, list[bytes]]
     _pruned_at: float

@@ -62,6 +62,9 @@ class RunMetrics:
             registry=self.registry,
         )
         self.probes = Gauge("swarmscope_probes_connected", "live probes", registry=self.registry)
+        self.window_open = Gauge(
+            "swarmscope_window_open", "1 while a measurement window is open", registry=self.registry
+        )
         self.readings = Gauge(
             "swarmscope_probe_readings_total", "readings received from probes", registry=self.registry
         )
@@ -73,6 +76,9 @@ class RunMetrics:
     def attach(cls, events: RunEvents, metric: str = "exec", fleet: Any = None) -> RunMetrics:
         m = cls(metric, fleet)
         events.iteration_done.add_listener(m.on_iteration_done)
+        events.window_opened.add_listener(lambda **_: m.window_open.set(1))
+        events.window_closed.add_listener(lambda **_: m.window_open.set(0))
+        events.run_finished.add_listener(lambda **_: m.window_open.set(0))
         return m
 
     def on_iteration_done(self, run: RunInfo, result: IterationResult, **_: Any) -> None:

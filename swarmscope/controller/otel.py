@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from swarmscope.controller.model import IterationResult, PointInfo, RunInfo, WindowInfo
 from swarmscope.core.events import RunEvents
 from swarmscope.core.sys import otel, otlpjson
+from swarmscope.core.sys.trust import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,4 @@ class RunSpans:
             remote, self.remote = self.remote, []
         doc = otlpjson.to_json([otlpjson.encode(_memory.take(self.trace_id)), *remote])
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(doc, indent=1).encode())

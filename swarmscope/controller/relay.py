@@ -157,8 +157,11 @@ class Relay:
 
     def _register(self, stub: pbg.ProbeControlStub, target: str) -> pb.RegisterReply:
         nonce = auth.new_nonce()
-        hello = stub.Hello(pb.HelloRequest(probe_nonce=nonce, probe_id=self.relay_id), timeout=10)
-        if not auth.check(auth.controller_proof(self._token, nonce, hello.server_nonce), hello.proof):
+        key = auth.node_key(self._token, self.relay_id)  # a relay registers as its own node
+        hello = stub.Hello(
+            pb.HelloRequest(probe_nonce=nonce, probe_id=self.relay_id, node=self.relay_id), timeout=10
+        )
+        if not auth.check(auth.controller_proof(key, nonce, hello.server_nonce), hello.proof):
             raise FleetError(f"upstream {target} failed to prove it holds the token: refusing it")
         return stub.Register(
             pb.RegisterRequest(
@@ -169,7 +172,7 @@ class Relay:
                 nonce=nonce,
                 version=__version__,
                 server_nonce=hello.server_nonce,
-                proof=auth.probe_proof(self._token, hello.server_nonce, nonce, self.relay_id),
+                proof=auth.probe_proof(key, hello.server_nonce, nonce, self.relay_id),
                 relay=True,
             ),
             timeout=10,

@@ -37,6 +37,8 @@ from swarmscope.controller.sections import _RENDERERS, SectionHTML, SectionRende
 from swarmscope.controller.store import ResultStore, StoredRun
 from swarmscope.controller.summary import run_flags, summarize_point
 from swarmscope.core.errors import ResultsError
+from swarmscope.core.printable import printable
+from swarmscope.core.sys.trust import atomic_write
 
 if TYPE_CHECKING:
     from swarmscope.controller.plots import Plot
@@ -172,7 +174,8 @@ def render_console(report: dict[str, Any]) -> str:
     if report["flags"]:
         lines.append("")
         lines.extend(f"! {f['flag']}: {f['message']}" for f in report["flags"])
-    return "\n".join(lines)
+    # Names, params and flags come from workers, probes and stores: one line each, no ESC obeyed.
+    return "\n".join(printable(line, lines=False) for line in lines)
 
 
 # -- HTML ------------------------------------------------------------------------------------
@@ -242,7 +245,7 @@ def _summary_table(report: dict[str, Any]) -> str:
         flags = ", ".join(f["flag"] for f in p["flags"])
         params = ", ".join(f"{k}={v}" for k, v in p["params"].items())
         body.append(
-            f'<tr><td class="l">{p["index"]}</td><td class="l">{_e(params)}</td>'
+            f'<tr><td class="l">{_e(p["index"])}</td><td class="l">{_e(params)}</td>'
             f"<td>{len(p['iterations'])}/{p.get('planned_iterations') or len(p['iterations'])}</td>"
             + "".join(f"<td>{_e(c)}</td>" for c in cells)
             + f'<td class="l flag">{_e(flags)}</td></tr>'
@@ -347,7 +350,7 @@ def render_html(
         out.append(_img(plots["loss_vs_nodes.png"]))
     for p in report["points"]:
         params = ", ".join(f"{k}={v}" for k, v in p["params"].items())
-        out.append(f"<h2>Point {p['index']} <small>{_e(params)}</small></h2>")
+        out.append(f"<h2>Point {_e(p['index'])} <small>{_e(params)}</small></h2>")
         out.append(_flags_html(p["flags"]))
         for name in (f"point{p['index']}_counts.png", f"point{p['index']}_per_node.png"):
             if name in plots:
@@ -410,8 +413,9 @@ def write_report(
 ) -> dict[str, Any]:
     """Write report.json and/or report.html + the PNG plots into run_dir; return the report.
 
-    Every file is fsynced before its rename, and the directory after, so a crash leaves the
-    old report or the new one, never an empty file."""
+    Every file is written under a fresh name, fsynced, then renamed over the old one (and the
+    directory fsynced): a crash leaves the old report or the new one, and a symlink planted at
+    a report's name is replaced, not written through."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ResultsError(f"unknown report format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
@@ -421,7 +425,7 @@ def write_report(
     try:
         os.makedirs(path, exist_ok=True)
         if "json" in formats:
-            _atomic_write(os.path.join(path, "report.json"), json.dumps(report, indent=2).encode() + b"\n")
+            atomic_write(os.path.join(path, "report.json"), json.dumps(report, indent=2).encode() + b"\n")
         if "html" in formats:
             from swarmscope.controller.plots import core_plots
 
@@ -431,26 +435,11 @@ def write_report(
             sections = _section_parts(stored, report)
             sections += [w for w in [waterfall_section(path)] if w is not None]
             for plot in [*plots.values(), *(pl for _, part in sections for pl in part.plots)]:
-                _atomic_write(os.path.join(path, plot.filename), plot.png)
-            _atomic_write(os.path.join(path, "report.html"), render_html(report, plots, sections).encode())
+                atomic_write(os.path.join(path, plot.filename), plot.png)
+            atomic_write(os.path.join(path, "report.html"), render_html(report, plots, sections).encode())
     except OSError as e:
         raise ResultsError(f"cannot write the report into {path}: {e}") from e
     return report
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    # Write then rename: a reader (or a crash) never sees half a report.
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)  # the rename itself is durable only once the directory is
-    finally:
-        os.close(fd)
 
 
 def attach_report_writer(

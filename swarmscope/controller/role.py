@@ -70,18 +70,37 @@ class ControllerRole:
         self.window_timeout_s = window_timeout_s
         self.nodes: dict[str, NodeDesc] = {}
         self.worker_info: dict[str, dict[str, Any]] = {}  # Locust client id -> its set-up info
+        self.worker_errors: dict[str, str] = {}  # Locust client id -> why it could not set up
         self.worker_slots: dict[str, int] = {}  # Locust client id -> its index (names its nodes)
         self.results: list[IterationResult] = []
         self._lock = threading.Lock()
         self._generated: dict[str, dict[str, dict[str, Any]]] = {}
         self._reporters: dict[str, set[str]] = {}  # window id -> workers that reported
         self._unopened: dict[str, dict[str, str]] = {}  # window id -> {host: why its probe is not in it}
+        self._refused: list[str] = []  # workers' claims refused since the last window closed
 
     # -- nodes announced by workers ------------------------------------------------------------
-    def add_nodes(self, worker: str, nodes: list[dict[str, Any]], info: dict[str, Any] | None = None) -> None:
+    def add_nodes(
+        self,
+        worker: str,
+        nodes: list[dict[str, Any]],
+        info: dict[str, Any] | None = None,
+        alive: Callable[[str], bool] | None = None,
+    ) -> list[str]:
+        """Take the nodes ``worker`` (its authenticated connection) announced; a name another
+        live worker holds is refused (logged, and in the next window's ``extra.refused``).
+        Returns the refusals."""
+        refused = []
         with self._lock:
             self.worker_info[worker] = dict(info or {})
             for n in nodes:
+                held = self.nodes.get(n["name"])
+                if held is not None and held.worker != worker and (alive is None or alive(held.worker)):
+                    refused.append(
+                        f"worker {worker} announced node {n['name']}, which worker {held.worker} "
+                        "holds: refused"
+                    )
+                    continue
                 self.nodes[n["name"]] = NodeDesc(
                     name=n["name"],
                     host=n["host"],
@@ -90,6 +109,10 @@ class ControllerRole:
                     comm=n.get("comm", ""),
                     worker=worker,
                 )
+            self._refused.extend(refused)
+        for why in refused:
+            log.error("%s", why)
+        return refused
 
     def workers_of(self, node_names: list[str]) -> set[str]:
         with self._lock:
@@ -99,12 +122,23 @@ class ControllerRole:
     def add_results(
         self, window_id: str, worker: str, per_node: dict[str, dict[str, Any]], spans: bytes = b""
     ) -> None:
-        """A worker's results for a window, with its spans of the window (OTLP request bytes)."""
+        """A worker's results for a window, with its spans of the window (OTLP request bytes).
+        Only the nodes that worker announced (and holds) are taken; the others are refused
+        (logged, and in the window's ``extra.refused``)."""
         if spans:
             self.events.spans_received.fire(run=self.run, window_id=window_id, spans=[spans])
         with self._lock:
-            self._generated.setdefault(window_id, {}).update(per_node)
+            mine = {n: r for n, r in per_node.items() if n in self.nodes and self.nodes[n].worker == worker}
+            refused = [
+                f"worker {worker} sent results for node {n}, which it did not announce: refused"
+                for n in per_node
+                if n not in mine
+            ]
+            self._generated.setdefault(window_id, {}).update(mine)
             self._reporters.setdefault(window_id, set()).add(worker)
+            self._refused.extend(refused)
+        for why in refused:
+            log.error("window %s: %s", window_id, why)
 
     def wait_generated(
         self, window_id: str, workers: set[str], timeout_s: float, alive: Callable[[str], bool] | None = None
@@ -197,6 +231,7 @@ class ControllerRole:
         with self._lock:
             generated = self._generated.pop(win.window_id, {})
             self._reporters.pop(win.window_id, None)
+            refused, self._refused = self._refused, []
         self.events.window_closed.fire(run=self.run, window=win, readings=readings, missing=missing)
         result = self.reconcile(WindowOutcome(win, point, generated, readings, missing, tracer_result))
         name_pods(result, readings)
@@ -207,6 +242,10 @@ class ControllerRole:
         reconnects = take(win.window_id) if take is not None else {}
         if reconnects:
             result.extra["probe_reconnects"] = reconnects
+        take_refused = getattr(self.fleet, "take_refusals", None)
+        refused += take_refused() if take_refused is not None else []
+        if refused:
+            result.extra["refused"] = refused
         unopened = self._unopened.pop(win.window_id, {})
         if unopened:
             result.extra["probe_problems"] = unopened

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from swarmscope.core.errors import ResultsError
+from swarmscope.core.printable import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,7 +78,7 @@ def _ls(args: argparse.Namespace) -> int:
 
     with ResultStore(_db(args)) as store:
         rows = list_runs([build_report(store, r) for r in store.run_ids()])
-    print(dumps(rows) if args.json else render_list(rows))
+    print(dumps(rows) if args.json else printable(render_list(rows)))
     return 0
 
 
@@ -101,7 +102,7 @@ def _compare(args: argparse.Namespace) -> int:
         except OSError as e:
             raise ResultsError(f"cannot write the plot {path}: {e}") from e
         cmp["plot"] = os.path.abspath(path)
-    print(dumps(cmp) if args.json else render_compare(cmp))
+    print(dumps(cmp) if args.json else printable(render_compare(cmp)))
     if not args.json and "plot" in cmp:
         print(f"swarmscope: plot in {cmp['plot']}", file=sys.stderr)
     return 0

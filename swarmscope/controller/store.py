@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmscope.controller import store_types as ty
 from swarmscope.controller.model import (
     IterationResult,
     NodeCount,
@@ -41,6 +42,7 @@ from swarmscope.controller.model import (
     WindowInfo,
 )
 from swarmscope.core.errors import ResultsError
+from swarmscope.core.sys.trust import check_store
 
 DB_NAME = "swarmscope.sqlite"
 STATUSES = ("ok", "failed", "interrupted")
@@ -210,6 +212,7 @@ class ResultStore:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         parent = os.path.dirname(os.path.abspath(self.path))
+        check_store(self.path)
         try:
             os.makedirs(parent, exist_ok=True)
             # check_same_thread=False: events fire from gRPC threads and greenlets; _lock
@@ -442,6 +445,12 @@ class ResultStore:
             except sqlite3.Error as e:
                 raise ResultsError(f"results store {self.path}: {e}") from e
 
+    def _rows(
+        self, table: str, sql: str, args: tuple[Any, ...], *cols: tuple[str, ty.Kind]
+    ) -> list[tuple[Any, ...]]:
+        """``SELECT sql``, JSON columns decoded, every value of the type ``cols`` says (ResultsError)."""
+        return ty.typed(self.path, table, self._query("SELECT " + sql, args), *cols)
+
     def run_ids(self) -> list[str]:
         """All runs in the store, oldest first."""
         return [r[0] for r in self._query("SELECT run_id FROM runs ORDER BY started_ns, run_id")]
@@ -459,28 +468,37 @@ class ResultStore:
             known = self.run_ids()
             hint = f"; runs stored: {', '.join(known[-5:])}" if known else "; the store holds no runs"
             raise ResultsError(f"run {run_id!r} is not in {self.path}{hint}")
-        rid, scenario, metric, config, started_ns, run_dir, trace_id, status, finished_ns = rows[0]
+        rid, scenario, metric, config, started_ns, run_dir, trace_id, status, finished_ns = ty.typed(
+            self.path, "runs", rows, ("run_id", ty.NAME), ("scenario", ty.STR), ("metric", ty.STR),
+            ("config", ty.DICT), ("started_ns", ty.INT), ("run_dir", ty.STR), ("trace_id", ty.STR),
+            ("status", ty.STR), ("finished_ns", ty.INT_OR_NULL),
+        )[0]  # fmt: skip
         run = RunInfo(
             run_id=rid,
             scenario=scenario,
             metric=metric,
-            config=json.loads(config),
+            config=config,
             started_ns=started_ns,
             run_dir=run_dir,
             trace_id=trace_id,
         )
         points = [
-            PointInfo(index=i, params=json.loads(p), iterations=n)
-            for i, p, n in self._query(
-                "SELECT idx, params, iterations FROM points WHERE run_id = ? ORDER BY idx", (run_id,)
+            PointInfo(index=i, params=p, iterations=n)
+            for i, p, n in self._rows(
+                "points", "idx, params, iterations FROM points WHERE run_id = ? ORDER BY idx", (run_id,),
+                ("idx", ty.INT), ("params", ty.DICT), ("iterations", ty.INT),
             )
-        ]
+        ]  # fmt: skip
         nodes: dict[tuple[int, int], list[NodeCount]] = {}
-        for pt, it, node, gen, ker, rep, rlost, missing, rate, pod in self._query(
-            "SELECT point, iteration, node, generated, kernel, reported, reported_lost, missing, rate, pod"
+        for pt, it, node, gen, ker, rep, rlost, missing, rate, pod in self._rows(
+            "node_counts",
+            "point, iteration, node, generated, kernel, reported, reported_lost, missing, rate, pod"
             " FROM node_counts WHERE run_id = ? ORDER BY point, iteration, seq",
             (run_id,),
-        ):
+            ("point", ty.INT), ("iteration", ty.INT), ("node", ty.STR), ("generated", ty.INT_OR_NULL),
+            ("kernel", ty.INT_OR_NULL), ("reported", ty.INT_OR_NULL), ("reported_lost", ty.INT_OR_NULL),
+            ("missing", ty.STR_LIST), ("rate", ty.NUM_OR_NULL), ("pod", ty.STR_OR_NULL),
+        ):  # fmt: skip
             nodes.setdefault((pt, it), []).append(
                 NodeCount(
                     node=node,
@@ -488,7 +506,7 @@ class ResultStore:
                     kernel=ker,
                     reported=rep,
                     reported_lost=rlost,
-                    missing=json.loads(missing),
+                    missing=missing,
                     rate=rate,
                     pod=pod,
                 )
@@ -497,28 +515,33 @@ class ResultStore:
             IterationResult(
                 run_id=run_id,
                 point=pt,
-                params=json.loads(params),
+                params=params,
                 iteration=it,
                 window_id=wid,
                 started_ns=s,
                 ended_ns=e,
                 per_node=nodes.get((pt, it), []),
                 tracer_lost=lost,
-                flags=json.loads(flags),
-                extra=json.loads(extra),
+                flags=flags,
+                extra=extra,
             )
-            for pt, it, wid, params, s, e, lost, flags, extra in self._query(
-                "SELECT point, iteration, window_id, params, started_ns, ended_ns, tracer_lost, flags,"
+            for pt, it, wid, params, s, e, lost, flags, extra in self._rows(
+                "iterations",
+                "point, iteration, window_id, params, started_ns, ended_ns, tracer_lost, flags,"
                 " extra FROM iterations WHERE run_id = ? ORDER BY point, iteration",
                 (run_id,),
+                ("point", ty.INT), ("iteration", ty.INT), ("window_id", ty.STR), ("params", ty.DICT),
+                ("started_ns", ty.INT), ("ended_ns", ty.INT), ("tracer_lost", ty.INT_OR_NULL),
+                ("flags", ty.STR_LIST), ("extra", ty.DICT),
             )
-        ]
+        ]  # fmt: skip
         sections = [
-            Section(name=n, data=json.loads(d))
-            for n, d in self._query(
-                "SELECT name, data FROM sections WHERE run_id = ? ORDER BY name", (run_id,)
+            Section(name=n, data=d)
+            for n, d in self._rows(
+                "sections", "name, data FROM sections WHERE run_id = ? ORDER BY name", (run_id,),
+                ("name", ty.STR), ("data", ty.JSON),
             )
-        ]
+        ]  # fmt: skip
         return StoredRun(
             run=run,
             status=status,

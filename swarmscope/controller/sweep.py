@@ -95,6 +95,9 @@ def set_up_workers(
                 msg = _setup_msg(cfg, i, max(len(ids), workers), per_worker, f"w{i + 1}-")
                 runner.send_message(M.SETUP, msg, client_id=cid)
                 asked[cid] = time.monotonic()
+        if ctl.worker_errors:  # a worker that cannot set up says why: fail now, not at the timeout
+            cid, why = sorted(ctl.worker_errors.items())[0]
+            raise FleetError(f"worker {cid} could not set up: {why}")
         done = [cid for cid in ids if cid in ctl.worker_info]
         if len(done) >= workers:
             return {cid: ctl.worker_info[cid] for cid in done}
@@ -110,6 +113,7 @@ def set_up_workers(
 
 def _setup_msg(cfg: RunConfig, index: int, workers: int, sim_nodes: int, prefix: str) -> dict[str, Any]:
     return {
+        "kind": cfg.scenario,
         "cfg": cfg.as_dict(),
         "index": index,
         "workers": workers,

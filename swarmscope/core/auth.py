@@ -1,16 +1,20 @@
-"""Shared-token authentication: a mutual challenge in which the token never crosses the wire.
+"""Shared-token authentication: a mutual challenge in which no key crosses the wire.
 
-    pn = new_nonce()                                   # probe -> Hello(pn)
-    sn = new_nonce(); cp = controller_proof(tok, pn, sn)   # controller -> (sn, cp)
-    check(controller_proof(tok, pn, sn), cp)           # probe: the controller holds the token
-    pp = probe_proof(tok, sn, pn, probe_id)            # probe -> Register(pn, sn, pp) only now
-    check(probe_proof(tok, sn, pn, probe_id), pp)      # controller: the probe holds it
+    key = node_key(tok, "nodeA")                       # the probe's: given it, or derived from tok
+    pn = new_nonce()                                   # probe -> Hello(pn, node="nodeA")
+    sn = new_nonce(); cp = controller_proof(key, pn, sn)   # controller (derives key) -> (sn, cp)
+    check(controller_proof(key, pn, sn), cp)           # probe: the controller holds the token
+    pp = probe_proof(key, sn, pn, probe_id)            # probe -> Register(pn, sn, pp) only now
+    check(probe_proof(key, sn, pn, probe_id), pp)      # controller: the probe holds nodeA's key
 
-The probe answers nothing keyed by the token until the controller has proven itself, so an
-impostor controller learns a random nonce and nothing it can reuse; the controller takes each
-server nonce once, so a captured answer cannot be replayed. The labels keep a controller proof
-from ever passing as a probe proof. ``proof``/``verify``/``token_matches`` are the older
-single-direction helpers (kept for other services). Tokens come from a file or an env var
+A probe proves the key of the node it speaks for, derived from the fleet token: the controller
+(and a relay) derive any node's, a probe given only its own node's key (the chart's probes)
+cannot speak for another node. The probe answers nothing keyed until the controller has proven
+itself, so an impostor controller learns a random nonce and nothing it can reuse; the
+controller takes each server nonce once, so a captured answer cannot be replayed. The labels
+keep a controller proof from ever passing as a probe proof or a node key.
+``proof``/``verify``/``token_matches`` are the older single-direction helpers (kept for other
+services). Tokens come from a file or an env var
 (never a CLI argument, which other users can read in /proc).
 """
 
@@ -50,6 +54,13 @@ def verify(token: str, nonce: bytes, given: bytes) -> bool:
 
 CONTROLLER_LABEL = b"swarmscope/v1 controller"
 PROBE_LABEL = b"swarmscope/v1 probe"
+NODE_LABEL = b"swarmscope/v1 node "
+NODE_KEY_ENV = "SWARMSCOPE_NODE_KEY"
+
+
+def node_key(token: str, node: str) -> str:
+    """The key a probe of ``node`` proves (hex). Node names are not secret; the key is."""
+    return hmac.new(token.encode(), NODE_LABEL + node.encode(), hashlib.sha256).hexdigest()
 
 
 def controller_proof(token: str, probe_nonce: bytes, server_nonce: bytes) -> bytes:

@@ -9,11 +9,12 @@ master → worker
                         owns; answer with ``result``. A master sends each worker only its own
                         nodes, with their positions among the window's ``node_count`` nodes
                         (``split_run``): one message with every node, sent to every worker, grew
-                        as workers² (1,000 workers: 10 MB a window; docs/scale-out.md).
+                        as workers² (1,000 workers: 10 MB a window; docs/scale-out-workers.md).
   ``swarmscope:window`` {"window_id"}: free-running tests: users count into this window.
   ``swarmscope:stop``   {"window_id"}: free-running tests: stop now and send the results.
 worker → master
-  ``swarmscope:nodes``  {"nodes": [{"name", "host", "cgroup_id", "cgroup_path", "comm"}], "info"}
+  ``swarmscope:nodes``  {"nodes": [{"name", "host", "cgroup_id", "cgroup_path", "comm"}], "info"},
+                        or {"nodes": [], "error"}: this worker cannot set up (why); it quits
   ``swarmscope:result`` {"window_id", "per_node": {node: {...the kind's exact results...}},
                         "spans": OTLP request bytes, the worker's spans of the window (children
                         of the span named by the run message's W3C ``traceparent``)}

@@ -122,6 +122,7 @@ class ProbeAgent:
         pods: PodIndex | None = None,
         rand: Callable[[float, float], float] | None = None,
         failback_s: float = 30.0,
+        node_key: str = "",
     ):
         if not programs:
             raise FleetError("a probe needs at least one program")
@@ -139,13 +140,16 @@ class ProbeAgent:
         self.heartbeat_s = heartbeat_s
         self.hostname = socket.gethostname()
         self.probe_id = probe_id or f"{self.hostname}-{os.getpid()}"
+        self.node = node_name or self.hostname  # what it speaks for (the controller's ProbeState.host)
         self.retries = retries
         # Jittered waits (probes/backoff.py); ``rand(lo, hi)`` is injectable for tests.
         self.waits = Backoff(backoff_s, max_backoff_s, len(self.upstreams), rand)
         # Away from upstreams[0], go back when it answers (probes/failback.py); 0 = never.
         self.failback = Failback(failback_s, rand)
         self.rpc_timeout_s = rpc_timeout_s
-        self._token = token
+        # The key it proves: its node's, given (the chart's probes hold no more) or derived
+        # from the fleet token.
+        self._key = node_key or auth.node_key(token, self.node)
         self.tls = tls if tls is not None and tls.enabled else None
         self._factory = program_factory
         # cgroup path -> pod (the kubelet's directory names); None off Kubernetes.
@@ -272,7 +276,7 @@ class ProbeAgent:
 
     def _home_answers(self) -> bool:
         with self._channel(self.upstreams[0]) as channel:
-            return hello_ok(channel, self._token, self.probe_id, self.rpc_timeout_s)
+            return hello_ok(channel, self._key, self.probe_id, self.node, self.rpc_timeout_s)
 
     def _rpc_failed(self, what: str, e: grpc.RpcError) -> Exception:
         code = e.code() if hasattr(e, "code") else None
@@ -286,15 +290,17 @@ class ProbeAgent:
         nonce = auth.new_nonce()
         try:
             hello = stub.Hello(
-                pb.HelloRequest(probe_nonce=nonce, probe_id=self.probe_id), timeout=self.rpc_timeout_s
+                pb.HelloRequest(probe_nonce=nonce, probe_id=self.probe_id, node=self.node),
+                timeout=self.rpc_timeout_s,
             )
         except grpc.RpcError as e:
             raise self._rpc_failed("Hello", e) from e
         # The controller proves itself first: an impostor gets nothing keyed by the token.
-        if not auth.check(auth.controller_proof(self._token, nonce, hello.server_nonce), hello.proof):
+        if not auth.check(auth.controller_proof(self._key, nonce, hello.server_nonce), hello.proof):
             raise FleetError(
                 f"controller {self.upstream} failed to prove it holds the token "
-                "(wrong HMAC proof: an impostor, or this probe's token is not the controller's): "
+                "(wrong HMAC proof: an impostor, or this probe's token or node key is not the "
+                "controller's): "
                 "refusing its commands, sending it nothing more"
             )
         req = pb.RegisterRequest(
@@ -306,7 +312,7 @@ class ProbeAgent:
             nonce=nonce,
             version=__version__,
             server_nonce=hello.server_nonce,
-            proof=auth.probe_proof(self._token, hello.server_nonce, nonce, self.probe_id),
+            proof=auth.probe_proof(self._key, hello.server_nonce, nonce, self.probe_id),
         )
         try:
             reply = stub.Register(req, timeout=self.rpc_timeout_s)

@@ -27,7 +27,7 @@ import socket
 import time
 from typing import Any
 
-from swarmscope.core.errors import ConfigError, Problem
+from swarmscope.core.errors import ConfigError, Problem, SetupError
 
 ENV_CONTROLLER = "SWARMSCOPE_CONTROLLER"
 
@@ -68,6 +68,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--controller", metavar="HOST:PORT", help=f"controller address (else ${ENV_CONTROLLER})")
     p.add_argument(
         "--token-file", metavar="FILE", help="file holding the shared token (else $SWARMSCOPE_TOKEN)"
+    )
+    p.add_argument(
+        "--node-key-file",
+        metavar="FILE",
+        help="file holding this node's key instead of the token (else $SWARMSCOPE_NODE_KEY): the "
+        "probe can then speak for its own node only (`swarmscope node-key` makes one)",
     )
     p.add_argument("--node", metavar="NAME", help="node name (else $NODE_NAME, else the hostname)")
     for flag, what in TLS_FLAGS.items():
@@ -119,6 +125,28 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="with --once: how long to count (default 5)")
     p.add_argument("--json", action="store_true", help="with --once: print JSON instead of a table")
     p.set_defaults(func=run)
+    k = subparsers.add_parser(
+        "node-key",
+        help="write the key a probe of one node proves (from the fleet token): give that probe "
+        "--node-key-file instead of the token, and it can speak for its own node only",
+    )
+    k.add_argument("--node", required=True, metavar="NAME", help="the node (the probe's --node)")
+    k.add_argument("--token-file", metavar="FILE", help="the fleet token (else $SWARMSCOPE_TOKEN)")
+    k.add_argument("--out", required=True, metavar="FILE", help="where to write it (made 0600)")
+    k.set_defaults(func=_node_key)
+
+
+def _node_key(args: argparse.Namespace) -> int:
+    from swarmscope.core import auth
+
+    key = auth.node_key(auth.load_token(args.token_file), args.node)
+    try:
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key + "\n")
+    except OSError as e:
+        raise SetupError(f"cannot write the node key {args.out}: {e.strerror}") from e
+    return 0
 
 
 def _programs(spec: str) -> list[str]:
@@ -170,12 +198,15 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         raise ConfigError([Problem("--controller", "controller", f"required (or set ${ENV_CONTROLLER})")])
     from swarmscope.core.tls import client_files
 
-    token = auth.load_token(args.token_file)
+    node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
+    key = auth.read_secret(args.node_key_file, auth.NODE_KEY_ENV, "node key")
+    if args.node_key_file and not key:
+        raise SetupError(f"the node key file {args.node_key_file} is empty")
+    token = "" if key else auth.load_token(args.token_file)
     tls = client_files(args)
     from swarmscope.probes.agent import ProbeAgent
 
     factory = _factory()
-    node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
     metrics, server, stats_fd = None, None, None
     if args.metrics_port is not None:
         from swarmscope.probes.selfmetrics import ProbeSelfMetrics, serve
@@ -197,6 +228,7 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         tls=tls,
         program_factory=factory,
         pods=pod_index(args),
+        node_key=key,
     )
     # A daemon says what it does (registered, which pod a node is) without -v.
     agent_log = logging.getLogger("swarmscope.probes.agent")

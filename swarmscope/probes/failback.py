@@ -32,16 +32,16 @@ from swarmscope.v1 import probe_pb2_grpc as pbg
 IDLE_POLL_S = 0.2
 
 
-def hello_ok(channel: grpc.Channel, token: str, probe_id: str, timeout_s: float) -> bool:
-    """True when the upstream behind ``channel`` answers Hello and proves it holds the token."""
+def hello_ok(channel: grpc.Channel, key: str, probe_id: str, node: str, timeout_s: float) -> bool:
+    """True when the upstream behind ``channel`` answers Hello and proves it holds ``node``'s key."""
     nonce = auth.new_nonce()
     try:
         hello = pbg.ProbeControlStub(channel).Hello(
-            pb.HelloRequest(probe_nonce=nonce, probe_id=probe_id), timeout=timeout_s
+            pb.HelloRequest(probe_nonce=nonce, probe_id=probe_id, node=node), timeout=timeout_s
         )
     except grpc.RpcError:
         return False
-    return auth.check(auth.controller_proof(token, nonce, hello.server_nonce), hello.proof)
+    return auth.check(auth.controller_proof(key, nonce, hello.server_nonce), hello.proof)
 
 
 class Failback:

@@ -3,7 +3,7 @@
     s = ProcSampler(pids=lambda: target.lb_pids(), interval_s=1.0)   # or names=["nginx"]
     s.start()
     ...
-    samples = s.stop()      # [{"t": wall, "pid": 123, "name": "nginx", "usr_pct": 3.0, ...}]
+    samples = s.stop()      # [{"t": wall, "dt": 1.0, "pid": 123, "name": "nginx", "usr_pct": 3.0, ...}]
     ProcSampler.totals(samples)  # per-timestamp sums over the sampled processes
 
 Every interval it reads /proc/<pid>/stat (utime, stime, minflt, majflt) and statm (RSS) and
@@ -120,6 +120,7 @@ class ProcSampler:
                 self._samples.append(
                     {
                         "t": now_w,
+                        "dt": dt,  # the interval the rates are over (the tick began at t - dt)
                         "pid": pid,
                         "name": comm,
                         "usr_pct": 100.0 * (u - u0) / dt,

@@ -19,12 +19,14 @@ class NodeInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., cgroup_id: _Optional[int] = ..., cgroup_path: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
-    __slots__ = ("probe_nonce", "probe_id")
+    __slots__ = ("probe_nonce", "probe_id", "node")
     PROBE_NONCE_FIELD_NUMBER: _ClassVar[int]
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     probe_nonce: bytes
     probe_id: str
-    def __init__(self, probe_nonce: _Optional[bytes] = ..., probe_id: _Optional[str] = ...) -> None: ...
+    node: str
+    def __init__(self, probe_nonce: _Optional[bytes] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class HelloReply(_message.Message):
     __slots__ = ("server_nonce", "proof")

@@ -55,7 +55,7 @@ class ProbeControlServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Hello(self, request, context):
-        """Hello: the controller proves it holds the token, and hands out a one-time server nonce.
+        """Hello: the controller proves it holds the node's key, and hands out a one-time server nonce.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -168,12 +168,19 @@ class StepRecorder:
         if st is None:
             st = self.steps[idx] = Step()
         st.requests += len(intended)
+        t_in, t_done = np.array(intended), np.array(done)
         # the same float arithmetic as record (np.rint rounds half to even, as round() does)
-        lat = np.rint((np.array(done) - np.array(intended)) * 1e6)
+        lat = np.rint((t_done - t_in) * 1e6)
         add_values(st.hist, np.clip(lat, LOW_US, HIGH_US).astype(np.int64))
-        st.first_t = min(st.first_t, min(intended))
-        st.last_t = max(st.last_t, max(done))
-        for (status, error), n in Counter(zip(statuses, errors, strict=True)).items():
+        st.first_t = min(st.first_t, float(t_in.min()))
+        st.last_t = max(st.last_t, float(t_done.max()))
+        if errors.count(None) == len(errors):  # answers only (the usual batch): count the statuses
+            outcomes: Counter[tuple[int | None, str | None]] = Counter()
+            for status, n in Counter(statuses).items():
+                outcomes[status, None] = n
+        else:  # a transport error in the batch: count (status, error) pairs
+            outcomes = Counter(zip(statuses, errors, strict=True))
+        for (status, error), n in outcomes.items():
             key = str(status) if status else "none"
             st.statuses[key] = st.statuses.get(key, 0) + n
             if not _ok(status, error):

@@ -27,12 +27,12 @@ import os
 import pathlib
 import platform
 import shutil
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 
 from swarmscope.core.errors import LoadGenError
+from swarmscope.core.sys.trust import trusted
 
 SRC_DIR = pathlib.Path(__file__).resolve().parent / "native"
 CACHE_ROOTS = [pathlib.Path("/var/cache/swarmscope/native"), pathlib.Path.home() / ".cache/swarmscope/native"]
@@ -77,23 +77,6 @@ def _cc_version(cc: str) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         raise LoadGenError(f"cannot run the C compiler {cc}: {e}") from e
     return out.stdout + out.stderr
-
-
-def trusted(path: pathlib.Path) -> bool:
-    """``path`` and every directory above it are owned by root or us and writable by no one
-    else (sticky directories, like /tmp, excepted): nobody else can have put a file there."""
-    me = os.geteuid()
-    p = pathlib.Path(os.path.abspath(path))
-    for i, q in enumerate([p, *p.parents]):
-        try:
-            st = q.lstat()
-        except OSError:
-            return False
-        if st.st_uid not in (0, me) or stat.S_ISLNK(st.st_mode):
-            return False
-        if st.st_mode & 0o022 and not (i > 0 and st.st_mode & stat.S_ISVTX):
-            return False
-    return True
 
 
 def _usable(d: pathlib.Path, targets: list[Target]) -> bool:

@@ -48,7 +48,9 @@ class NeighborWriterUser(User):
         self.stub = pbg.NeighborStoreStub(self.channel)
 
     def on_stop(self) -> None:
-        self.channel.close()
+        channel = getattr(self, "channel", None)  # None: stopped (Ctrl-C) before on_start connected
+        if channel is not None:
+            channel.close()
 
     @task
     def put_batch(self) -> None:

@@ -67,6 +67,12 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- default (printf "%s-token" (include "swarmscope.fullname" .)) .Values.auth.existingSecret -}}
 {{- end -}}
 
+{{/* The Secret of the Locust master's key pair (master.key: only the controller mounts it;
+     master.crt: its public half, the workers' env). */}}
+{{- define "swarmscope.masterKeySecret" -}}
+{{- default (printf "%s-master-key" (include "swarmscope.fullname" .)) .Values.auth.masterKeySecret -}}
+{{- end -}}
+
 {{- define "swarmscope.scenarioConfigMap" -}}
 {{- default (printf "%s-scenario" (include "swarmscope.fullname" .)) .Values.scenario.existingConfigMap -}}
 {{- end -}}
@@ -180,8 +186,9 @@ podSelector:
 {{- end -}}
 
 {{/* Secrets each role gets (docs/security.md), as env: (dict "ctx" $ "role" "controller"|"workers"|"probes").
-     controller: POD_IP (bind address), worker token, web password file, fleet TLS files;
-     workers: the worker token only; probes: their TLS client files (the probe token is a file). */}}
+     controller: POD_IP (bind address), worker token, master key file, web password file, fleet
+     TLS files; workers: the worker token and the master's public key only; probes: their TLS
+     client files (their node's key is a file, made from the probe token by an init container). */}}
 {{- define "swarmscope.securityEnv" -}}
 {{- $v := .ctx.Values -}}
 {{- $tls := "/var/run/swarmscope-tls" -}}
@@ -199,6 +206,17 @@ podSelector:
     secretKeyRef:
       name: {{ include "swarmscope.secretName" .ctx }}
       key: {{ $v.auth.workerTokenKey }}
+{{- end }}
+{{- if eq .role "controller" }}
+- name: SWARMSCOPE_MASTER_KEY_FILE
+  value: /var/run/swarmscope-master/master.key
+{{- else if eq .role "workers" }}
+# The master's public key only: a worker can check the master, not act as it.
+- name: SWARMSCOPE_MASTER_PUBLIC_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "swarmscope.masterKeySecret" .ctx }}
+      key: master.crt
 {{- end }}
 {{- if $v.tls.enabled }}
 {{- if eq .role "controller" }}
@@ -224,6 +242,9 @@ podSelector:
 - name: web-password
   mountPath: /var/run/swarmscope-web
   readOnly: true
+- name: master-key
+  mountPath: /var/run/swarmscope-master
+  readOnly: true
 {{- end }}
 {{- if .ctx.Values.tls.enabled }}
 - name: fleet-tls
@@ -242,6 +263,14 @@ podSelector:
     items:
       - key: {{ .ctx.Values.auth.webPasswordKey }}
         path: {{ .ctx.Values.auth.webPasswordKey }}
+# The Locust master's secret key: in the controller pod only.
+- name: master-key
+  secret:
+    secretName: {{ include "swarmscope.masterKeySecret" .ctx }}
+    defaultMode: 0440
+    items:
+      - key: master.key
+        path: master.key
 {{- end }}
 {{- if .ctx.Values.tls.enabled }}
 - name: fleet-tls

@@ -1,7 +1,7 @@
 """``swarmscope controller`` and ``swarmscope worker``: the Locust master and worker, with swarmscope.
 
     swarmscope controller --scenario scenarios/exec_storm.yaml --grpc-port 7001 --metrics-port 9646
-    swarmscope worker --controller swarmscope-controller --locust-port 5557
+    swarmscope worker --controller swarmscope-controller --locust-port 5557   # takes the controller's kind
 
 They run Locust itself (``locust -f <the scenario's locustfile> --master`` / ``--worker``) with
 the swarmscope options filled in, so the web UI, the headless flags and everything else Locust
@@ -79,8 +79,9 @@ def register(sub: Any) -> None:
     w.add_argument("--locust-port", type=int, default=5557)
     w.add_argument(
         "--kind",
-        required=True,
-        help="scenario kind (its locustfile): the controller's; the run's config comes from it",
+        default="",
+        help="optional check: refuse a controller that runs another scenario kind (by default the "
+        "worker takes the controller's kind and config from it)",
     )
     w.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then extra Locust arguments")
     w.set_defaults(func=_worker)
@@ -227,16 +228,16 @@ def _hold_probes(args: argparse.Namespace) -> Any:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from swarmscope.app import plugin
     from swarmscope.kinds import get_kind
 
-    kind = str(get_kind(args.kind, "--kind").name)
+    if args.kind:
+        plugin.expect_kind(str(get_kind(args.kind, "--kind").name))
+    locustfile = pathlib.Path(plugin.__file__).with_name("worker_locustfile.py")
     argv = [
-        "-f",
-        locustfile_for(kind),
-        "--worker",
-        "--master-host",
-        args.controller,
-        "--master-port",
-        str(args.locust_port),
-    ]
-    return _locust([*argv, *_extra(args)], kind)
+        "-f", str(locustfile), "--worker", "--master-host", args.controller,
+        "--master-port", str(args.locust_port),
+    ]  # fmt: skip
+    return _locust([*argv, *_extra(args)], args.kind or "")

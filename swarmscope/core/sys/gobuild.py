@@ -7,8 +7,11 @@
 ``tool_binary`` is for the third-party tools a run may need (k6, ig): found in the cache, else
 built on first use with a progress line on stderr (what, roughly how long, then how long it
 took). Callers build them before the first measurement window opens (the kinds' ``prepare``,
-the drivers' set-up), never inside one. ``$SWARMSCOPE_BUILD_<NAME>`` replaces the build script
-(same contract: prints the binary's path last), e.g. a prebuilt copy or a test's fake.
+the drivers' set-up), never inside one. A cached or built binary is run only when root (or
+this user) owns it and every directory above it and nobody else can write there
+(``core/sys/trust.py``): otherwise a SetupError says why, since a run executes it as root.
+``$SWARMSCOPE_BUILD_<NAME>`` replaces the build script (same contract: prints the binary's path
+last), e.g. a prebuilt copy or a test's fake.
 
 ``$env_var`` when set (an image sets it to its prebuilt copy; it must be executable), else the
 program's ``tools/build_*.sh`` builds it, or finds it cached by a hash of its sources
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 from swarmscope.core.errors import SetupError
+from swarmscope.core.sys.trust import check_tool
 
 
 def go_binary(build: Path, what: str, env_var: str = "") -> str:
@@ -46,7 +50,7 @@ def go_binary(build: Path, what: str, env_var: str = "") -> str:
     if p.returncode != 0:
         tail = "\n".join(p.stderr.strip().splitlines()[-8:])
         raise SetupError(f"building {what} failed ({build}):\n{tail}")
-    return p.stdout.strip().splitlines()[-1]
+    return check_tool(p.stdout.strip().splitlines()[-1], what)
 
 
 def build_script(name: str, default: Path) -> str:
@@ -60,7 +64,7 @@ def tool_binary(
     """``cached`` when it is an executable file; else ``build`` (argv) is run once, between two
     progress lines on stderr, and the path it prints last is returned."""
     if cached.is_file() and os.access(cached, os.X_OK):
-        return str(cached)
+        return check_tool(cached, what)
     say = lambda msg: print(f"swarmscope: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     say(f"building {what} before any measurement window (first use here, ≈ {eta}; cached as {cached})")
     t0 = time.monotonic()
@@ -86,4 +90,4 @@ def tool_binary(
     if not (built.is_file() and os.access(built, os.X_OK)):
         raise SetupError(f"building {what}: {build[0]} did not produce an executable ({built})")
     say(f"built {what} in {time.monotonic() - t0:.0f} s ({built})")
-    return str(built)
+    return check_tool(built, what)

@@ -16,35 +16,39 @@ from typing import Any
 from swarmscope.controller.sections import SectionHTML, register_section
 
 
+def _e(v: Any) -> str:
+    return html.escape(str(v))
+
+
 @register_section("exec_storm")
 def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     burst, conc = data.get("burst_s"), data.get("concurrency")
     if data.get("load") == "paced":
         what = (
             f"<b>Paced</b>: each node execs at {data['rate_per_node']:g} exec/s for {burst:g} s "
-            f"({conc} exec loops), not at its maximum rate. The published test ran stress-ng at "
+            f"({_e(conc)} exec loops), not at its maximum rate. The published test ran stress-ng at "
             "maximum rate for 1 s on 2 CPUs per node; compare with it knowing this."
         )
     else:
         what = (
             f"<b>Maximum rate</b>: each node execs as fast as it can for {burst:g} s "
-            f"({conc} exec loops), as the published test did."
+            f"({_e(conc)} exec loops), as the published test did."
         )
     sng = data.get("stress_ng")
     if data.get("generator") == "stress-ng" and sng:
-        # The command is built from numbers and fixed words only, but escape it all the same.
+        # Built from numbers and fixed words, but a stored section may say anything: escaped.
         what += (
-            f" Each burst is Debian's <code>{html.escape(sng['command'])}</code>, run as nobody inside "
-            f"the node. Generated = stress-ng's bogo ops ({sng['bogo_ops']} in all) + its own exec "
-            f"into the node ({sng['startup_execs']} per burst), which the kernel counts too."
+            f" Each burst is Debian's <code>{_e(sng['command'])}</code>, run as nobody inside "
+            f"the node. Generated = stress-ng's bogo ops ({_e(sng['bogo_ops'])} in all) + its own exec "
+            f"into the node ({_e(sng['startup_execs'])} per burst), which the kernel counts too."
         )
     else:
         what += " Each burst is swarmscope's native vfork helper."
     model = data.get("tracer_model")
     if model:
-        what += f" <b>The tracer is a model.</b> {html.escape(model['what'])}"
+        what += f" <b>The tracer is a model.</b> {_e(model['what'])}"
     ref = "".join(
-        f"<tr><td>{r['nodes']}</td><td>{r['generated_p99']:,.2f}</td><td>{r['reported_p99']:,.2f}</td>"
+        f"<tr><td>{_e(r['nodes'])}</td><td>{r['generated_p99']:,.2f}</td><td>{r['reported_p99']:,.2f}</td>"
         f"<td>{r['difference']:,.2f}</td><td>{r['loss_vs_reported_pct']:g}</td></tr>"
         for r in data.get("write_up_p99") or []
     )

@@ -296,6 +296,10 @@ COLUMNS = (
 )  # fmt: skip
 
 
+# report.json keys that report.html heads with the write-up's own names (its dashboard's)
+LABELS = {"hashmap_unique": "hashmap-unique", "hashmap_total": "hashmap-total"}
+
+
 @register_section("flow_storm")
 def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     points = data.get("points", []) if isinstance(data, dict) else []
@@ -308,7 +312,7 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
             p.get("iteration", 0),
         ),
     )
-    rows = [{c: p.get(c) for c in COLUMNS if c in p} for p in order]
+    rows = [{LABELS.get(c, c): p.get(c) for c in COLUMNS if c in p} for p in order]
     table = render_generic(name, rows, report) if rows else SectionHTML("<p>no windows</p>")
     from swarmscope.kinds.flow_storm.plots import flow_plots
 
@@ -316,8 +320,9 @@ def render(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
     extra = ""
     if cmp:
         cells = "".join(
-            f"<tr><td>{html.escape(c['comparison'])}</td><td>{'' if c['ours_pct'] is None else c['ours_pct']}"
-            f"</td><td>+{c['write_up_pct']}</td></tr>"
+            f"<tr><td>{html.escape(str(c['comparison']))}</td>"
+            f"<td>{'' if c['ours_pct'] is None else html.escape(str(c['ours_pct']))}"
+            f"</td><td>+{html.escape(str(c['write_up_pct']))}</td></tr>"
             for c in cmp
         )
         extra = (

@@ -11,6 +11,7 @@ import html
 from typing import Any
 
 from swarmscope.controller.sections import SectionHTML, register_section
+from swarmscope.probes.programs.procstat import COLUMNS
 
 PCTS = ("p10", "p25", "p50", "p75", "p90", "p95", "p99", "p99.9", "max")
 
@@ -65,23 +66,33 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
 
 
 def _pidstat(steps: list[dict[str, Any]]) -> str:
-    """The proxy's process table per step in pidstat's columns (the probe's procstat)."""
-    cols = ("%usr", "%sys", "%guest", "%CPU", "minflt/s", "majflt/s", "VSZ", "RSS", "%MEM")
-    rows = [
-        "<tr>" + "".join(f"<td>{c}</td>" for c in (
-            _f(s.get("step")), _f(s.get("users", s.get("rate"))), _f(p.get("pid")), _f(p.get("role")),
-            *(_f(p.get(c), 0 if c in ("VSZ", "RSS") else 2) for c in cols),
-        )) + "</tr>"
-        for s in steps for p in s.get("proxy_processes") or []
-    ]  # fmt: skip
-    if not rows:
+    """The proxy's processes in pidstat's columns (the probe's procstat): a row per process per
+    step, then pidstat's own rows, one per process per second."""
+    cols = tuple(COLUMNS)
+
+    def table(key: str, first: tuple[str, ...], lead: Any) -> str:
+        rows = [
+            "<tr>" + "".join(f"<td>{c}</td>" for c in (
+                *lead(s, p), _f(p.get("pid")), _f(p.get("role")),
+                *(_f(p.get(c), 0 if c in ("VSZ", "RSS") else 2) for c in cols),
+            )) + "</tr>"
+            for s in steps for p in s.get(key) or []
+        ]  # fmt: skip
+        head = "".join(f"<th>{h}</th>" for h in (*first, "PID", "role", *cols))
+        return f"<table><tr>{head}</tr>{''.join(rows)}</table>" if rows else ""
+
+    per_step = table("proxy_processes", ("step", "users/rate"),
+                     lambda s, p: (_f(s.get("step")), _f(s.get("users", s.get("rate")))))  # fmt: skip
+    per_second = table(
+        "proxy_per_second", ("step", "time"), lambda s, p: (_f(s.get("step")), _f(p.get("time")))
+    )
+    if not per_step:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in ("step", "users/rate", "PID", "role", *cols))
     return (
-        "<h3>Proxy processes (pidstat columns: mean over the step's ticks; VSZ, RSS in KiB and "
-        "%MEM at their largest)</h3><p>One row per process per step; the ingress write-up's "
-        "pidstat table has one row per process per second (docs/seeds.md).</p>"
-        f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        "<h3>Proxy processes (pidstat columns: mean over the step's seconds; VSZ, RSS in KiB and "
+        f"%MEM at their largest)</h3>{per_step}"
+        "<h3>Proxy processes per second (pidstat's rows, as the ingress write-up's table)</h3>"
+        f"{per_second}"
     )
 
 

@@ -8,11 +8,14 @@ Per node: generated = the worker's successful requests (kernel: none, this kind 
 kernel events; reported: none per node). Per window: the workers' HdrHistograms merged exactly
 (added, never averaged), the target's access-log lines (``server_requests``, None for a remote
 host) and ``server-mismatch`` when they differ from the successes, the proxy's CPU/RSS from the
-probe's ``procstat`` gauges, and the fault records the target worker sent back.
+probe's ``procstat`` gauges, pidstat's rows of each proxy process per second (``procstat``'s
+samples, ``proxy_per_second``) with the step's row per process from them (``proxy_processes``),
+and the fault records the target worker sent back.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,8 @@ from swarmscope.controller.model import (
     WindowOutcome,
 )
 from swarmscope.kinds.ingress_flood.config import IngressConfig
+from swarmscope.probes.programs.procstat import COLUMNS
+from swarmscope.probes.programs.procstat import SERIES as PROC_SERIES
 from swarmscope.workers.http_stats import StepRecorder
 
 PROXY_GAUGES = {
@@ -47,27 +52,44 @@ def proxy_from(readings: list[ProbeReading]) -> dict[str, float] | None:
     return {k: float(best.gauges.get(g, 0.0)) for k, g in PROXY_GAUGES.items()}
 
 
-# pidstat's columns (pidstat -u -r), from the probe's per-process gauges proc.pid.<pid>.<key>.
-PIDSTAT_COLUMNS = {
-    "%usr": "usr_pct", "%sys": "sys_pct", "%guest": "guest_pct", "%CPU": "cpu_pct",
-    "minflt/s": "minflt_s", "majflt/s": "majflt_s", "VSZ": "vsz_kib", "RSS": "rss_kib", "%MEM": "mem_pct",
-}  # fmt: skip
+SIZES = ("VSZ", "RSS", "%MEM")  # pidstat's columns that are sizes (the rest are rates)
 
 
-def proxy_processes(readings: list[ProbeReading], master: int | None) -> list[dict[str, Any]]:
-    """The proxy's process table of a window, one pidstat row per process (master first)."""
-    rs = [r for r in readings if "proc.processes" in r.gauges]
-    if not rs:
-        return []
-    best = max(rs, key=lambda r: r.gauges["proc.processes"])
-    pids = sorted({int(k.split(".")[2]) for k in best.gauges if k.startswith("proc.pid.")})
+def proxy_per_second(readings: list[ProbeReading], master: int | None) -> list[dict[str, Any]]:
+    """pidstat's rows of a window: one per proxy process per second (the probe's procstat
+    ticks), in time order, the master first within a second: ``time`` (HH:MM:SS, local, as
+    pidstat prints it), ``t_ns`` (the tick's end), ``pid``, ``role``, ``comm`` and COLUMNS."""
+
+    def ticks(r: ProbeReading) -> list[Any]:
+        return [s for s in r.samples if s.series == PROC_SERIES]
+
+    # every node reads all chosen processes: the reading with the most rows tells it
+    best = max((ticks(r) for r in readings), key=len, default=[])
     rows = []
-    for pid in sorted(pids, key=lambda p: (p != master, p)):
-        row: dict[str, Any] = {"pid": pid, "role": "master" if pid == master else "worker"}
-        for col, key in PIDSTAT_COLUMNS.items():
-            row[col] = float(best.gauges.get(f"proc.pid.{pid}.{key}", 0.0))
+    for s in best:
+        pid = int(s.labels["pid"])
+        row: dict[str, Any] = {"time": time.strftime("%H:%M:%S", time.localtime(s.end_ns / 1e9)),
+                               "t_ns": s.end_ns, "pid": pid, "role": "master" if pid == master else "worker",
+                               "comm": s.labels.get("comm", "")}  # fmt: skip
+        row.update({col: float(s.labels[col]) for col in COLUMNS})
         rows.append(row)
-    return rows
+    return sorted(rows, key=lambda r: (r["t_ns"], r["pid"] != master, r["pid"]))
+
+
+def proxy_processes(per_second: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step's row per process from its rows per second: rates and percentages the mean over
+    the seconds, sizes the largest (master first, as the rows come)."""
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    for r in per_second:
+        by_pid.setdefault(int(r["pid"]), []).append(r)
+    out = []
+    for pid, rs in sorted(by_pid.items(), key=lambda kv: (kv[1][0]["role"] != "master", kv[0])):
+        row: dict[str, Any] = {"pid": pid, "role": rs[0]["role"]}
+        for col in COLUMNS:
+            vals = [float(r[col]) for r in rs]
+            row[col] = max(vals) if col in SIZES else sum(vals) / len(vals)
+        out.append(row)
+    return out
 
 
 def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationResult:
@@ -99,7 +121,8 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         rows[0][key] = point.params[key]
         rows[0]["proxy"] = proxy
         master = next((int(r["lb_pids"][0]) for r in got if r.get("lb_pids")), None)
-        rows[0]["proxy_processes"] = proxy_processes(readings, master)
+        rows[0]["proxy_per_second"] = proxy_per_second(readings, master)
+        rows[0]["proxy_processes"] = proxy_processes(rows[0]["proxy_per_second"])
         reps = next((int(r["backends"]) for r in got if r.get("backends") is not None), None)
         if reps is not None:  # the local target: the replicas that served this step
             rows[0]["backends"] = reps

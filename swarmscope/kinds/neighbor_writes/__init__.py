@@ -53,8 +53,9 @@ NEIGHBOR_FIELDS: list[Field] = [
     Field(
         "batch_size",
         int,
-        5000,
-        "entries per put-batch message (writer and Locust users)",
+        1,
+        "entries per write message of write + watch + program and Locust users: 1 = one write "
+        "per neighbor, as Arion's users wrote them (the comparison); more = batched writes (ours)",
         min=1,
         max=1_000_000,
     ),
@@ -102,7 +103,14 @@ NEIGHBOR_FIELDS: list[Field] = [
         "matched by the map's global id only)",
         choices=("pid", "cgroup"),
     ),
-    Field("point_timeout_s", float, 300.0, "give up on a point after this long", min=1, max=86400),
+    Field(
+        "point_timeout_s",
+        float,
+        900.0,
+        "give up on a point after this long (one write per neighbor: 100K took 30-55 s on the 2-core VM)",
+        min=1,
+        max=86400,
+    ),
     Field("plot", bool, True, "write neighbors.png (log-log per-neighbor latency)"),
     Field(
         "neighbors_per_user",
@@ -157,11 +165,16 @@ class NeighborWrites(Kind[NeighborConfig]):
     def programs(self, cfg: NeighborConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         if cfg.target == "kernel":  # counted per cgroup and device: nothing to configure
             return {"neigh_events": {}}
+        # One write per neighbor can be one update call per neighbor, and one of the revision
+        # map after each: room for every call of the largest point (the probe's default holds
+        # 200,000 per window).
+        calls = 2 * -(-max(cfg.neighbors) // cfg.batch_size) + 1000
+        extra = {"max_samples": str(calls)} if "write_watch_program" in cfg.modes and calls > 200_000 else {}
         if cfg.agent_filter == "cgroup":  # the nodes' cgroups, resolved by the probe
-            return {"map_update": {"nodes": "true"}}
+            return {"map_update": {"nodes": "true", **extra}}
         pids = shared.get("pids") or []
         # Only the agents' calls: the kernel clock is per pid (and map id, matched at reconcile).
-        return {"map_update": {"pids": ",".join(str(p) for p in pids)} if pids else {}}
+        return {"map_update": {"pids": ",".join(str(p) for p in pids), **extra} if pids else extra}
 
     def points(self, cfg: NeighborConfig) -> list[PointInfo]:
         pairs = [(n, m) for n in cfg.neighbors for m in cfg.modes]

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from swarmscope.kinds.neighbor_writes import NeighborConfig
 
 RAW_CAP = 100_000
+MAX_BATCH_SPANS = 1000  # spans per node and window (one write per neighbor: N writes)
 
 
 class _FreeTally:
@@ -278,7 +279,7 @@ class NeighborDriver:
         try:
             w = NeighborWriter(addr, token)
             w.status()
-            w.write(keys, values, int(p["batch_size"]))  # preload: not timed
+            w.write(keys, values, R.PRELOAD_BATCH)  # preload: not timed
             w.close()
             t0 = time.monotonic_ns()
             agent.list_and_program(page_size=int(p["page_size"]))
@@ -416,20 +417,27 @@ class NeighborDriver:
 def _batch_spans(window_id: str, node: str, mode: str, res: Mapping[str, Any]) -> None:
     """One span per put-batch (send -> durable commit), or one for the list-and-program; times
     are CLOCK_MONOTONIC, kept raw in ``swarmscope.mono_*_ns`` (the clock of the probe's BPF
-    times) and moved onto the wall clock for the span."""
+    times) and moved onto the wall clock for the span. Past ``MAX_BATCH_SPANS`` writes (one
+    write per neighbor: N of them) a span covers consecutive writes, from the first's send to
+    the last's commit, so a window has at most that many spans."""
     starts, ends = res.get("starts") or [], res.get("commits") or []
     if not ends and starts and res.get("t_user_ns"):  # list_program: one list, then programmed
         ends = [[starts[-1][0], int(res["t_user_ns"])]]
+    pairs = list(zip(starts, ends, strict=False))
+    step = -(-len(pairs) // MAX_BATCH_SPANS) if pairs else 1
     prev = 0
-    for i, ((total, t0), (_, t1)) in enumerate(zip(starts, ends, strict=False)):
+    for i in range(0, len(pairs), step):
+        (_, t0), (total, t1) = pairs[i][0], pairs[min(i + step, len(pairs)) - 1][1]
+        name = f"batch {node} #{i + 1}" + (f"-{min(i + step, len(pairs))}" if step > 1 else "")
         spans.record(
             window_id,
-            f"batch {node} #{i + 1}" if mode != "list_program" else f"list_program {node}",
+            name if mode != "list_program" else f"list_program {node}",
             spans.wall_ns(t0),
             spans.wall_ns(t1),
             {
                 "swarmscope.node": node,
                 "swarmscope.entries": total - prev,
+                "swarmscope.writes": min(i + step, len(pairs)) - i,
                 "swarmscope.mono_start_ns": t0,
                 "swarmscope.mono_end_ns": t1,
                 "swarmscope.pid": res.get("pid"),

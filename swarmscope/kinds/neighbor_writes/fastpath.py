@@ -60,10 +60,10 @@ def agent_lib() -> str | None:
     return str(d / "libssagent.so")
 
 
-def _preload(cp: ControlPlane, keys: bytes, values: bytes, batch: int) -> None:
+def _preload(cp: ControlPlane, keys: bytes, values: bytes) -> None:
     c = IpcClient(cp.socket, cp.token)
     try:
-        write_ipc(c, keys, values, batch)  # not timed
+        write_ipc(c, keys, values, R.PRELOAD_BATCH)  # not timed
     finally:
         c.close()
 
@@ -71,7 +71,7 @@ def _preload(cp: ControlPlane, keys: bytes, values: bytes, batch: int) -> None:
 def list_program(
     cp: ControlPlane, agent: Any, maps: Mapping[str, Any], keys: bytes, values: bytes, p: Mapping[str, Any]
 ) -> dict[str, Any]:
-    _preload(cp, keys, values, int(p["batch_size"]))
+    _preload(cp, keys, values)
     r = agent.call(op="list", socket=cp.socket, token=cp.token, **maps, page=int(p["page_size"]))
     return {"starts": [[len(keys) // R.KEY_SIZE, int(r["t0"])]], "t_user_ns": int(r["t_user"])}
 
@@ -83,7 +83,7 @@ def watch_only(
     Its end is the agent's clock (no kernel event); ``received`` is what it holds."""
     from swarmscope.targets.neighbors.agent_proc import digest
 
-    _preload(cp, keys, values, int(p["batch_size"]))
+    _preload(cp, keys, values)
     r = agent.call(op="watch_only", socket=cp.socket, token=cp.token, **maps)
     n, t1 = int(r["received"]), int(r["t_user"])
     same = r["digest"] == digest(keys, values)

@@ -5,14 +5,18 @@
     prog.configure({"procstat.pids": [4242]})   # this window samples pid 4242 only ({} = start-up)
     prog.window_gauges(start_ns, end_ns, nodes)
     # {"n1": {"proc.cpu_pct": 49.8, "proc.usr_pct": ..., "proc.sys_pct": ..., "proc.rss_max_kib": ...,
-    #         "proc.minflt_s": ..., "proc.majflt_s": ..., "proc.processes": 1.0, "proc.ticks": 10.0,
-    #         "proc.pid.4242.cpu_pct": 49.8, ... one pidstat row per process, see per_process}}
+    #         "proc.minflt_s": ..., "proc.majflt_s": ..., "proc.processes": 1.0, "proc.ticks": 10.0}}
+    prog.window_samples(start_ns, end_ns, nodes)
+    # {"n1": [Sample("procstat.tick", tick start, tick end, %CPU x 100, {"pid": "4242",
+    #          "comm": "nginx", "%usr": "49.5", ... pidstat's columns}), ... one per process per tick]}
     prog.close()
 
 Gauges, not counters: ``snapshot()`` is always empty and the agent asks ``window_gauges`` at
 CloseWindow. For the ticks that ended inside the window (wall clock): CPU % and fault rates are
 the mean over ticks of the per-tick sum over the processes (percent of one core), RSS is the
-largest per-tick sum. A node with a cgroup id gets only its cgroup's processes; a node with
+largest per-tick sum. ``window_samples`` gives pidstat's rows themselves: one sample per
+process per tick, pidstat's columns (``COLUMNS``) as exact labels, %CPU in hundredths as the
+value. A node with a cgroup id gets only its cgroup's processes; a node with
 cgroup id 0 gets all chosen processes. Settings: ``PARAMS`` below (start-up from
 ``$SWARMSCOPE_PROC_NAMES`` / ``_PIDS`` / ``_CGROUPS`` / ``_INTERVAL``); with no selection it
 samples nothing and every gauge is 0 with ``proc.processes`` 0. Per window, any of
@@ -34,7 +38,7 @@ from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ProbeError
 from swarmscope.core.sys.cgroups import cgroup2_mount, pid_cgroup_id
 from swarmscope.probes.procstat import ProcSampler, pids_by_name
-from swarmscope.probes.programs.base import NodeLike, Snapshot
+from swarmscope.probes.programs.base import NodeLike, Sample, Snapshot
 from swarmscope.probes.programs.params import startup_values
 
 GAUGES = (
@@ -175,16 +179,29 @@ class ProcStat:
     ) -> dict[str, dict[str, float]]:
         if self._sampler is None:
             raise ProbeError("procstat: window_gauges before load()")
+        return {n.name: self._gauges(self._rows(start_ns, end_ns, int(n.cgroup_id))) for n in nodes}
+
+    def window_samples(
+        self, start_ns: int, end_ns: int, nodes: Iterable[NodeLike]
+    ) -> dict[str, list[Sample]]:
+        """pidstat's rows of the window: one sample per process per tick (see the module doc)."""
+        if self._sampler is None:
+            raise ProbeError("procstat: window_samples before load()")
+        return {n.name: [_sample(r) for r in self._rows(start_ns, end_ns, int(n.cgroup_id))] for n in nodes}
+
+    def _rows(self, start_ns: int, end_ns: int, cgroup: int) -> list[dict[str, Any]]:
+        """The sampler's rows of the ticks that ended in the window, of ``cgroup`` (0: all)."""
+        assert self._sampler is not None
         # Ticks before the last selection change sampled another selection (configure runs at
         # OpenWindow, just after the window's start).
         t0, t1 = max(start_ns / 1e9, self._since), end_ns / 1e9
         self._sampler.prune(t1 - self.keep_s)
         rows = [s for s in self._sampler.samples() if t0 < s["t"] <= t1]
-        return {n.name: self._gauges(rows, int(n.cgroup_id)) for n in nodes}
-
-    def _gauges(self, rows: list[dict[str, Any]], cgroup: int) -> dict[str, float]:
         if cgroup:
             rows = [r for r in rows if self._cgroup(int(r["pid"])) == cgroup]
+        return rows
+
+    def _gauges(self, rows: list[dict[str, Any]]) -> dict[str, float]:
         ticks = ProcSampler.totals(rows)
         faults: dict[float, list[float]] = {}
         for r in rows:
@@ -202,7 +219,6 @@ class ProcStat:
             out["proc.majflt_s"] = sum(f[1] for f in faults.values()) / n
         out["proc.processes"] = float(len({r["pid"] for r in rows}))
         out["proc.ticks"] = float(n)
-        out.update(per_process(rows))
         return out
 
     def close(self) -> None:
@@ -211,21 +227,16 @@ class ProcStat:
             sampler.stop()
 
 
-# pidstat's columns per process: rates and percentages are the mean over the process's ticks in
-# the window, sizes the largest (pidstat -u -r prints each tick; this is the window's row).
-PER_PROCESS_MEAN = ("usr_pct", "sys_pct", "guest_pct", "cpu_pct", "minflt_s", "majflt_s")
-PER_PROCESS_MAX = ("vsz_kib", "rss_kib", "mem_pct")
+# pidstat's columns (pidstat -u -r), label -> the sampler's key; a row's sizes are KiB.
+COLUMNS = {
+    "%usr": "usr_pct", "%system": "sys_pct", "%guest": "guest_pct", "%CPU": "cpu_pct",
+    "minflt/s": "minflt_s", "majflt/s": "majflt_s", "VSZ": "vsz_kib", "RSS": "rss_kib", "%MEM": "mem_pct",
+}  # fmt: skip
+SERIES = "procstat.tick"
 
 
-def per_process(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """``proc.pid.<pid>.<column>`` gauges: one pidstat row per sampled process of the window."""
-    by_pid: dict[int, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_pid.setdefault(int(r["pid"]), []).append(r)
-    out: dict[str, float] = {}
-    for pid, rs in by_pid.items():
-        for k in PER_PROCESS_MEAN:
-            out[f"proc.pid.{pid}.{k}"] = sum(float(r.get(k, 0.0)) for r in rs) / len(rs)
-        for k in PER_PROCESS_MAX:
-            out[f"proc.pid.{pid}.{k}"] = max(float(r.get(k, 0.0)) for r in rs)
-    return out
+def _sample(r: dict[str, Any]) -> Sample:
+    labels = {"pid": str(r["pid"]), "comm": str(r["name"])}
+    labels.update({col: repr(float(r.get(key, 0.0))) for col, key in COLUMNS.items()})
+    end = int(r["t"] * 1e9)
+    return Sample(SERIES, end - int(r["dt"] * 1e9), end, round(100 * r["cpu_pct"]), labels)

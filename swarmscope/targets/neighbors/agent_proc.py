@@ -162,7 +162,8 @@ class _Serve:
             agent.close()
             if not ok:
                 return {
-                    "error": f"revision {c['revision']} not reached (at {agent.revision})",
+                    "error": f"revision {c['revision']} not reached (at {agent.revision})"
+                    + "".join(f"; {e}" for e in self.errors),
                     "errors": self.errors,
                 }
             return {

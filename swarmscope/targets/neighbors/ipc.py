@@ -22,8 +22,11 @@ one read, in one group commit (store.py), each acknowledged with its own revisio
 ``G`` get ``(key)`` -> ``(found, mod_revision, value)``; ``W`` watch -> ``(revision, tail)``, after
 which the connection carries notes only. Limits: the gRPC side's (entries per message, write
 rate, watchers) plus ``MAX_CONNECTIONS``; before the token, a hello frame of at most
-``MAX_HELLO_FRAME`` bytes within ``HELLO_TIMEOUT_S``, ``MAX_UNAUTHENTICATED`` at once; a
-watcher whose socket buffer is full is closed (it is that far behind: it lists again). The
+``MAX_HELLO_FRAME`` bytes within ``HELLO_TIMEOUT_S``, ``MAX_UNAUTHENTICATED`` at once. A note
+says "the log's tail is now T", so the latest covers every one before it: a watcher whose
+socket buffer is full (about 280 notes behind; one commit per neighbor from a pipelining writer
+does that) keeps its connection and gets the latest note once it reads again (a thread waits
+for it to be writable). Closing it instead left its agent stopped at the last note it had. The
 socket's directory is private (0700, root).
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import struct
 import threading
@@ -119,6 +123,11 @@ class IpcServer:
         self.store, self.path, self.token, self.writes = store, path, token, writes
         self.log = LogWriter()
         self.watchers: list[socket.socket] = []
+        # Watchers whose buffer was full at a note: the latest note each has not got (sent by
+        # _catch_up when it can take it; under the store's lock, as the watchers list).
+        self._behind: dict[socket.socket, bytes] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)  # written under the store's lock: never waits
         self._commit_ns: dict[int, int] = {}
         self.conns = 0
         self.unauthenticated = 0
@@ -138,6 +147,7 @@ class IpcServer:
         self.sock.listen(64)
         self._closed = False
         threading.Thread(target=self._accept, name="ipc-accept", daemon=True).start()
+        threading.Thread(target=self._catch_up, name="ipc-notes", daemon=True).start()
 
     # -- under the store's lock, after every durable commit ------------------------------------
     def _publish(self, rev: int, keys: bytes, values: bytes, deleted: bytes) -> None:
@@ -151,15 +161,59 @@ class IpcServer:
             for w in self.watchers:  # they cannot follow any more: list again (over gRPC)
                 w.close()
             self.watchers.clear()
+            self._behind.clear()
             return
         note = FRAME.pack(NOTE.size, ord("w")) + NOTE.pack(rev, tail)
         for w in list(self.watchers):
+            if w in self._behind:  # still behind: this note replaces the one it waits for
+                self._behind[w] = note
+                continue
             try:
                 w.send(note, socket.MSG_DONTWAIT)
-            except OSError:  # full buffer (that far behind) or gone: end it
-                self.watchers.remove(w)
-                with contextlib.suppress(OSError):
-                    w.shutdown(socket.SHUT_RDWR)
+            except BlockingIOError:  # its buffer is full: the latest note, when it takes one
+                self._behind[w] = note
+                self._wake()
+            except OSError:  # gone: end it
+                self._drop(w)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe wakes it already
+            os.write(self._wake_w, b"w")
+
+    def _drop(self, w: socket.socket) -> None:
+        """End a watch (under the store's lock)."""
+        if w in self.watchers:
+            self.watchers.remove(w)
+        self._behind.pop(w, None)
+        with contextlib.suppress(OSError):
+            w.shutdown(socket.SHUT_RDWR)
+
+    def _catch_up(self) -> None:
+        """Send each watcher that fell behind its latest note once its buffer has room."""
+        while not self._closed:
+            with self.store.lock:
+                behind = {w.fileno(): w for w in self._behind}
+            p = select.poll()
+            p.register(self._wake_r, select.POLLIN)
+            for fd in behind:
+                p.register(fd, select.POLLOUT)
+            ready = p.poll()
+            with self.store.lock:
+                for fd, _ev in ready:
+                    if fd == self._wake_r:
+                        os.read(self._wake_r, 4096)
+                        continue
+                    w = behind.get(fd)
+                    note = self._behind.get(w) if w is not None else None
+                    if w is None or note is None:  # caught up or ended meanwhile
+                        continue
+                    try:
+                        w.send(note, socket.MSG_DONTWAIT)
+                        del self._behind[w]
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        self._drop(w)
 
     # -- connections -----------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -225,6 +279,7 @@ class IpcServer:
             with self.store.lock:
                 if s in self.watchers:
                     self.watchers.remove(s)
+                self._behind.pop(s, None)
             with self._lock:
                 self.conns -= 1
                 self.unauthenticated -= waiting
@@ -275,6 +330,8 @@ class IpcServer:
                 with contextlib.suppress(OSError):
                     w.shutdown(socket.SHUT_RDWR)
             self.watchers.clear()
+            self._behind.clear()
+        self._wake()  # _catch_up sees _closed and ends (the pipe lives as long as the process)
         self.sock.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from swarmscope.core.errors import BpfError
+from swarmscope.core.errors import BpfError, LoadGenError
 from swarmscope.core.sys.bpf import map_update_batch_at
 from swarmscope.targets.neighbors import records as R
 from swarmscope.targets.neighbors.ipc import IpcClient
@@ -105,6 +105,8 @@ class IpcAgent:
         self.programmed = 0
         self.received: list[tuple[int, int, int]] = []  # (revision, entries, t_ns) in watch
         self.cond = threading.Condition()
+        self.cancelled = False
+        self.ended = ""  # why the watch ended before cancel() (wait_revision stops waiting)
         self._fd = getattr(target, "fd", None)  # an XDP map: program from the mapping directly
         self.native = _native(native) if native and self._fd is not None else None
 
@@ -228,7 +230,23 @@ class IpcAgent:
         return self.log.revision(), b"".join(ks), b"".join(vs)
 
     def watch(self, ready: Callable[[int], None] | None = None, page_size: int = 65536) -> None:
-        """Apply every commit after the target's programmed revision until :meth:`cancel`."""
+        """Apply every commit after the target's programmed revision until :meth:`cancel`;
+        LoadGenError if the control plane ends the watch first (waiters are woken with it)."""
+        try:
+            self._watch(ready, page_size)
+        except Exception as e:
+            self._end(f"{type(e).__name__}: {e}")
+            raise
+        if not self.cancelled:
+            self._end(f"the control plane ended the watch at revision {self.revision}")
+            raise LoadGenError(self.ended)
+
+    def _end(self, why: str) -> None:
+        with self.cond:
+            self.ended = why
+            self.cond.notify_all()
+
+    def _watch(self, ready: Callable[[int], None] | None, page_size: int) -> None:
         programmed = self.target.revision()  # resume after it (a restarted agent does)
         _, tail = self.client.watch()
         for rec in self.log.records(self.offset, tail):
@@ -275,10 +293,13 @@ class IpcAgent:
                 self._upto(note_tail, page, stamp=True)
 
     def wait_revision(self, rev: int, timeout: float) -> bool:
+        """True once ``rev`` is programmed; False at the timeout or when the watch ended."""
         with self.cond:
-            return self.cond.wait_for(lambda: self.revision >= rev, timeout)
+            self.cond.wait_for(lambda: self.revision >= rev or bool(self.ended), timeout)
+            return self.revision >= rev
 
     def cancel(self) -> None:
+        self.cancelled = True
         self.client.cancel()
 
     def close(self) -> None:

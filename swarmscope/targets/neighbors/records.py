@@ -20,6 +20,9 @@ VALUE_SIZE = 12
 BASE_IP = 0x0A400000  # 10.64.0.0: generated neighbors live in 10.64.0.0/10
 VALUE = struct.Struct("<6sHI")
 MAX_BATCH_ENTRIES = 1_000_000  # entries (or deleted keys) in one put-batch message, any transport
+# The untimed load of the store before a list (the data "already in DB"): batched, whatever the
+# writes' batch_size, so a 1M list does not wait for 1M commits first.
+PRELOAD_BATCH = 5000
 
 
 def make_keys(n: int, start: int = 0) -> bytes:
