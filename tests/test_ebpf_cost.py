@@ -129,10 +129,16 @@ def test_swarmscope_run_ebpf_cost(tmp_path: pathlib.Path) -> None:
     assert "CUMULRUNTIME" in page and "tail calls" in page
 
 
-def test_embedded_only() -> None:
+def test_one_worker_only() -> None:
     from swarmscope.core.errors import ConfigError
     from swarmscope.kinds import get_kind
 
-    with pytest.raises(ConfigError, match="runs embedded"):
-        get_kind("ebpf_cost").schema.load(data={"mode": "distributed"})
-    assert get_kind("ebpf_cost").schema.load(data={}).tools == ["seccomp", "ig-open"]
+    kind = get_kind("ebpf_cost")
+    with pytest.raises(ConfigError, match="one set of tools: one worker"):
+        kind.schema.load(data={"mode": "distributed", "workers": 2})
+    assert kind.schema.load(data={"mode": "distributed", "workers": 1}).workers == 1
+    assert kind.schema.load(data={}).tools == ["seccomp", "ig-open"]
+    cfg = kind.schema.load(data={})
+    assert kind.shared(cfg, {"w1": {}}) == {}
+    with pytest.raises(ConfigError, match="2 connected: ebpf_cost measures one machine"):
+        kind.shared(cfg, {"w1": {}, "w2": {}})

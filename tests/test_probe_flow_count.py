@@ -9,6 +9,7 @@ are always deleted; the program detaches on close.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 import pytest
 
 from swarmscope.core.errors import ProbeError
+from swarmscope.core.sys import cgroups
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import get_program
-from swarmscope.probes.programs.flow_count import FlowCount, flow_gauges, parse_target
+from swarmscope.probes.programs.flow_count import FlowCount, flow_gauges, netns_path, parse_target
 from swarmscope.workers.flow_gen import flow_key, sent_per_flow
 from swarmscope.workers.flow_netns import FlowNetns
 
@@ -93,8 +95,14 @@ def test_full_table_counts_drops() -> None:
 
 def test_targets_and_options() -> None:
     assert parse_target("12:ns-a:veth0") == (12, "ns-a", "veth0")
+    own = cgroups.pid_cgroup_rel("self")  # a container on a hybrid host announces its path
+    assert parse_target(f"/{own}:ns-a:veth0") == (cgroups.pid_cgroup_id("self"), "ns-a", "veth0")
+    assert parse_target("/ss-no-such-cgroup:ns-a:veth0") == (0, "ns-a", "veth0")  # another node's
     for bad in ("ns:dev", "x:ns:dev", "1:ns:"):
         with pytest.raises(ProbeError, match="not <cgroup id>"):
+            parse_target(bad)
+    for bad in ("1:..:dev", "1:a/b:dev", "1:.x:dev"):  # a name from the network is never a path
+        with pytest.raises(ProbeError, match="not a network namespace name"):
             parse_target(bad)
     prog = get_program("flow_count")
     with pytest.raises(ProbeError, match="not per-window"):
@@ -119,3 +127,59 @@ def test_missing_namespace_is_skipped_and_bad_interface_fails() -> None:
         prog = FlowCount([f"3:{net.dst}:no-such-if"])
         with pytest.raises(ProbeError, match="attaching XDP"):
             prog.load()
+
+
+# A worker in a pod: its namespaces are in its own mount namespace's /run/netns (a tmpfs here,
+# an emptyDir there), invisible in the probe's /var/run/netns; it sends when told, then waits.
+_POD = """
+import json, sys
+from swarmscope.workers.flow_netns import FlowNetns
+with FlowNetns("ss-fcp") as net:
+    print(net.dst, net.dst_dev, flush=True)
+    sys.stdin.readline()
+    gen = [sys.executable, "-m", "swarmscope.workers.flow_gen", "--flows", "300", "--packets-per-flow", "2"]
+    print(net.exec(gen, 120).strip(), flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.mark.root
+@pytest.mark.bpf
+def test_a_namespace_in_another_mount_namespace_is_reached_through_its_cgroup() -> None:
+    """As in a worker pod (the chart's workers.flows): the target names a namespace this
+    probe's /var/run/netns does not have; the probe finds it under /proc/<pid>/root of the
+    target cgroup's process and counts every flow there, exactly."""
+    with cgroups.temp_cgroup("ss-fcpod") as cg:
+        sh = f'echo $$ > {cg}/cgroup.procs && mount -t tmpfs ss-netns /run/netns && exec "$0" -c "$1"'
+        pod = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", sh, sys.executable, _POD],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert pod.stdin is not None and pod.stdout is not None
+        try:
+            dst, dev = pod.stdout.readline().split()
+            cgid = cgroups.cgroup_id(cg)
+            assert not os.path.exists(f"/var/run/netns/{dst}")
+            assert netns_path(cgid, dst) == f"/proc/{pod.pid}/root/run/netns/{dst}"
+            assert netns_path(cgid + 1, dst) is None  # another node's cgroup: skipped
+            assert netns_path(cgid, "ss-fcp-gone") is None  # looked into, not there: deleted
+            prog = FlowCount([f"{cgid}:{dst}:{dev}"], max_flows=1024)
+            prog.load()
+            try:
+                before = prog.snapshot()[cgid]
+                pod.stdin.write("send\n")
+                pod.stdin.flush()
+                res = json.loads(pod.stdout.readline())
+                after = prog.snapshot()[cgid]
+                gauges = prog.window_gauges(0, 0, [_Node("pod", cgid)])
+            finally:
+                prog.close()
+        finally:
+            pod.stdin.close()
+            pod.wait(60)
+    assert pod.returncode == 0
+    assert res["generated"] == 600
+    assert {k: after[k] - before[k] for k in ("flow.packets", "flow.flows", "flow.drops")} == {
+        "flow.packets": 600, "flow.flows": 300, "flow.drops": 0
+    }  # fmt: skip
+    assert (gauges["pod"]["flow.seen"], gauges["pod"]["flow.hist.2"]) == (300.0, 300.0)

@@ -13,6 +13,8 @@ which the probe's exec counter must equal. In an ``idle`` window nothing runs in
 The node's second half is the host (cgroup id 0): its probe reading carries the host-level
 ``bpf_stats`` counters, every program's run count and time. Each window's result lists the
 tools' programs (id, name, type, map memory, owner) so the controller can pick them out.
+Free-running (``locust -f scenarios/ebpf_cost.py``, ``swarmscope controller``), CostUser users
+(workers/cost_user.py) run loops of ``duration_s`` one after another and ``take`` sums them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from swarmscope.core.errors import LoadGenError
@@ -42,6 +45,7 @@ class CostDriver:
         self.node = create_sim_nodes(self.group, [f"{prefix}n1"], pids_max=64)[0]
         self.host_name = f"{prefix}host"
         self.current_window = ""
+        self._free: dict[str, dict[str, Any]] = {}  # free-running windows' tallies
         try:
             self.tools = start_tools(list(cfg.tools), int(self.node.cgroup_id))
             self.programs = self._describe_programs()
@@ -95,8 +99,11 @@ class CostDriver:
         stop_tools(self.tools)
         self._drop_node()
 
-    def busy_loop(self, duration_s: float) -> dict[str, Any]:
-        """The loop in the node for ``duration_s``; its exact turns and exec count."""
+    def busy_loop(
+        self, duration_s: float, on_stop: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
+        """The loop in the node for ``duration_s``; its exact turns and exec count. Interrupted
+        (a Locust user killed at test stop), the loop is stopped, ``on_stop`` gets its counts."""
         from swarmscope.workers.nodes import joiner
 
         work = pathlib.Path(tempfile.mkdtemp(prefix="swarmscope-loop-"))
@@ -107,7 +114,14 @@ class CostDriver:
                 stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
                 preexec_fn=joiner(self.node), start_new_session=True,
             )  # fmt: skip
-            time.sleep(duration_s)  # gevent-patched in a Locust worker: cooperative
+            try:
+                time.sleep(duration_s)  # gevent-patched in a Locust worker: cooperative
+            except BaseException:
+                (work / "stop").touch()
+                out, _ = proc.communicate(timeout=30)
+                if on_stop is not None and out.strip().isdigit():
+                    on_stop(_counts(int(out), time.monotonic() - t0))
+                raise
             (work / "stop").touch()
             try:
                 out, err = proc.communicate(timeout=30)
@@ -122,12 +136,7 @@ class CostDriver:
             loops = int(out.strip())
         except ValueError as e:
             raise LoadGenError(f"the busy loop failed ({proc.returncode}): {err.strip()[-300:]}") from e
-        return {
-            "generated": loops + LOOP_EXECS_OF_ITS_OWN,
-            "loops": loops,
-            "elapsed_s": elapsed,
-            "rate": loops / elapsed if elapsed > 0 else 0.0,
-        }
+        return _counts(loops, elapsed)
 
     def run_window(
         self, window_id: str, nodes: list[str], payload: dict[str, Any], environment: Any = None
@@ -143,8 +152,31 @@ class CostDriver:
         res["tools"] = self.programs
         return {self.node.name: res}
 
+    # -- free-running tests (locust -f, swarmscope controller) ----------------------------------
+    def record(self, window_id: str, res: dict[str, Any]) -> None:
+        """One loop of a CostUser (workers/cost_user.py) into the window's tally."""
+        t = self._free.setdefault(window_id, {"loops_run": 0, **dict.fromkeys(SUMMED, 0)})
+        t["loops_run"] += 1
+        for k in SUMMED:
+            t[k] += res[k]
+
     def stop_window(self, window_id: str) -> None:
-        """Windows are driven by the controller only (no free-running users)."""
+        """A loop cut by test stop records itself when its shell has exited: nothing in flight."""
 
     def take(self, window_id: str, node_names: list[str] | None = None) -> dict[str, Any]:
-        return {}
+        t = self._free.pop(window_id, None) or {"loops_run": 0, **dict.fromkeys(SUMMED, 0)}
+        elapsed = float(t["elapsed_s"])
+        rate = t["loops"] / elapsed if elapsed > 0 else 0.0
+        return {self.node.name: {"free": True, **t, "rate": rate, "tools": self.programs}}
+
+
+SUMMED = ("generated", "loops", "elapsed_s")
+
+
+def _counts(loops: int, elapsed: float) -> dict[str, Any]:
+    return {
+        "generated": loops + LOOP_EXECS_OF_ITS_OWN,
+        "loops": loops,
+        "elapsed_s": elapsed,
+        "rate": loops / elapsed if elapsed > 0 else 0.0,
+    }

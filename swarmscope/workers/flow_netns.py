@@ -5,9 +5,9 @@
         net.target(cgroup_id)       # "4242:ss-fs-ab12cd-d:fsab12cdd" for the flow_count program
 
 ``src`` holds SRC_ADDR on its end and routes FLOW_NET (where generated flows go) to the peer,
-with a permanent neighbour entry so no ARP is needed; ``dst`` has the peer address and no route
-onward, and forwarding is off there, so the flows' packets end at its veth (after any XDP
-program) and go nowhere else. IPv6 is off on both ends (no neighbour-discovery noise). Both
+with a permanent neighbour entry so no ARP is needed; ``dst`` has the peer address and a
+blackhole route for FLOW_NET, so the flows' packets end at its veth (after any XDP program) and
+go nowhere else. The veth ends have no IPv6 address (no neighbour-discovery noise). Both
 namespaces are deleted on exit; every name carries a random tag (several workers, several
 engineers on one machine).
 """
@@ -43,13 +43,16 @@ class FlowNetns:
             ip("netns", "add", self.dst)
             ip("link", "add", self.src_dev, "netns", self.src, "type", "veth", "peer", "name", self.dst_dev,
                "netns", self.dst)  # fmt: skip
+            # Netlink only, no sysctl: a pod's /proc/sys is read-only (the chart's flow worker).
             for ns, dev, addr in ((self.src, self.src_dev, SRC_ADDR), (self.dst, self.dst_dev, DST_ADDR)):
-                self.sysctl(ns, "net.ipv6.conf.all.disable_ipv6=1")
-                self.sysctl(ns, "net.ipv6.conf.default.disable_ipv6=1")
+                # No IPv6 address on the veth, so it sends nothing (no DAD, no solicitations).
+                ip("-n", ns, "link", "set", dev, "addrgenmode", "none")
                 ip("-n", ns, "link", "set", "lo", "up")
                 ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
                 ip("-n", ns, "link", "set", dev, "up")
-            self.sysctl(self.dst, "net.ipv4.ip_forward=0")
+            # The flows end here even where a new namespace inherits forwarding from the host's
+            # (a Kubernetes node): a blackhole route drops them and sends no ICMP back.
+            ip("-n", self.dst, "route", "add", "blackhole", FLOW_NET)
             mac = json.loads(ip("-n", self.dst, "-j", "link", "show", self.dst_dev).stdout)[0]["address"]
             ip(
                 "-n",
@@ -69,10 +72,6 @@ class FlowNetns:
             self.close()
             raise
         return self
-
-    @staticmethod
-    def sysctl(ns: str, setting: str) -> None:
-        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", setting], check=True, timeout=30)
 
     def exec(self, cmd: list[str], timeout: float) -> str:
         """Run ``cmd`` in the source namespace; its stdout (LoadGenError with its stderr)."""
@@ -94,9 +93,9 @@ class FlowNetns:
             ["ip", "netns", "exec", self.src, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
-    def target(self, cgroup_id: int) -> str:
-        """The receiving interface as a ``flow_count.targets`` entry."""
-        return f"{int(cgroup_id)}:{self.dst}:{self.dst_dev}"
+    def target(self, cgroup: int | str) -> str:
+        """The receiving interface as a ``flow_count.targets`` entry (cgroup: id or v2 path)."""
+        return f"{cgroup}:{self.dst}:{self.dst_dev}"
 
     def dropped(self) -> int:
         """Packets the veth pair dropped (both ends' tx and rx drops)."""

@@ -100,7 +100,7 @@ def _load(path: str) -> tuple[str, str]:
 
     kind, cfg = load_scenario(path, [])
     if not (SCENARIO_DIR / f"{kind.name}.py").is_file():
-        why = kind.not_in_cluster or "it has no locustfile"
+        why = f"it has no locustfile (scenarios/{kind.name}.py)"
         raise SetupError(
             f"swarmscope controller does not run the {kind.name} scenario: {why} "
             f"(run it with: swarmscope run {path})"

@@ -1,6 +1,7 @@
 """Scenario kind ``ebpf_cost``: what third-party eBPF tools cost, busy loop against idle.
 
     swarmscope run scenarios/ebpf_cost.yaml [--set tools=seccomp,open,ig-open --set duration_s=10]
+    locust -f scenarios/ebpf_cost.py --headless -u 1 -r 1 -t 10s     # one busy window, free-running
 
 The top-ebpf write-up's experiment (docs/seeds.md#top-ebpf): tools watch one node (a cgroup)
 from set-up on (targets/ebpf_tools.py: a bpftrace syscall recorder of ours standing in for the
@@ -24,6 +25,7 @@ from typing import Any
 from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
+from swarmscope.core.errors import ConfigError, Problem
 from swarmscope.kinds.base import CrossCheck, Kind
 
 PHASES = ("busy", "idle")
@@ -39,7 +41,12 @@ class EbpfCostConfig(RunConfig):
 
 
 class EbpfCost(Kind[EbpfCostConfig]):
-    not_in_cluster = "it runs embedded only: third-party eBPF tools started on the one machine it measures"
+    not_in_cluster = (
+        "its worker makes its node as a child cgroup, and a pod's cgroupfs is read-only; its tools "
+        "are host-wide tracers (bpftrace, and ig, which is not in the image) that need the host PID "
+        "namespace and CAP_SYS_ADMIN: run it on the machine it measures with swarmscope run or "
+        "swarmscope controller and one swarmscope worker"
+    )
     name = "ebpf_cost"
     metric = "exec"
     description = "third-party eBPF tools' cost (run count, runtime, CPU, map memory), busy loop vs idle"
@@ -78,10 +85,16 @@ class EbpfCost(Kind[EbpfCostConfig]):
         # One machine, one set of tools: a second worker would start its own copies, and its
         # host reading would count every program on the machine a second time.
         return [
-            lambda v: [("mode", "ebpf_cost runs embedded (one worker, one machine)")]
-            if v.get("mode", "embedded") != "embedded"
+            lambda v: [("workers", "ebpf_cost measures one machine with one set of tools: one worker")]
+            if v.get("mode", "embedded") != "embedded" and v.get("workers", 1) != 1
             else []
         ]
+
+    def shared(self, cfg: EbpfCostConfig, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        if len(infos) > 1:  # hand-started workers of a free-running master: the check above, at set-up
+            why = f"{len(infos)} connected: ebpf_cost measures one machine with one"
+            raise ConfigError([Problem("set-up", "workers", why)])
+        return {}
 
     def programs(self, cfg: EbpfCostConfig, shared: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         return {"bpf_stats": {}, "syscall_count": {}, "exec_count": {}}
@@ -120,7 +133,7 @@ class EbpfCost(Kind[EbpfCostConfig]):
         seconds = max(spans) if spans else (window.closed_ns - window.opened_ns) / 1e9
         tools: list[dict[str, Any]] = next((r["tools"] for r in results.values() if r.get("tools")), [])
         out.extra["ebpf_cost"] = {
-            "phase": outcome.point.params["phase"],
+            "phase": outcome.point.params.get("phase", "busy"),  # a free run is one busy window
             **per_window(tools, host, loop, seconds),
         }
         return out

@@ -2,6 +2,8 @@
 
     swarmscope run scenarios/flow_storm.yaml --set flows=1000,10000,100000
     swarmscope run scenarios/flow_storm.yaml --set mode=distributed --set workers=2
+    helm install ss charts/swarmscope --set workers.flows.enabled=true \
+        --set scenario.config.scenario=flow_storm       # in a cluster: each worker pod is a node
 
 The NetObserv experiment's load (docs/flow_storm.md): one point per flow count, ``iterations``
 windows each. A worker is one node; at set-up its driver (driver.py) makes two network
@@ -124,10 +126,6 @@ class FlowStorm(Kind[FlowStormConfig]):
     metric = "flow.packets"
     description = "UDP or TCP over N distinct 5-tuples between namespaces; per-flow kernel truth"
     config_cls = FlowStormConfig
-    not_in_cluster = (
-        "its worker makes network namespaces and attaches XDP on its own machine, and the chart has "
-        "no privileged worker for it yet: run it with swarmscope run (embedded or distributed)"
-    )
 
     def fields(self) -> list[Field]:
         return list(FLOW_FIELDS)

@@ -68,7 +68,8 @@ class FlowDriver:
         return [self.node.describe(self.host)]
 
     def info(self) -> dict[str, Any]:
-        target = self.net.target(int(self.node.cgroup_id))
+        # The id, or the v2 path the node's probe resolves (a container on a hybrid host)
+        target = self.net.target(int(self.node.cgroup_id) or str(self.node.announce_path))
         return {
             "node": self.name,
             "pid": self.pid,

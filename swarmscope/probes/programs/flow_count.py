@@ -17,7 +17,8 @@ gauge is also given per interface (``flow.dev.<ifname>.<name>``), since workers 
 machine may share a cgroup. Targets are set
 per window (the flow storm's workers make their namespaces at set-up) and attached once; a
 window with other targets detaches the old ones. A target whose namespace is not on this
-machine is skipped (in a distributed run each probe sees every worker's targets).
+machine is skipped (in a distributed run each probe sees every worker's targets); one in a
+pod's own namespace directory is entered through a process of its cgroup (``netns_path``).
 
 The flow table is drained at every window's close (``window_gauges``), so each window's flows
 are its own; the totals (``snapshot``) are cumulative, as counters must be. Caveats: XDP sees
@@ -29,13 +30,17 @@ next start-up sweep).
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import socket
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swarmscope.core.config import Field, list_of
-from swarmscope.core.errors import ProbeError
+from swarmscope.core.errors import ProbeError, SetupError
+from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_paths, resolve_cgroup_id
 from swarmscope.probes import pinned
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import NodeLike, Snapshot
@@ -69,14 +74,71 @@ PARAMS = [
 WINDOW_PARAMS: frozenset[str] = frozenset({"flow_count.targets", "flow_count.max_flows"})
 
 
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # an `ip netns` name: never a path
+
+
 def parse_target(text: str) -> tuple[int, str, str]:
-    """``"4242:ns:dev"`` -> (4242, "ns", "dev")."""
-    parts = text.split(":")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[2]:
+    """``"4242:ns:dev"`` -> (4242, "ns", "dev"). The cgroup may be given as its v2 path (a
+    worker in a container on a hybrid-layout host cannot read its id, workers/nodes.py:
+    own_cgroup_node), resolved here; 0 when it is not on this node."""
+    parts = text.rsplit(":", 2)
+    cg = parts[0]
+    if len(parts) != 3 or not (cg.isdigit() or cg.startswith("/")) or not parts[2]:
         raise ProbeError(f"flow_count: target {text!r} is not <cgroup id>:<netns>:<interface>")
-    return int(parts[0]), parts[1], parts[2]
+    if parts[1] and not _NAME.fullmatch(parts[1]):
+        raise ProbeError(f"flow_count: target {text!r}: {parts[1]!r} is not a network namespace name")
+    if cg.isdigit():
+        return int(cg), parts[1], parts[2]
+    try:
+        return resolve_cgroup_id(cg), parts[1], parts[2]
+    except SetupError:
+        return 0, parts[1], parts[2]  # another node's cgroup
 
 
+def netns_path(cgroup: int, name: str) -> str | None:
+    """Where this probe enters a target's namespace, or None when the target is not on this
+    node. A worker on this machine's mount namespace keeps it in /var/run/netns (its ``ip
+    netns`` name is enough); a worker in a pod keeps it in the pod's own /run/netns, which the
+    node reaches as ``/proc/<pid>/root/run/netns/<name>`` through any process of the target's
+    cgroup. That needs the host PID namespace (the chart's probe has it with workers.flows) and
+    ptrace read access (SYS_PTRACE): without them the cgroup's processes are there but none can
+    be looked into, which is an error, not a target to skip (a namespace already deleted is)."""
+    if not name or os.path.exists(f"/var/run/netns/{name}"):
+        return name
+    if not cgroup:
+        log.info("flow_count: %s skipped: its cgroup is not on this node", name)
+        return None
+    root = cgroup2_mount()
+    rel = cgroup_paths(root, {cgroup}).get(cgroup)
+    if rel is None:
+        log.info("flow_count: %s skipped: cgroup %d is not on this node", name, cgroup)
+        return None  # another node's worker
+    try:
+        pids = (root / rel.lstrip("/") / "cgroup.procs").read_text().split()
+    except OSError:
+        return None  # removed since
+    looked = False
+    for pid in pids:
+        path = f"/proc/{pid}/root/run/netns/{name}"
+        try:
+            if pid != "0" and os.stat(path):  # "0": a process outside this PID namespace
+                return path
+        except FileNotFoundError:
+            looked = True  # this process's /run/netns has no such namespace (deleted)
+        except OSError:
+            continue  # EACCES without ptrace access; ESRCH: exited
+    if looked or not pids:
+        log.info(
+            "flow_count: %s skipped: not in /run/netns of cgroup %s's %d processes", name, rel, len(pids)
+        )
+        return None
+    raise ProbeError(
+        f"flow_count: namespace {name} of cgroup {rel} is not reachable from this probe "
+        f"(processes seen: {len(pids)}): the probe needs the host PID namespace and SYS_PTRACE"
+    )
+
+
+log = logging.getLogger(__name__)
 _KEY = struct.Struct("<IIHHB3x")  # struct flow_key in bpf/flow_key.h
 _VAL = struct.Struct("<QQ")  # struct flow_val {packets, bytes}
 _TOT = struct.Struct("<5Q")  # struct flow_tot, in TOTALS order
@@ -123,12 +185,6 @@ def _ip(v: int) -> str:
     return socket.inet_ntoa(struct.pack("<I", int(v)))  # stored as the wire's bytes
 
 
-def _netns_here(name: str) -> bool:
-    import os
-
-    return not name or os.path.exists(f"/var/run/netns/{name}")
-
-
 class FlowCount:
     name: str = "flow_count"
     counters: tuple[str, ...] = COUNTERS
@@ -166,8 +222,8 @@ class FlowCount:
         parsed = [parse_target(t) for t in targets]
         try:
             for cg, ns, dev in parsed:
-                if _netns_here(ns):
-                    self._attached.append(_Attached(cg, ns, dev, max_flows))
+                if (path := netns_path(cg, ns)) is not None:
+                    self._attached.append(_Attached(cg, path, dev, max_flows))
         except BaseException:
             self._detach()
             raise

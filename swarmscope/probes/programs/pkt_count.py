@@ -74,7 +74,8 @@ WINDOW_PARAMS: frozenset[str] = frozenset()
 
 @contextlib.contextmanager
 def in_netns(name: str | None) -> Iterator[None]:
-    """Run the block with this thread in network namespace ``name`` (``ip netns`` name)."""
+    """Run the block with this thread in network namespace ``name``: an ``ip netns`` name, or
+    the absolute path of a namespace file (another mount namespace's, flow_count.netns_path)."""
     if not name:
         yield
         return
@@ -82,7 +83,7 @@ def in_netns(name: str | None) -> Iterator[None]:
     # see the namespace's links; we switch back before returning.
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        target = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+        target = os.open(name if name.startswith("/") else f"/var/run/netns/{name}", os.O_RDONLY)
     except OSError as e:
         os.close(own)
         raise ProbeError(f"pkt_count: no network namespace {name!r}: {e.strerror}") from e

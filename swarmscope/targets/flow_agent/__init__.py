@@ -10,9 +10,9 @@ window (packets, bytes, flows, evictions per component, ring buffer / hashmap ra
 sizes, dropped flows). Registered in ``AGENTS``; the kind's ``agent`` option's choices are its
 names ("none": no agent): the reference eBPF agent (agent.py), and the real exporters
 ``softflowd`` and ``pmacctd`` (exporters.py, NetFlow v9 to swarmscope's collector). ``comm``
-names the process the probe's procstat samples: empty for the reference agent (its ``pid`` is
-the agent itself), the daemon's name for a real exporter (restarted per point, so followed by
-name within the worker's cgroup). ``metrics_url`` is where the agent serves its own metrics in
+names the process the probe's procstat samples, followed by name within the worker's cgroup:
+``ss-flowagent`` for the reference agent (a worker in a pod knows no node pid), the daemon's
+name for a real exporter (restarted per point). ``metrics_url`` is where the agent serves its own metrics in
 Prometheus text (the reference agent, on a loopback port of this namespace; empty otherwise).
 """
 
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from swarmscope.core.errors import LoadGenError
+
+AGENT_COMM = "ss-flowagent"  # the reference agent's /proc/<pid>/comm (15 bytes at most)
 
 
 class AgentProcess:
@@ -139,7 +141,7 @@ def start_reference(
         "--dev", dev, "--cache-max-flows", str(cache_max_flows), "--cache-timeout", str(cache_timeout_s),
         "--metrics-fd", str(sock.fileno()), "--ringbuf-pages", str(ringbuf_pages),
     ]  # fmt: skip
-    return AgentProcess(cmd, metrics=sock)
+    return AgentProcess(cmd, comm=AGENT_COMM, metrics=sock)
 
 
 def _exporter(name: str) -> Callable[[str, str, int, float], AgentProcess]:

@@ -39,6 +39,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from swarmscope.targets.flow_agent import AGENT_COMM
+
 FlowKey = tuple[int, int, int, int, int]
 
 
@@ -150,7 +152,8 @@ class FlowAgent:
             self.bpf.cleanup()
         self.cache_max_flows, self.timeout = int(cache_max_flows), float(cache_timeout_s)
         flags = [f"-DCACHE_MAX_FLOWS={self.cache_max_flows}", f"-DRINGBUF_PAGES={int(self.ringbuf_pages)}"]
-        self.bpf = bcc_env.load_program("flow_agent", cflags=flags)
+        # TC only, no tracepoint: no CAP_PERFMON or tracefs needed (none in the chart's worker pod)
+        self.bpf = bcc_env.load_program("flow_agent", cflags=flags, tracing=False)
         self._dropped0 = self._dropped_seen = 0  # a new program: its drop counter starts at 0
         self.bpf[b"direct_flows"].open_ring_buffer(self._on_record)
         self._attach()
@@ -269,6 +272,9 @@ class FlowAgent:
             print(json.dumps({"window": self.win.summary()}), flush=True)
 
 
+PR_SET_NAME = 15
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dev", required=True)
@@ -277,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ringbuf-pages", type=int, default=64)
     ap.add_argument("--metrics-fd", type=int, default=-1, help="a listening socket: serve /metrics on it")
     a = ap.parse_args(argv)
+    # Its own name, so the probe's procstat finds it in the worker's cgroup by name: a worker in
+    # a pod knows the agent's pid in the pod only, not the node's pid the probe samples.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, AGENT_COMM.encode(), 0, 0, 0)
     agent = FlowAgent(a.dev, a.cache_max_flows, a.cache_timeout, a.ringbuf_pages)
     if a.metrics_fd >= 0:
         from swarmscope.targets.flow_agent.metrics import serve
