@@ -123,3 +123,33 @@ def test_metrics_servers_bind_loopback_by_default() -> None:
     from swarmscope.controller.options import COMMON_FIELDS
 
     assert next(f for f in COMMON_FIELDS if f.key == "metrics_bind").default == "127.0.0.1"
+
+
+def test_metrics_server_caps_its_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle connections to /metrics hold a thread each: past the cap a connection is closed
+    unanswered (it took a thread and a stack each before), and once the idle ones time out the
+    server answers again."""
+    import socket
+
+    from swarmscope.probes import selfmetrics
+
+    monkeypatch.setattr(selfmetrics, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(selfmetrics, "CONNECTION_TIMEOUT_S", 0.5)
+    server = selfmetrics.serve(selfmetrics.TextRegistry(), 0)
+    port = server.server_address[1]
+
+    def get() -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            return b"".join(iter(lambda: s.recv(4096), b""))
+
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        assert get() == b""  # the third: closed unanswered, the two idle ones hold the slots
+        assert [s.recv(1) for s in idle] == [b"", b""]  # the server dropped them at its timeout
+        for s in idle:
+            s.close()
+        assert get().endswith(b"ok\n")
+    finally:
+        server.shutdown()
+        server.server_close()

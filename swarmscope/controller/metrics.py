@@ -18,17 +18,16 @@ Names (``<metric>`` is the run's counted thing, e.g. ``exec``):
 from __future__ import annotations
 
 import errno
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from swarmscope.controller.model import IterationResult, RunInfo
 from swarmscope.core.errors import SetupError
 from swarmscope.core.events import RunEvents
 from swarmscope.core.sys.ports import port_in_use
+from swarmscope.probes.selfmetrics import serve as serve_metrics
 
 
 class RunMetrics:
@@ -105,33 +104,12 @@ class RunMetrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics and /healthz in a thread; return the bound port (0 picks one)."""
-        metrics = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.startswith("/metrics"):
-                    body, ctype = metrics.render(), CONTENT_TYPE_LATEST
-                elif self.path.startswith("/healthz"):
-                    body, ctype = b"ok\n", "text/plain"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+        try:  # the probe's server: one implementation of /metrics, its connection cap included
+            self._server = serve_metrics(self.registry, port, host)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 raise port_in_use("Prometheus metrics", f"{host}:{port}", "metrics_port") from e
             raise SetupError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from e
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="metrics").start()
         return int(self._server.server_address[1])
 
     def close(self) -> None:

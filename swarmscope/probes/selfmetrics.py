@@ -77,6 +77,43 @@ class TextRegistry:
         return "".join(f.render() for c in self.collectors for f in c()).encode()
 
 
+MAX_CONNECTIONS = 8  # scrapers at once; a Prometheus scrapes one at a time
+CONNECTION_TIMEOUT_S = 5.0  # a client that sends nothing (or reads nothing) is dropped then
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A threading server with a cap on live connections and a per-connection timeout: a thread
+    per connection without a cap let any peer that reaches the port (a hostNetwork probe's is
+    on the node's address) grow the probe by a thread stack per idle connection. Over the cap a
+    connection is closed at once; it costs no thread."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        request.settimeout(CONNECTION_TIMEOUT_S)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self._slots.release()  # before the close: a client that saw it closed finds a slot
+            self.shutdown_request(request)
+
+
 def serve(registry: Any, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Serve ``/metrics`` (a TextRegistry, or a prometheus_client registry) and ``/healthz`` on a
     daemon thread; port 0 picks one."""
@@ -106,8 +143,7 @@ def serve(registry: Any, port: int, host: str = "127.0.0.1") -> ThreadingHTTPSer
         def log_message(self, *args: Any) -> None:  # scrapes every few seconds: keep logs quiet
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = BoundedHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
