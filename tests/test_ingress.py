@@ -437,9 +437,10 @@ def test_k6_path_runs_the_real_binary(tmp_path: pathlib.Path, k6_bin: str) -> No
 
 
 FAKE_K6_BUILD = """#!/bin/sh
-# Stands in for tools/build_k6.sh: takes BUILD_S seconds, then "builds" the real k6 (a link).
+# Stands in for tools/build_k6.sh: takes BUILD_S seconds, then "builds" the real k6 (a copy:
+# a cached tool that is a symlink is refused before it runs, docs/security.md).
 [ "$2" = --path ] && { echo "$DIR/k6"; exit 0; }
-sleep "$BUILD_S"; ln -sf "$REAL_K6" "$DIR/k6"; echo "$DIR/k6"
+sleep "$BUILD_S"; cp "$REAL_K6" "$DIR/k6"; echo "$DIR/k6"
 """
 
 
