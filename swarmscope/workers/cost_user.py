@@ -11,13 +11,9 @@ Caveat: several users run their loops side by side in the one node (still counte
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
-import gevent
 from locust import User, constant, task
 
-from swarmscope.workers.driver import report_request
+from swarmscope.workers.driver import recorded_call
 
 
 class CostUser(User):
@@ -30,16 +26,5 @@ class CostUser(User):
 
     @task
     def loop(self) -> None:
-        window = self.driver.current_window
-        if not window:
-            gevent.sleep(0.05)  # the window opens at test start; a worker may see users first
-            return
-        t0 = time.perf_counter()
-        exc: Exception | None = None
-        res: dict[str, Any] = {}
-        try:
-            res = self.driver.busy_loop(self.duration_s, lambda r: self.driver.record(window, r))
-            self.driver.record(window, res)
-        except Exception as e:
-            exc = e
-        report_request(self.environment, "loop", "cat /dev/null", t0, int(res.get("generated", 0)), exc)
+        recorded_call(self.environment, self.driver, "loop", "cat /dev/null",
+                      lambda _w, rec: self.driver.busy_loop(self.duration_s, rec))  # fmt: skip

@@ -14,6 +14,7 @@ count into ``current_window`` and the plug-in calls ``stop_window`` then ``take`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 
@@ -62,3 +63,26 @@ def report_request(
         exception=exc,
         context={},
     )
+
+
+def recorded_call(
+    environment: Any, driver: Any, request_type: str, name: str, call: Callable[[Any, Callable], dict]
+) -> None:
+    """One task of a Locust user whose driver counts in windows: wait for the window, run
+    ``call(window, record)`` (``record`` keeps partial results, as a stop can cut the call), record
+    its result and tell Locust (``report_request``: ``generated`` is the count)."""
+    import gevent
+
+    window = driver.current_window
+    if not window:
+        gevent.sleep(0.05)  # the window opens at test start; a worker may see users first
+        return
+    t0 = time.perf_counter()
+    exc: Exception | None = None
+    res: dict[str, Any] = {}
+    try:
+        res = call(window, lambda r: driver.record(window, r))
+        driver.record(window, res)
+    except Exception as e:
+        exc = e
+    report_request(environment, request_type, name, t0, int(res.get("generated", 0)), exc)

@@ -11,13 +11,9 @@ A burst cut by the test's stop is stopped and still counted.
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
-import gevent
 from locust import User, constant, task
 
-from swarmscope.workers.driver import report_request
+from swarmscope.workers.driver import recorded_call
 
 
 class FlowStormUser(User):
@@ -38,16 +34,5 @@ class FlowStormUser(User):
 
     @task
     def burst(self) -> None:
-        window = self.driver.current_window
-        if not window:
-            gevent.sleep(0.05)  # the window opens at test start; a worker may see users first
-            return
-        t0 = time.perf_counter()
-        exc: Exception | None = None
-        res: dict[str, Any] = {}
-        try:
-            res = self.driver.burst(0, self.flows, self.params, lambda r: self.driver.record(window, r))
-            self.driver.record(window, res)
-        except Exception as e:
-            exc = e
-        report_request(self.environment, "flows", "burst", t0, int(res.get("generated", 0)), exc)
+        recorded_call(self.environment, self.driver, "flows", "burst",
+                      lambda _w, rec: self.driver.burst(0, self.flows, self.params, rec))  # fmt: skip
