@@ -136,22 +136,31 @@ class RealCluster:
         return names[self.nodes[0].name]
 
 
-def container_rss_mib(pod: dict[str, Any], container: str) -> tuple[float, int]:
-    """RSS (MiB) of every process in one container of a pod on a real node, and their count.
+def container_memory(pod: dict[str, Any], container: str) -> dict[str, float]:
+    """Memory of one container of a pod on a real node, read from the host (MiB).
 
-    From the host: the container's cgroup (the kubelet's cgroupRoot /<node>, the pod's QoS
-    class, pod<uid>, the container id) in the v2 hierarchy lists its processes."""
+    ``rss``, ``anon``, ``file``: summed over the processes its cgroup lists (smaps_rollup), and
+    ``procs``, their count; ``cgroup``: the memory controller's charge (v2 ``memory.current``,
+    else v1 ``memory.usage_in_bytes``), which also holds page cache and kernel memory such as
+    the BPF maps the container's loader made. The cgroup is the kubelet's cgroupRoot /<node>,
+    the pod's QoS class, pod<uid>, the container id."""
     (st,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
     cid = st["containerID"].split("://", 1)[1]
     qos = pod["status"]["qosClass"].lower()
-    cg = CGROUP_ROOT / "unified" / pod["spec"]["nodeName"] / "kubepods"
-    cg = (cg if qos == "guaranteed" else cg / qos) / f"pod{pod['metadata']['uid']}" / cid
-    kib, pids = 0, (cg / "cgroup.procs").read_text().split()
+    rel = Path(pod["spec"]["nodeName"]) / "kubepods"
+    rel = (rel if qos == "guaranteed" else rel / qos) / f"pod{pod['metadata']['uid']}" / cid
+    pids = (CGROUP_ROOT / "unified" / rel / "cgroup.procs").read_text().split()
+    kib = {"Rss": 0, "Anonymous": 0}
     for pid in pids:
         with contextlib.suppress(OSError):  # a process that just exited holds no memory
-            status = Path(f"/proc/{pid}/status").read_text().splitlines()
-            kib += next(int(ln.split()[1]) for ln in status if ln.startswith("VmRSS:"))
-    return kib / 1024, len(pids)
+            for ln in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+                k, _, v = ln.partition(":")
+                if k in kib:
+                    kib[k] += int(v.split()[0])
+    v2 = CGROUP_ROOT / "unified" / rel / "memory.current"
+    charge = int((v2 if v2.exists() else CGROUP_ROOT / "memory" / rel / "memory.usage_in_bytes").read_text())
+    rss, anon = kib["Rss"] / 1024, kib["Anonymous"] / 1024
+    return {"rss": rss, "anon": anon, "file": rss - anon, "procs": len(pids), "cgroup": charge / 2**20}
 
 
 def table(rows: list[tuple[str, ...]]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from imagebuild import find_swarmscope_image
-from realcluster import RealCluster, container_rss_mib, nodes_wide, pods_wide
+from realcluster import RealCluster, container_memory, nodes_wide, pods_wide
 from realnode import pod_on, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -165,9 +165,10 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
         # The probe pods' footprint on each real node (issue 26's goal: <= 40 MiB).
         for p in _pods_in(api, ns):
             if p["metadata"]["labels"]["app.kubernetes.io/component"] == "probes":
-                rss, n = container_rss_mib(p, "probe")
-                print(f"probe pod {p['metadata']['name']} on {p['spec']['nodeName']}: "
-                      f"RSS {rss:.1f} MiB in {n} process(es)", flush=True)  # fmt: skip
+                m = container_memory(p, "probe")
+                where = f"probe pod {p['metadata']['name']} on {p['spec']['nodeName']}"
+                print(f"{where}: RSS {m['rss']:.1f} MiB in {m['procs']:.0f} process(es),"
+                      f" cgroup {m['cgroup']:.1f} MiB", flush=True)  # fmt: skip
     finally:
         c.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s")
         api.request("DELETE", f"/api/v1/namespaces/{ns}")

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import pytest
 from cluster import Cluster, fake_node, find_tools
 from imagebuild import find_swarmscope_image
 from jaegerapi import fetch_trace, span_tree
+from realcluster import container_memory
 from realnode import RealNode, find_node_tools, wait_for
 
 from swarmscope.core.sys.otlpjson import spans_of
@@ -205,6 +207,14 @@ def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
                 assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
             assert any(want_pod in ln for ln in attributed)
             assert [name for _, name in held] == [EXEC_COUNT_PROGRAM]  # exec_count's, the only one left
+            # Issue 26's goal: the probe pod's RSS (its container's processes, from its cgroup on the
+            # host) at most 40 MiB, steady: 20 s or more after the probe started, after its window.
+            started = probe_now["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+            time.sleep(max(0.0, datetime.fromisoformat(started).timestamp() + 20 - time.time()))
+            mem = container_memory(probe_now, "probe")
+            print(f"probe pod RSS {mem['rss']:.1f} MiB (anon {mem['anon']:.1f}, file {mem['file']:.1f})"
+                  f" in {mem['procs']:.0f} process(es), memory cgroup {mem['cgroup']:.1f} MiB")  # fmt: skip
+            assert mem["procs"] == 1 and mem["rss"] <= 40.0, mem
             _check_trace(spans, rep["trace_id"], {
                 "swarmscope-controller": next(
                     p["metadata"]["name"] for p in _pods(c, "controller") if p["metadata"]["uid"] == ctrl_uid

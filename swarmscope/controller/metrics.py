@@ -18,7 +18,6 @@ Names (``<metric>`` is the run's counted thing, e.g. ``exec``):
 from __future__ import annotations
 
 import errno
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -27,6 +26,7 @@ from swarmscope.controller.model import IterationResult, RunInfo
 from swarmscope.core.errors import SetupError
 from swarmscope.core.events import RunEvents
 from swarmscope.core.sys.ports import port_in_use
+from swarmscope.probes.selfmetrics import BoundedHTTPServer
 from swarmscope.probes.selfmetrics import serve as serve_metrics
 
 
@@ -69,7 +69,7 @@ class RunMetrics:
         )
         self.probes.set_function(lambda: len(self.fleet.probes()) if self.fleet is not None else 0)
         self.readings.set_function(lambda: self.fleet.readings_received if self.fleet is not None else 0)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: BoundedHTTPServer | None = None
 
     @classmethod
     def attach(cls, events: RunEvents, metric: str = "exec", fleet: Any = None) -> RunMetrics:

@@ -50,6 +50,7 @@ import grpc
 from swarmscope import __version__
 from swarmscope.core import auth
 from swarmscope.core.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.core.sys import heap
 from swarmscope.core.sys.cgroups import resolve_cgroup_id
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.core.wire import frames
@@ -347,9 +348,15 @@ class ProbeAgent:
                     return
                 yield from frames(m)  # a large WindowDone goes in parts (core/wire.py)
 
+        trim_due = threading.Event()  # heap.trim() after start-up and each window, off their path
+        trim_due.set()
+
         def beat() -> None:
             while not ended.wait(interval):
                 out.put(pb.ProbeMessage(session_id=session_id, heartbeat=self._heartbeat()))
+                if trim_due.is_set():
+                    trim_due.clear()
+                    heap.trim()
 
         call = stub.Session(requests())
         with self._lock:
@@ -381,6 +388,7 @@ class ProbeAgent:
                         trace=self.spans.take(cmd.close.window_id),
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
+                    trim_due.set()
                 elif kind == "shutdown":
                     log.info("probe: controller asked to shut down: %s", cmd.shutdown.reason)
                     shutdown = True
