@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild import find_swarmscope_image
-from realcluster import RealCluster, pods_wide, table
+from realcluster import RealCluster, all_ready, pods_in, pods_wide, table
 from realnode import wait_for
 
 from swarmscope.kinds.exec_storm import WRITEUP_P99
@@ -114,17 +114,3 @@ def sweep_table(rep: dict[str, Any]) -> str:
 
 def component(p: dict[str, Any]) -> str:
     return str(p["metadata"]["labels"]["app.kubernetes.io/component"])
-
-
-def pods_in(api: Any, ns: str) -> list[dict[str, Any]]:
-    return list(api.get(f"/api/v1/namespaces/{ns}/pods")["items"])
-
-
-def all_ready(api: Any, ns: str, n: int) -> list[dict[str, Any]] | None:
-    pods = [p for p in pods_in(api, ns) if not p["metadata"].get("deletionTimestamp")]
-    ok = len(pods) == n and all(
-        p["status"].get("phase") == "Running"
-        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-        for p in pods
-    )
-    return pods if ok else None
