@@ -76,7 +76,14 @@ def run_sweep(
 
         def ended() -> dict[str, Any] | None:
             rec = json.loads(claim.read_text()) if claim.is_file() else {}
-            return rec if "exit_code" in rec else None
+            if "exit_code" in rec:
+                return rec
+            (st,) = api.get(f"/api/v1/namespaces/{ns}/pods/{ctrl['metadata']['name']}")["status"][
+                "containerStatuses"
+            ]
+            if st["restartCount"]:  # a restarted run-once controller idles: the sweep will not end
+                raise AssertionError(f"the controller restarted during the sweep: {st.get('lastState')}")
+            return None
 
         rec = wait_for("the sweep's end (exit code in its run-once claim)", ended, timeout_s, every=2.0)
         (path,) = sorted(results.glob("*/report.json"))

@@ -41,3 +41,11 @@ def test_daemonset_sweep_without_a_count_is_refused(tools, tmp_path: Path) -> No
     assert "controller.sweep=true with workers.mode=daemonset needs controller.sweepWorkers" in r.stderr, (
         r.stderr
     )
+
+
+def test_controller_liveness_waits_for_its_start(tools, tmp_path: Path) -> None:  # noqa: F811
+    objs = docs(helm_template(tools, tmp_path, *SWEEP, "--set", "workers.replicas=2").stdout)
+    ctr = one(objs, "Deployment", "-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["startupProbe"] == {
+        "httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 5, "failureThreshold": 60
+    }  # fmt: skip
