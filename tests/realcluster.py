@@ -193,6 +193,22 @@ def pods_wide(pods: list[dict[str, Any]]) -> str:
     return table(rows)
 
 
+def pods_in(api: Any, ns: str) -> list[dict[str, Any]]:
+    return list(api.get(f"/api/v1/namespaces/{ns}/pods")["items"])
+
+
+def all_ready(api: Any, ns: str, n: int) -> list[dict[str, Any]] | None:
+    """The namespace's pods when exactly ``n`` (not being deleted) are Running with every
+    container ready, else None (for wait_for)."""
+    pods = [p for p in pods_in(api, ns) if not p["metadata"].get("deletionTimestamp")]
+    ok = len(pods) == n and all(
+        p["status"].get("phase") == "Running"
+        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
+        for p in pods
+    )
+    return pods if ok else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Start N real nodes here; print KUBECONFIG; ^C tears down.")
     ap.add_argument("dir", nargs="?", type=Path, default=Path("/tmp/swarmscope-realcluster"))

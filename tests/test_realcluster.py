@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from imagebuild import find_swarmscope_image
-from realcluster import RealCluster, container_memory, nodes_wide, pods_wide
+from realcluster import RealCluster, all_ready, container_memory, nodes_wide, pods_in, pods_wide
 from realnode import pod_on, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -100,11 +100,7 @@ def test_pods_reach_pods_and_services_on_other_nodes(real_cluster: RealCluster) 
         print(pods_wide(api.get(f"/api/v1/namespaces/{ns}/pods")["items"]), flush=True)
     finally:
         api.request("DELETE", f"/api/v1/namespaces/{ns}")
-        wait_for(f"the pods of {ns} gone", lambda: not _pods_in(api, ns), POD_TIMEOUT)
-
-
-def _pods_in(api: Any, ns: str) -> list[dict[str, Any]]:
-    return list(api.get(f"/api/v1/namespaces/{ns}/pods")["items"])
+        wait_for(f"the pods of {ns} gone", lambda: not pods_in(api, ns), POD_TIMEOUT)
 
 
 def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
@@ -127,7 +123,7 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
         "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}",
     )  # fmt: skip
     try:
-        pods = wait_for("8 pods Running and ready", lambda: _all_ready(api, ns, 8), RUNNING_TIMEOUT)
+        pods = wait_for("8 pods Running and ready", lambda: all_ready(api, ns, 8), RUNNING_TIMEOUT)
         print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
         print(pods_wide(pods), flush=True)
         by: dict[str, dict[str, str]] = {}  # component -> node -> pod name
@@ -163,7 +159,7 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
                 assert r["pod"] == f"{ns}/{by['workers'][r['node']]}/worker", r
 
         # The probe pods' footprint on each real node (issue 26's goal: <= 40 MiB).
-        for p in _pods_in(api, ns):
+        for p in pods_in(api, ns):
             if p["metadata"]["labels"]["app.kubernetes.io/component"] == "probes":
                 m = container_memory(p, "probe")
                 where = f"probe pod {p['metadata']['name']} on {p['spec']['nodeName']}"
@@ -172,14 +168,4 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
     finally:
         c.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s")
         api.request("DELETE", f"/api/v1/namespaces/{ns}")
-        wait_for(f"the pods of {ns} gone", lambda: not _pods_in(api, ns), POD_TIMEOUT)
-
-
-def _all_ready(api: Any, ns: str, n: int) -> list[dict[str, Any]] | None:
-    pods = [p for p in _pods_in(api, ns) if not p["metadata"].get("deletionTimestamp")]
-    ok = len(pods) == n and all(
-        p["status"].get("phase") == "Running"
-        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-        for p in pods
-    )
-    return pods if ok else None
+        wait_for(f"the pods of {ns} gone", lambda: not pods_in(api, ns), POD_TIMEOUT)
