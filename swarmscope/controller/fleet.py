@@ -384,7 +384,7 @@ class Fleet(FleetWindows, pb_grpc.ProbeControlServicer):
             if kind == "heartbeat":
                 state.cpu_percent = msg.heartbeat.cpu_percent
                 state.rss_bytes = msg.heartbeat.rss_bytes
-            elif state.relay and kind in ("ack", "done", "roster"):
+            elif state.relay and kind in ("ack", "done", "roster", "so_far"):
                 relay_routes.handle(self, state, msg)
             elif kind == "ack":
                 win = self._windows.get(msg.ack.window_id)
@@ -396,6 +396,8 @@ class Fleet(FleetWindows, pb_grpc.ProbeControlServicer):
                         self._lock.notify_all()
             elif kind == "reading":
                 self._take(state, msg.reading.window_id, [msg.reading])
+            elif kind == "so_far":
+                self._take_so_far(state, msg.so_far)
             elif kind == "done":
                 win = self._take(state, msg.done.window_id, list(msg.done.batch))
                 if win is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from swarmscope.controller import fleet_live, relay_routes
 from swarmscope.controller.fleet_gc import gc_held
 from swarmscope.controller.fleet_loop import AioServerThread
-from swarmscope.controller.fleet_state import ProbeState, Window, poll_s, put_all, to_reading
+from swarmscope.controller.fleet_state import ProbeState, SoFar, Window, poll_s, put_all, to_reading
 from swarmscope.controller.model import ProbeReading
 from swarmscope.core.errors import FleetError
 from swarmscope.v1 import probe_pb2 as pb
@@ -212,6 +212,32 @@ class FleetWindows:
                 self._closed_reconnects.popitem(last=False)
         return missing
 
+    def read_window(self, window_id: str, timeout_s: float = 2.0) -> tuple[list[Any], list[str]]:
+        """The counters so far of an open window (ReadWindow; it stays open): every probe that
+        acknowledged it answers with its deltas since the open. Returns (readings, the probes
+        that did not answer within ``timeout_s``); ([], []) when the window is not open or is
+        closing. Readings are ProbeReadings (pb.Readings in a relay's fleet, ``keep_raw``)."""
+        with self._lock:
+            win = self._windows.get(window_id)
+            if win is None or win.closing:
+                return [], []
+            read_id = self._next_seq()
+            cmd = pb.Command(
+                seq=read_id, read=pb.ReadWindow(run_id=win.run_id, window_id=window_id, read_id=read_id)
+            )
+            pids = {pid for pid, ack in win.acks.items() if ack.ok} & win.expected
+            so_far = win.reads[read_id] = SoFar()
+            self._aio.post(put_all, relay_routes.close_items(self, win, cmd, pids))
+            deadline = time.monotonic() + timeout_s
+            while not pids <= so_far.answered | win.lost.keys() and not win.closing:
+                left = deadline - time.monotonic()
+                if left <= 0 or not relay_routes.not_gone(self, pids - so_far.answered):
+                    break
+                self._lock.wait(min(left, poll_s(len(pids))))
+            win.reads.pop(read_id, None)
+            missing = sorted(self._probe_name(pid) for pid in pids - so_far.answered)
+            return list(so_far.readings.values()), missing
+
     def take_spans(self, window_id: str) -> list[bytes]:
         """The spans probes sent with a window's readings (OTLP request bytes), removed here."""
         with self._lock:
@@ -242,8 +268,20 @@ class FleetWindows:
             self.accept(win, state.probe_id, r)
         return win
 
-    def accept(self, win: Window, probe_id: str, r: Any) -> None:
-        """Keep one reading if the window asked ``probe_id`` for its node (lock held)."""
+    def _take_so_far(self, state: ProbeState, answer: pb.WindowDone) -> None:
+        """A direct probe's answer to a ReadWindow (lock held): kept while that read waits."""
+        win = self._windows.get(answer.window_id)
+        so_far = win.reads.get(answer.read_id) if win is not None else None
+        if win is None or so_far is None or state.probe_id not in win.expected:
+            return  # a read that gave up waiting, or a window closed since: nobody waits for it
+        for r in answer.batch:
+            self.accept(win, state.probe_id, r, so_far)
+        so_far.answered.add(state.probe_id)
+        self._lock.notify_all()
+
+    def accept(self, win: Window, probe_id: str, r: Any, so_far: SoFar | None = None) -> None:
+        """Keep one reading if the window asked ``probe_id`` for its node (lock held): the
+        window's, or a read's so far."""
         if r.node not in win.nodes.get(probe_id, ()) or r.run_id != win.run_id:
             self.readings_rejected += 1
             log.warning(
@@ -251,6 +289,11 @@ class FleetWindows:
             )
             return
         # Keyed by node: a close answered twice (on both sides of a reconnect) counts once.
+        if so_far is not None:
+            if self.keep_raw:
+                r.probe_id = probe_id  # the authenticated session's, not what the probe claimed
+            so_far.readings[(probe_id, r.node)] = r if self.keep_raw else to_reading(r, probe_id)
+            return
         if self.keep_raw:
             win.raw[(probe_id, r.node)] = r
         else:

@@ -8,7 +8,8 @@ refuses a controller whose proof of the token is wrong before it sends anything 
 token (swarmscope.core.auth: the token itself never crosses the wire), then Registers with its own
 proof of the controller's one-time nonce, then keeps one Session
 stream: OpenWindow -> check its ``options`` against the programs' declared params, apply them
-(``configure``), snapshot every program, WindowAck; CloseWindow -> snapshot again, one Reading
+(``configure``), snapshot every program, WindowAck; ReadWindow -> the counters so far in a
+WindowDone sent as ``so_far`` (the window stays open); CloseWindow -> snapshot again, one Reading
 per node of the window (exact counter deltas, plus the gauges of programs that have
 ``window_gauges``, e.g. procstat, and the samples of those with ``window_samples``, e.g.
 map_update) inside one WindowDone; Shutdown -> return. A heartbeat with the agent's own CPU %
@@ -345,6 +346,16 @@ class ProbeAgent:
                         trace=self.spans.take(cmd.close.window_id),
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
+                elif kind == "read":  # a read so far: the window stays open
+                    got = self.windows.read(cmd.read)
+                    so_far = pb.WindowDone(
+                        run_id=cmd.read.run_id,
+                        window_id=cmd.read.window_id,
+                        readings=len(got),
+                        batch=got,
+                        read_id=cmd.read.read_id,
+                    )
+                    out.put(pb.ProbeMessage(session_id=session_id, so_far=so_far))
                 elif kind == "shutdown":
                     log.info("probe: controller asked to shut down: %s", cmd.shutdown.reason)
                     shutdown = True

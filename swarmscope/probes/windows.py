@@ -196,6 +196,41 @@ class ProbeWindows:
             self._closed.popitem(last=False)
         return readings
 
+    def read(self, cmd: pb.ReadWindow) -> list[pb.Reading]:
+        """A window's counters so far (ReadWindow): the deltas from its open snapshot to now, per
+        node. The window stays open with its snapshot untouched, so its close is still exact."""
+        now = time.time_ns()
+        w = self._windows.get((cmd.run_id, cmd.window_id))
+        if w is None:
+            return [self._not_open(cmd.run_id, cmd.window_id, now, "window is not open on this probe")]
+        counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
+        errors = dict(w.errors)
+        measurable = [n for n in w.nodes if n.name not in w.node_errors]
+        for name, before in w.before.items():
+            prog = self._programs[name]
+            try:
+                per_node = delta_by_node(before, prog.snapshot(), measurable, prog.counters)
+            except Exception as e:
+                errors[name] = f"{name}: read so far failed: {e}"
+                continue
+            for node, cs in per_node.items():
+                counters[node].update(cs)
+        return [
+            pb.Reading(
+                run_id=w.run_id,
+                window_id=w.window_id,
+                probe_id=self.probe_id,
+                node=n.name,
+                counters=counters[n.name],
+                start_unix_ns=w.start_ns,
+                end_unix_ns=now,
+                error="; ".join(
+                    [*([w.node_errors[n.name]] if n.name in w.node_errors else []), *errors.values()]
+                ),
+            )
+            for n in w.nodes
+        ]
+
     def _not_open(self, run_id: str, window_id: str, now: int, why: str) -> pb.Reading:
         return pb.Reading(
             run_id=run_id,
