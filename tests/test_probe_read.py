@@ -15,6 +15,7 @@ from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 
 TOKEN = "read-so-far-token-0123"
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.bpf]
 
 
 def _execs(readings: list) -> dict[str, int]:
@@ -22,9 +23,6 @@ def _execs(readings: list) -> dict[str, int]:
     return {r.node: r.counters["exec"] for r in readings}
 
 
-@pytest.mark.slow
-@pytest.mark.root
-@pytest.mark.bpf
 def test_read_so_far_direct_and_through_a_relay_keeps_the_window_exact() -> None:
     fleet = Fleet(TOKEN, liveness_s=5.0)
     fleet.start()

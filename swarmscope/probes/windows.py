@@ -203,33 +203,7 @@ class ProbeWindows:
         w = self._windows.get((cmd.run_id, cmd.window_id))
         if w is None:
             return [self._not_open(cmd.run_id, cmd.window_id, now, "window is not open on this probe")]
-        counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
-        errors = dict(w.errors)
-        measurable = [n for n in w.nodes if n.name not in w.node_errors]
-        for name, before in w.before.items():
-            prog = self._programs[name]
-            try:
-                per_node = delta_by_node(before, prog.snapshot(), measurable, prog.counters)
-            except Exception as e:
-                errors[name] = f"{name}: read so far failed: {e}"
-                continue
-            for node, cs in per_node.items():
-                counters[node].update(cs)
-        return [
-            pb.Reading(
-                run_id=w.run_id,
-                window_id=w.window_id,
-                probe_id=self.probe_id,
-                node=n.name,
-                counters=counters[n.name],
-                start_unix_ns=w.start_ns,
-                end_unix_ns=now,
-                error="; ".join(
-                    [*([w.node_errors[n.name]] if n.name in w.node_errors else []), *errors.values()]
-                ),
-            )
-            for n in w.nodes
-        ]
+        return self._readings(w, now, at_close=False)
 
     def _not_open(self, run_id: str, window_id: str, now: int, why: str) -> pb.Reading:
         return pb.Reading(
@@ -246,6 +220,16 @@ class ProbeWindows:
         w = self._windows.pop((cmd.run_id, cmd.window_id), None)
         if w is None:
             return [self._not_open(cmd.run_id, cmd.window_id, end, "window was never opened on this probe")]
+        readings = self._readings(w, end, at_close=True)
+        window_span.annotate(w.span, readings, end)
+        if any(r.error for r in readings):
+            w.span.set_error("a reading has an error")
+        w.span.end(end_time=end)
+        return readings
+
+    def _readings(self, w: _Window, end: int, at_close: bool) -> list[pb.Reading]:
+        """One Reading per node of ``w``: the counters' deltas from its open snapshot to now,
+        and at its close the gauges and samples of the programs that have them."""
         counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
         gauges: dict[str, dict[str, float]] = {n.name: {} for n in w.nodes}
         samples: dict[str, list[pb.Sample]] = {n.name: [] for n in w.nodes}
@@ -257,10 +241,12 @@ class ProbeWindows:
             try:
                 per_node = delta_by_node(before, prog.snapshot(), measurable, prog.counters)
             except Exception as e:
-                errors[name] = f"{name}: read at close failed: {e}"
+                errors[name] = f"{name}: read {'at close' if at_close else 'so far'} failed: {e}"
                 continue
             for node, cs in per_node.items():
                 counters[node].update(cs)
+            if not at_close:
+                continue
             window_gauges = getattr(prog, "window_gauges", None)  # GaugeSource programs (procstat)
             if window_gauges is not None:
                 try:
@@ -290,7 +276,7 @@ class ProbeWindows:
                         )
                         for x in ss
                     ]
-        readings = [
+        return [
             pb.Reading(
                 run_id=w.run_id,
                 window_id=w.window_id,
@@ -308,11 +294,6 @@ class ProbeWindows:
             )
             for n in w.nodes
         ]
-        window_span.annotate(w.span, readings, end)
-        if any(r.error for r in readings):
-            w.span.set_error("a reading has an error")
-        w.span.end(end_time=end)
-        return readings
 
 
 def _join(*errors: str) -> str:
