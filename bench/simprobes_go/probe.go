@@ -171,13 +171,8 @@ func (st *probeState) done(c *pb.CloseWindow) []byte {
 	if b, ok := st.answers[c.GetWindowId()]; ok {
 		return b
 	}
-	nodes := st.windows[c.GetWindowId()]
+	batch := st.readings(c.GetRunId(), c.GetWindowId())
 	delete(st.windows, c.GetWindowId())
-	batch := make([]*pb.Reading, 0, len(nodes))
-	for _, n := range nodes {
-		batch = append(batch, &pb.Reading{RunId: c.GetRunId(), WindowId: c.GetWindowId(), ProbeId: st.pid,
-			Node: n.GetName(), Counters: counters})
-	}
 	done := &pb.WindowDone{RunId: c.GetRunId(), WindowId: c.GetWindowId(), Readings: uint32(len(batch)), Batch: batch}
 	b := mustMarshal(&pb.ProbeMessage{Kind: &pb.ProbeMessage_Done{Done: done}})
 	st.answers[c.GetWindowId()] = b
@@ -187,6 +182,25 @@ func (st *probeState) done(c *pb.CloseWindow) []byte {
 		st.order = st.order[1:]
 	}
 	return b
+}
+
+// readings: one per node of an open window, with the simulated counts.
+func (st *probeState) readings(runID, windowID string) []*pb.Reading {
+	nodes := st.windows[windowID]
+	batch := make([]*pb.Reading, 0, len(nodes))
+	for _, n := range nodes {
+		batch = append(batch, &pb.Reading{RunId: runID, WindowId: windowID, ProbeId: st.pid,
+			Node: n.GetName(), Counters: counters})
+	}
+	return batch
+}
+
+// soFar answers a ReadWindow (a read so far): the same counts, and the window stays open.
+func (st *probeState) soFar(r *pb.ReadWindow) []byte {
+	batch := st.readings(r.GetRunId(), r.GetWindowId())
+	so := &pb.WindowDone{RunId: r.GetRunId(), WindowId: r.GetWindowId(), Readings: uint32(len(batch)),
+		Batch: batch, ReadId: r.GetReadId()}
+	return mustMarshal(&pb.ProbeMessage{Kind: &pb.ProbeMessage_SoFar{SoFar: so}})
 }
 
 // session serves one Session: true on Shutdown, false when the stream broke (the next upstream).
@@ -245,6 +259,10 @@ func (h *host) session(ctx context.Context, conn *grpc.ClientConn, reply *pb.Reg
 			}
 		case *pb.Command_Close:
 			if send(st.done(k.Close)) != nil {
+				return false
+			}
+		case *pb.Command_Read:
+			if send(st.soFar(k.Read)) != nil {
 				return false
 			}
 		case *pb.Command_Shutdown:

@@ -25,10 +25,12 @@ import os
 import sys
 from typing import Any
 
+from gevent import sleep as gevent_sleep
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from swarmscope.controller.model import PointInfo
+from swarmscope.controller.tables import THREE_NUMBER_COLUMNS
 from swarmscope.core import messages as M
 from swarmscope.core.errors import SwarmscopeError
 from swarmscope.kinds import scenario_text
@@ -271,6 +273,10 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         runner.quit()
         sys.exit(e.exit_code)
     environment.swarmscope = proc
+    if environment.web_ui is not None:
+        from swarmscope.app.webui_live import follow
+
+        follow(proc.events)  # the tab's readings so far
     locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
     if proc.printer is not None:
@@ -392,6 +398,38 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         runner.send_message(
             M.WINDOW, {"window_id": free.window.window_id, "traceparent": free.window.traceparent}
         )
+    # Read so far only for someone to look at (the tab), and for the kinds whose tab shows it.
+    if (
+        cfg.live_interval_s > 0
+        and environment.web_ui is not None
+        and kind.live_columns is THREE_NUMBER_COLUMNS
+    ):
+        import gevent
+
+        gevent.spawn(_read_so_far, environment, free, free.window)
+
+
+def _read_so_far(environment: Any, free: _FreeRun, window: Any) -> None:
+    """Every ``live_interval_s`` while ``window`` is open: its counts so far (controller/rolling.py),
+    fired as ``window_reading`` for the tab. Generated so far is what the workers reported to
+    Locust's stats since the window opened (the kind's requests carry their count as length)."""
+    from swarmscope.controller.rolling import read_so_far
+
+    proc, interval = free.proc, free.proc.cfg.live_interval_s
+    total = environment.runner.stats.total
+    base = total.total_content_length
+
+    def generated() -> int:
+        return max(0, total.total_content_length - base)
+
+    while True:
+        gevent_sleep(interval)
+        if free.window is not window or proc.closed or proc.controller is None:
+            return
+        try:  # a read so far waits at most one interval (2 s at most) for its probes
+            read_so_far(proc.controller, window, proc.kind.metric, generated, min(interval, 2.0))
+        except SwarmscopeError as e:
+            log.warning("swarmscope: a read so far of window %s failed: %s", window.window_id, e)
 
 
 def _on_test_stop(environment: Any, **_: Any) -> None:

@@ -15,7 +15,8 @@ the results store mid-run, once per closed window), ``/swarmscope/report.json`` 
 Rows are the kind's (``Kind.live_columns`` / ``Kind.live_rows``, from the windows reconciled so
 far; a window's row appears when it closes): by default generated, kernel, reported and loss %
 per node and window; the ingress flood's per step, the neighbor sweep's per point. Numbers are
-shown as report.json has them (loss as a % with 4 decimals).
+shown as the CLI prints them (thousands separated; loss as a % with 4 decimals). While a
+free-running swarm's window is open, its rows are the readings so far (app/webui_live.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import html
 import json
 import os
 from typing import Any
+
+from swarmscope.app.webui_live import SERIES, SO_FAR_NOTE, chart_svg, so_far_rows
 
 TAB_KEY = "swarmscope"
 
@@ -61,14 +64,18 @@ def install(kind_name: str) -> None:
 
 def live(proc: Any, open_window: Any = None) -> dict[str, Any]:
     """What the tab shows now: the run, its links, the kind's columns and rows; the window
-    measuring now (``open_window``, a WindowInfo) is a last row marked open until it closes."""
+    measuring now (``open_window``, a WindowInfo) is a last row marked open until it closes,
+    with its readings so far when there are any (webui_live.py)."""
     columns = proc.kind.live_columns
     results = list(proc.controller.results) if proc.controller is not None else []
     run = proc.run
     rows = proc.kind.live_rows(results)
+    points = SERIES.points(open_window.window_id) if open_window is not None else []
     if open_window is not None:
         first = f"{open_window.point}.{open_window.iteration} open"
-        rows.append({k: first if i == 0 else "…" for i, (k, _) in enumerate(columns)})
+        rows += so_far_rows(first, points, tuple(k for k, _ in columns)) or [
+            {k: first if i == 0 else "…" for i, (k, _) in enumerate(columns)}
+        ]
     return {
         "run_id": run.run_id if run else "",
         "kind": proc.kind.name,
@@ -78,6 +85,7 @@ def live(proc: Any, open_window: Any = None) -> dict[str, Any]:
         "columns": [{"key": k, "title": t} for k, t in columns],
         "open_window": open_window.window_id if open_window is not None else None,
         "rows": rows,
+        "so_far": {"note": SO_FAR_NOTE, "points": points},
     }
 
 
@@ -99,7 +107,7 @@ def _page(data: dict[str, Any]) -> str:
         f"<p>run <code>{e(data['run_id'])}</code> · windows closed {data['windows']} · trace "
         f"<code>{e(data['trace_id'] or '-')}</code> · <a href='report.html'>report</a> · "
         f"<a href='trace.json'>trace</a></p><table id='swarmscope'><tr>{head}</tr>{body}</table>"
-        "</body></html>"
+        f"{chart_svg(data['so_far']['points'])}</body></html>"
     )
 
 

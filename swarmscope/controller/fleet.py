@@ -34,7 +34,8 @@ Hellos are bounded (controller/fleet_hello.py) and a Session must send its first
 ``map_update.max_samples`` per node): an authenticated session sends those in parts, joined up
 to ``wire.MAX_MESSAGE_BYTES`` (core/wire.py).
 
-The server is grpc.aio on an event loop of its own thread (controller/fleet_loop.py): a task
+The window bookkeeping is controller/fleet_windows.py's (a mixin of Fleet). The server is grpc.aio
+on an event loop of its own thread (controller/fleet_loop.py): a task
 per stream, not a thread. Caveat: grpc.aio does not run in a gevent-patched process (every
 Locust one): there ``controller.fleet_proc.make_fleet`` runs this Fleet in a child process.
 ``fleet_loop.grpc_for_gevent`` (for the sync grpc servers that do run there, e.g. the stream tracer's)
@@ -49,13 +50,13 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from swarmscope.controller import fleet_live, relay_routes
-from swarmscope.controller.fleet_gc import collect_young, gc_held, spare_gc
+from swarmscope.controller.fleet_gc import collect_young, spare_gc
 from swarmscope.controller.fleet_hello import PendingHellos
 from swarmscope.controller.fleet_loop import (
     AioServerThread,
@@ -65,8 +66,8 @@ from swarmscope.controller.fleet_loop import (
     read_loop,
     refuse,
 )
-from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, poll_s, put_all, to_reading
-from swarmscope.controller.model import ProbeReading
+from swarmscope.controller.fleet_state import ProbeState, Window, few, pace, put_all
+from swarmscope.controller.fleet_windows import FleetWindows
 from swarmscope.controller.options import HEARTBEAT_BUDGET
 from swarmscope.core import auth, wire
 from swarmscope.core.errors import FleetError
@@ -91,7 +92,7 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
-class Fleet(pb_grpc.ProbeControlServicer):
+class Fleet(FleetWindows, pb_grpc.ProbeControlServicer):
     """gRPC server (grpc.aio, on a loop thread of its own) + registry of probes + window bookkeeping.
 
     The bookkeeping is shared by the loop (the handlers) and the callers' threads under one
@@ -223,169 +224,11 @@ class Fleet(pb_grpc.ProbeControlServicer):
             # Each look walks every probe: with thousands, look less often, not less surely.
             time.sleep(0.05 if len(live) < 500 else 0.5)
 
-    def take_reconnects(self, window_id: str) -> dict[str, int]:
-        """``{probe: reconnects}`` of probes that re-registered while the window was open (once)."""
-        with self._lock:
-            return self._closed_reconnects.pop(window_id, {})
-
     def take_refusals(self) -> list[str]:
         """Registrations refused since the last call: a node another live probe holds (once)."""
         with self._lock:
             refused, self._refused = self._refused, []
             return refused
-
-    # -- windows -------------------------------------------------------------------------
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def open_window(
-        self,
-        run_id: str,
-        window_id: str,
-        nodes_by_host: dict[str, list[pb.NodeInfo]],
-        programs: list[str] | None = None,
-        traceparent: str = "",
-        options: Mapping[str, str] | None = None,
-        timeout_s: float = 30.0,
-    ) -> dict[str, str]:
-        """Send OpenWindow to the live probe of every host that has nodes; wait for the acks.
-
-        ``options`` (``{"<program>.<param>": "<text value>"}``) apply to this window only; a
-        probe that rejects one (unknown key, bad value) fails its ack with the key named.
-
-        Returns ``{host: problem}`` for hosts whose window is not open (no live probe, no
-        acknowledgement in time, or the probe's error). Those nodes will have no kernel count;
-        the caller records them as missing and the run goes on.
-        """
-        with self._lock, gc_held():  # a burst of writes and acks: collect after it (fleet_gc)
-            win, hosts, problems = self.begin_open(
-                run_id, window_id, nodes_by_host, programs, traceparent, options
-            )
-            failed = self.wait_acks(win, set(hosts), time.monotonic() + timeout_s)
-            problems.update({hosts[pid]: why for pid, why in failed.items()})
-        if problems:
-            log.warning("window %s: %s", window_id, problems)
-        return problems
-
-    def begin_open(
-        self,
-        run_id: str,
-        window_id: str,
-        nodes_by_host: Mapping[str, list[pb.NodeInfo]],
-        programs: list[str] | None = None,
-        traceparent: str = "",
-        options: Mapping[str, str] | None = None,
-    ) -> tuple[Window, dict[str, str], dict[str, str]]:
-        """Send OpenWindow to the live probe of each host (caller holds the lock); no wait.
-
-        A window already open is widened: a relay gets the open of a probe that moved to it
-        mid-window, and, if the window is closing, that probe's close right after.
-        Returns (window, {probe id: host} sent to, {host: "no live probe"})."""
-        live = {p.host: p for p in self.probes()}
-        problems = {h: "no live probe" for h in nodes_by_host if h not in live}
-        hosts = {live[h].probe_id: h for h in nodes_by_host if h in live}
-        win = self._windows.get(window_id)
-        if win is None:
-            win = self._windows[window_id] = Window(run_id, window_id, nodes={}, opens={}, expected=set())
-        win.template = pb.OpenWindow(
-            run_id=run_id,
-            window_id=window_id,
-            traceparent=traceparent,
-            programs=list(programs or []),
-            options=dict(options or {}),
-        )
-        items: list[tuple[ProbeState, pb.Command | None]] = []
-        batches: dict[str, pb.Command] = {}  # relay id -> its one OpenWindow for all its hosts
-        for pid, host in hosts.items():
-            state = self._probes[pid]
-            win.node_info[pid] = nodes = nodes_by_host[host]
-            win.nodes[pid] = {n.name for n in nodes}
-            win.expected.add(pid)
-            win.opens.pop(pid, None)  # built when first needed (open_cmd): most never are
-            if not state.via:
-                items.append((state, self.open_cmd(win, pid)))
-                if win.closing:
-                    items.append((state, win.close))
-                continue
-            relay_routes.batch_open(self, batches, items, win, state, host)
-        self._send(items)
-        return win, hosts, problems
-
-    def open_cmd(self, win: Window, pid: str) -> pb.Command:
-        """The OpenWindow of one probe of a window (lock held): sent to a direct probe, and sent
-        again to a probe that reconnected or moved to another relay."""
-        cmd = win.opens.get(pid)
-        if cmd is None:
-            cmd = win.opens[pid] = pb.Command(seq=self._next_seq(), open=win.template)
-            cmd.open.nodes.extend(win.node_info[pid])
-        return cmd
-
-    def wait_acks(self, win: Window, pids: set[str], deadline: float) -> dict[str, str]:
-        """Wait (lock held) for the acks of ``pids``; return {probe id: problem} of those not open."""
-        while True:
-            # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
-            pending = relay_routes.not_gone(self, pids - win.acks.keys())
-            left = deadline - time.monotonic()
-            if not pending or left <= 0 or win.closing:
-                break
-            self._lock.wait(min(left, poll_s(len(pending))))
-        if win.closing:  # widened while closing (a relay): the close accounts for every probe
-            return {}
-        problems = {}
-        for pid in pids:
-            ack = win.acks.get(pid)
-            if ack is None or not ack.ok:
-                problems[pid] = f"window not opened: {ack.error if ack else 'no acknowledgement'}"
-                win.expected.discard(pid)
-        return problems
-
-    def close_window(
-        self, run_id: str, window_id: str, timeout_s: float = 30.0
-    ) -> tuple[list[ProbeReading], list[str]]:
-        """Send CloseWindow; return (readings, probes that did not finish) after all or timeout."""
-        with self._lock, gc_held():  # a burst of writes and readings: collect after it
-            win = self._windows.get(window_id)
-            if win is None:
-                raise FleetError(f"close of unknown window {window_id}")
-            self.begin_close(win)
-            missing = self.finish_close(win, time.monotonic() + timeout_s)
-            return list(win.readings.values()), missing
-
-    def begin_close(self, win: Window) -> None:
-        """Send CloseWindow to every probe the window waits for (caller holds the lock)."""
-        win.closing = True
-        win.close = pb.Command(
-            seq=self._next_seq(), close=pb.CloseWindow(run_id=win.run_id, window_id=win.window_id)
-        )
-        self._aio.post(put_all, relay_routes.close_items(self, win))
-
-    def finish_close(self, win: Window, deadline: float) -> list[str]:
-        """Wait (lock held) until every probe is done, gone, or lost below a relay, or the
-        deadline; forget the window; return the names of the probes that did not finish."""
-        while not win.expected <= win.done:
-            pending = win.expected - win.done
-            if all(fleet_live.gone(self, pid) or pid in win.lost for pid in pending):
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._lock.wait(min(left, poll_s(len(pending))))
-        missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
-        if self._windows.get(win.window_id) is win:
-            del self._windows[win.window_id]
-        if win.reconnects:
-            self._closed_reconnects[win.window_id] = {
-                self._probe_name(p): n for p, n in win.reconnects.items()
-            }
-            while len(self._closed_reconnects) > 1024:  # nobody took them: do not grow forever
-                self._closed_reconnects.popitem(last=False)
-        return missing
-
-    def take_spans(self, window_id: str) -> list[bytes]:
-        """The spans probes sent with a window's readings (OTLP request bytes), removed here."""
-        with self._lock:
-            return self._spans.pop(window_id, [])
 
     def shutdown_probes(self, reason: str = "run finished") -> None:
         with self._lock:
@@ -395,10 +238,6 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     for p in self._probes.values()
                 ]
             )
-
-    def _probe_name(self, probe_id: str) -> str:
-        p = self._probes.get(probe_id)
-        return f"{p.probe_id}@{p.host}" if p else probe_id
 
     # -- gRPC service --------------------------------------------------------------------
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
@@ -528,17 +367,6 @@ class Fleet(pb_grpc.ProbeControlServicer):
             reader.cancel()
             self._ended(state)
 
-    def _resend(self, state: ProbeState) -> None:
-        """A new session of a probe: the commands of its open windows that its old one missed."""
-        for win in self._windows.values():
-            pid = state.probe_id
-            if pid not in win.expected:
-                continue
-            if win.closing and win.close is not None and pid not in win.done:
-                put_all([(state, win.close)])  # on the loop: called from Session
-            elif not win.closing and pid not in win.acks:
-                put_all([(state, self.open_cmd(win, pid))])
-
     def _ended(self, state: ProbeState) -> None:
         with self._lock:
             if state.connected:
@@ -556,7 +384,7 @@ class Fleet(pb_grpc.ProbeControlServicer):
             if kind == "heartbeat":
                 state.cpu_percent = msg.heartbeat.cpu_percent
                 state.rss_bytes = msg.heartbeat.rss_bytes
-            elif state.relay and kind in ("ack", "done", "roster"):
+            elif state.relay and kind in ("ack", "done", "roster", "so_far"):
                 relay_routes.handle(self, state, msg)
             elif kind == "ack":
                 win = self._windows.get(msg.ack.window_id)
@@ -568,6 +396,8 @@ class Fleet(pb_grpc.ProbeControlServicer):
                         self._lock.notify_all()
             elif kind == "reading":
                 self._take(state, msg.reading.window_id, [msg.reading])
+            elif kind == "so_far":
+                self._take_so_far(state, msg.so_far)
             elif kind == "done":
                 win = self._take(state, msg.done.window_id, list(msg.done.batch))
                 if win is not None:
@@ -576,28 +406,3 @@ class Fleet(pb_grpc.ProbeControlServicer):
                     win.done.add(pid)
                     if win.expected <= win.done:
                         self._lock.notify_all()
-
-    def _take(self, state: ProbeState, window_id: str, readings: list[Any]) -> Window | None:
-        """Keep the readings a window asked this probe for (caller holds the lock)."""
-        win = self._windows.get(window_id)
-        if win is None or state.probe_id not in win.expected:
-            self.readings_rejected += len(readings)
-            return None
-        for r in readings:
-            self.accept(win, state.probe_id, r)
-        return win
-
-    def accept(self, win: Window, probe_id: str, r: Any) -> None:
-        """Keep one reading if the window asked ``probe_id`` for its node (lock held)."""
-        if r.node not in win.nodes.get(probe_id, ()) or r.run_id != win.run_id:
-            self.readings_rejected += 1
-            log.warning(
-                "probe %s sent a reading for node %r, not asked in window %s", probe_id, r.node, win.window_id
-            )
-            return
-        # Keyed by node: a close answered twice (on both sides of a reconnect) counts once.
-        if self.keep_raw:
-            win.raw[(probe_id, r.node)] = r
-        else:
-            win.readings[(probe_id, r.node)] = to_reading(r, probe_id)
-        self.readings_received += 1

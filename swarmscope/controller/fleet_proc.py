@@ -43,6 +43,7 @@ _CALLS = frozenset(
         "wait_for_probes",
         "open_window",
         "close_window",
+        "read_window",
         "take_spans",
         "take_reconnects",
         "take_refusals",
@@ -152,6 +153,10 @@ class FleetProcess:
         wait_s = float(kw.get("timeout_s", 30.0)) + 30
         readings, missing = self._call("close_window", *args, wait_s=wait_s, **kw)
         return readings, missing
+
+    def read_window(self, window_id: str, timeout_s: float = 2.0) -> tuple[list[Any], list[str]]:
+        readings, missing = self._call("read_window", window_id, timeout_s, wait_s=timeout_s + 30)
+        return list(readings), list(missing)
 
     def take_spans(self, window_id: str) -> list[bytes]:
         return list(self._call("take_spans", window_id))

@@ -104,6 +104,15 @@ class Window:
     lost: dict[str, str] = field(default_factory=dict)  # probe id -> name, reported lost by a relay
     template: pb.OpenWindow | None = None  # the window's OpenWindow without nodes
     node_info: dict[str, list[pb.NodeInfo]] = field(default_factory=dict)  # probe id -> its nodes
+    reads: dict[int, SoFar] = field(default_factory=dict)  # read id -> a read so far under way
+
+
+@dataclass
+class SoFar:
+    """One read of an open window so far (ReadWindow): the readings and the probes that answered."""
+
+    readings: dict[tuple[str, str], Any] = field(default_factory=dict)  # (probe, node)
+    answered: set[str] = field(default_factory=set)
 
 
 def pace(floor_s: float, liveness_s: float, sessions: int, budget: float) -> tuple[float, float]:
@@ -262,4 +271,4 @@ class FleetCore(Protocol):
 
     def open_cmd(self, win: Window, pid: str) -> pb.Command: ...
 
-    def accept(self, win: Window, probe_id: str, r: Any) -> None: ...
+    def accept(self, win: Window, probe_id: str, r: Any, so_far: SoFar | None = None) -> None: ...

@@ -57,6 +57,16 @@ COMMON_FIELDS = [
         max=600,
     ),
     Field(
+        "live_interval_s",
+        float,
+        2.0,
+        "while a free-running swarm's window is open (locust -f, web UI), read every probe's "
+        "counts so far this often, without closing the window: the SWARMSCOPE tab's live row "
+        "and chart; 0: off (sweeps never read mid-window)",
+        min=0,
+        max=3600,
+    ),
+    Field(
         "grpc_bind",
         str,
         "127.0.0.1:0",
@@ -145,6 +155,7 @@ class RunConfig(Config):
     probe_timeout_s: float
     probes_at_exit: str
     window_timeout_s: float
+    live_interval_s: float
     grpc_bind: str
     token_file: str
     tls_cert: str

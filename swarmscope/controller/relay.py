@@ -10,7 +10,8 @@ reconnects, heartbeat pacing and missing rules. Upstream it registers as a relay
 those hosts' windows to it (controller/relay_routes.py). One OpenWindow from upstream carries
 every node of its hosts (``NodeInfo.host``): the relay opens it on each probe, answers with one
 WindowAck per outcome, and at CloseWindow with one WindowDone: every reading as the probes sent
-it, the probes done and the probes it lost (``missing``). An OpenWindow for a window already
+it, the probes done and the probes it lost (``missing``); a ReadWindow (a read so far) the same
+way, answered with one ``so_far``. An OpenWindow for a window already
 open widens it (a probe that moved here mid-window). Upstreams are a list: when one fails the
 relay registers with the next, under the same relay id. Caveat: the relay answers a close after
 its own ``window_timeout_s``, which must stay under the controller's close timeout (30 s by
@@ -70,6 +71,9 @@ class Relay:
         self.relay_id = relay_id or f"relay-{socket.gethostname()}-{os.getpid()}"
         self.heartbeat_s = heartbeat_s
         self.window_timeout_s = window_timeout_s
+        # A read so far waits this long for its probes here: under the controller's own wait
+        # (controller/rolling.py), so a slow probe is named missing, not the whole relay.
+        self.read_timeout_s = 1.0
         self.roster_s = roster_s
         self.retries = retries
         self.upstream_tls = upstream_tls if upstream_tls is not None and upstream_tls.enabled else None
@@ -217,6 +221,8 @@ class Relay:
                         self._open(cmd.open, out)
                     elif kind == "close":
                         self._close(cmd.close, out)
+                    elif kind == "read":
+                        self._read(cmd.read, out)
                     elif kind == "shutdown":
                         self.fleet.shutdown_probes(cmd.shutdown.reason)
                         return True
@@ -303,3 +309,18 @@ class Relay:
             out.put(pb.ProbeMessage(done=done))
 
         threading.Thread(target=wait, args=(win,), name="relay-close", daemon=True).start()
+
+    def _read(self, cmd: pb.ReadWindow, out: queue.Queue[pb.ProbeMessage | None]) -> None:
+        """A read so far: sent on to the probes here, answered once for all of them (the probes
+        that did not answer within ``read_timeout_s`` named in ``missing``)."""
+
+        def wait() -> None:
+            readings, missing = self.fleet.read_window(cmd.window_id, self.read_timeout_s)
+            answer = pb.WindowDone(
+                run_id=cmd.run_id, window_id=cmd.window_id, read_id=cmd.read_id, missing=missing
+            )
+            answer.probes.extend(sorted({r.probe_id for r in readings}))
+            fill_table(answer, ((r.probe_id, r) for r in readings))
+            out.put(pb.ProbeMessage(so_far=answer))
+
+        threading.Thread(target=wait, name="relay-read", daemon=True).start()

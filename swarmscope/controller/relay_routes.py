@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from swarmscope.controller import fleet_live
-from swarmscope.controller.fleet_state import FleetCore, Outbox, ProbeState, Window, table_rows
+from swarmscope.controller.fleet_state import FleetCore, Outbox, ProbeState, SoFar, Window, table_rows
 from swarmscope.v1 import probe_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -95,13 +95,16 @@ def batch_open(
         add(name=n.name, cgroup_id=n.cgroup_id, cgroup_path=n.cgroup_path, host=host)
 
 
-def close_items(fleet: FleetCore, win: Window) -> list[tuple[ProbeState, pb.Command | None]]:
-    """The window's close (lock held): to each direct probe it waits for, and once to each relay
-    with a probe it waits for (no command per relayed probe to merge)."""
-    close, probes = win.close, fleet._probes
+def close_items(
+    fleet: FleetCore, win: Window, cmd: pb.Command | None = None, pids: set[str] | None = None
+) -> list[tuple[ProbeState, pb.Command | None]]:
+    """The window's close, or ``cmd`` (a ReadWindow), (lock held): to each direct probe of
+    ``pids`` (default: every probe the window waits for), and once to each relay with one of
+    them (no command per relayed probe to merge)."""
+    close, probes = cmd if cmd is not None else win.close, fleet._probes
     items: list[tuple[ProbeState, pb.Command | None]] = []
     relays: set[str] = set()
-    for pid in win.expected:
+    for pid in win.expected if pids is None else pids:
         p = probes.get(pid)
         if p is None:
             continue
@@ -158,6 +161,8 @@ def handle(fleet: FleetCore, relay: ProbeState, msg: pb.ProbeMessage) -> None:
         _ack(fleet, relay, msg.ack)
     elif kind == "done":
         _done(fleet, relay, msg.done)
+    elif kind == "so_far":
+        _so_far(fleet, relay, msg.so_far)
 
 
 def _routed(fleet: FleetCore, relay: ProbeState, pids: Any) -> list[str]:
@@ -222,9 +227,17 @@ def _ack(fleet: FleetCore, relay: ProbeState, ack: pb.WindowAck) -> None:
         fleet._lock.notify_all()
 
 
-def _take_table(fleet: FleetCore, relay: ProbeState, win: Window, done: pb.WindowDone, ok: set[str]) -> None:
-    """Keep the table's readings of probes in ``ok``, each for a node the window asked it for:
-    the same rules as ``Fleet.accept``, with no message per reading."""
+def _take_table(
+    fleet: FleetCore,
+    relay: ProbeState,
+    win: Window,
+    done: pb.WindowDone,
+    ok: set[str],
+    so_far: SoFar | None = None,
+) -> None:
+    """Keep the table's readings of probes in ``ok``, each for a node the window asked it for
+    (in the read ``so_far`` when given): the same rules as ``Fleet.accept``, with no message per
+    reading."""
     try:
         rows = table_rows(done.table)
     except ValueError as e:
@@ -234,13 +247,14 @@ def _take_table(fleet: FleetCore, relay: ProbeState, win: Window, done: pb.Windo
     if rows and done.run_id != win.run_id:
         fleet.readings_rejected += len(rows)
         return
-    nodes, readings, kept = win.nodes, win.readings, 0
+    nodes, readings, kept = win.nodes, win.readings if so_far is None else so_far.readings, 0
     for r in rows:
         if r.probe_id in ok and r.node in nodes.get(r.probe_id, ()):
             readings[(r.probe_id, r.node)] = r  # keyed by node: a resent close counts once
             kept += 1
-    fleet.readings_received += kept
-    fleet.readings_rejected += len(rows) - kept
+    if so_far is None:
+        fleet.readings_received += kept
+        fleet.readings_rejected += len(rows) - kept
 
 
 def _done(fleet: FleetCore, relay: ProbeState, done: pb.WindowDone) -> None:
@@ -264,3 +278,19 @@ def _done(fleet: FleetCore, relay: ProbeState, done: pb.WindowDone) -> None:
             win.lost[pid] = name
     if win.expected <= win.done | win.lost.keys():  # the last answer wakes the waiter
         fleet._lock.notify_all()
+
+
+def _so_far(fleet: FleetCore, relay: ProbeState, answer: pb.WindowDone) -> None:
+    """A relay's one answer to a ReadWindow for its probes: kept while that read waits."""
+    win = fleet._windows.get(answer.window_id)
+    so_far = win.reads.get(answer.read_id) if win is not None else None
+    if win is None or so_far is None:
+        return
+    ok = {pid for pid in _routed(fleet, relay, answer.probes) if pid in win.expected}
+    for r in answer.batch:
+        if r.probe_id in ok:
+            fleet.accept(win, r.probe_id, r, so_far)
+    _take_table(fleet, relay, win, answer, ok, so_far)
+    lost = {n.rsplit("@", 1)[0] for n in answer.missing}
+    so_far.answered |= ok | (lost & win.expected)
+    fleet._lock.notify_all()

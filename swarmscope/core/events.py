@@ -65,6 +65,12 @@ class RunEvents:
             "run: RunInfo, window: WindowInfo, readings: list[ProbeReading], missing: list[str] — "
             "probes sent their readings (missing lists probes/nodes that did not).",
         )
+        self.window_reading = EventHook(
+            "window_reading",
+            "run: RunInfo, window: WindowInfo, reading: LiveReading — an open window's counts so "
+            "far (controller/rolling.py: elapsed_s, generated, kernel, reported, loss, missing), "
+            "read every live_interval_s of a free-running swarm; the window stays open.",
+        )
         self.spans_received = EventHook(
             "spans_received",
             "run: RunInfo, window_id: str, spans: list[bytes] — spans another process (a worker, a "

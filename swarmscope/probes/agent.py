@@ -8,7 +8,8 @@ refuses a controller whose proof of the token is wrong before it sends anything 
 token (swarmscope.core.auth: the token itself never crosses the wire), then Registers with its own
 proof of the controller's one-time nonce, then keeps one Session
 stream: OpenWindow -> check its ``options`` against the programs' declared params, apply them
-(``configure``), snapshot every program, WindowAck; CloseWindow -> snapshot again, one Reading
+(``configure``), snapshot every program, WindowAck; ReadWindow -> the counters so far in a
+WindowDone sent as ``so_far`` (the window stays open); CloseWindow -> snapshot again, one Reading
 per node of the window (exact counter deltas, plus the gauges of programs that have
 ``window_gauges``, e.g. procstat, and the samples of those with ``window_samples``, e.g.
 map_update) inside one WindowDone; Shutdown -> return. A heartbeat with the agent's own CPU %
@@ -19,17 +20,10 @@ controller goes away the agent re-registers with bounded, jittered, growing wait
 (probes/backoff.py) and then raises FleetError; a wrong token (UNAUTHENTICATED /
 PERMISSION_DENIED) is not retried. Served by a later upstream of "a,b,...", it moves back to the
 first one when that answers again, between windows (probes/failback.py).
-A node given by ``cgroup_path`` with ``cgroup_id`` 0 is resolved here (ids are node-local
-inode numbers); one that does not resolve gets a Reading with ``error`` and no counters.
-Open windows survive a reconnect, so a CloseWindow on the new session still gets its delta; an
-OpenWindow sent again after a reconnect is acknowledged again without a new snapshot, and a
-CloseWindow sent again gets the readings it got the first time (the last ``MAX_CLOSED_WINDOWS``
-are kept). With ``tls`` the channel is TLS (mTLS when it carries a client cert). A
-program that cannot be read yields Readings with ``error`` set, never silent zeros. A dead
-TCP peer that sends no RST is only noticed when a write fails (no keepalive pings are used, so
-the controller needs no ping policy). Options apply to programs, not windows: a window whose
-options change a program while another window reading it is open marks that other window's
-readings with an error; bad options fail the ack (naming the key) and the window reads nothing.
+The windows themselves (snapshots, deltas, answers kept for a resent command, options) are
+probes/windows.py's: open windows survive a reconnect. With ``tls`` the channel is TLS (mTLS
+when it carries a client cert). A dead TCP peer that sends no RST is only noticed when a write
+fails (no keepalive pings are used, so the controller needs no ping policy).
 """
 
 from __future__ import annotations
@@ -40,27 +34,23 @@ import queue
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from swarmscope import __version__
 from swarmscope.core import auth
-from swarmscope.core.errors import ConfigError, FleetError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.core.errors import FleetError
 from swarmscope.core.sys import heap
-from swarmscope.core.sys.cgroups import resolve_cgroup_id
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.core.wire import frames
-from swarmscope.probes import window_span
 from swarmscope.probes.backoff import Backoff
 from swarmscope.probes.failback import Failback, hello_ok
-from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node, get_program
-from swarmscope.probes.programs.params import window_options
+from swarmscope.probes.programs.base import Program, get_program
 from swarmscope.probes.selfusage import SelfUsage
-from swarmscope.probes.spans import ProbeSpans, WindowSpan
+from swarmscope.probes.spans import ProbeSpans
+from swarmscope.probes.windows import ProbeWindows
 from swarmscope.v1 import probe_pb2 as pb
 from swarmscope.v1 import probe_pb2_grpc as pbg
 
@@ -76,27 +66,6 @@ FATAL_CODES = {
     grpc.StatusCode.PERMISSION_DENIED,
     grpc.StatusCode.UNIMPLEMENTED,
 }
-
-
-# Windows opened but never closed (a controller that died mid-window) are dropped, oldest
-# first, beyond this many, so a long-lived probe does not grow without bound.
-MAX_OPEN_WINDOWS = 256
-# Readings of recently closed windows, for a CloseWindow the controller sends again because the
-# answer was lost with a session.
-MAX_CLOSED_WINDOWS = 64
-
-
-@dataclass
-class _Window:
-    run_id: str
-    window_id: str
-    nodes: list[pb.NodeInfo]
-    start_ns: int
-    span: WindowSpan
-    before: dict[str, Snapshot] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)  # by program
-    node_errors: dict[str, str] = field(default_factory=dict)  # by node name (unresolvable cgroup)
-    pods: dict[str, str] = field(default_factory=dict)  # by node name: "namespace/pod/container"
 
 
 class _SessionLost(Exception):
@@ -153,9 +122,6 @@ class ProbeAgent:
         self._key = node_key or auth.node_key(token, self.node)
         self.tls = tls if tls is not None and tls.enabled else None
         self._factory = program_factory
-        # cgroup path -> pod (the kubelet's directory names); None off Kubernetes.
-        self.pods = pods
-        self._told: set[tuple[str, str]] = set()  # (node, cgroup path) already logged
         # The probe's own provider: its window spans go back in WindowDone (and over OTLP when
         # an endpoint is set), so the run's trace has them either way.
         self.spans = ProbeSpans("swarmscope-probe", {"host.name": node_name})
@@ -163,11 +129,10 @@ class ProbeAgent:
         # Optional self-metrics sink (probes.selfmetrics.ProbeSelfMetrics): window_opened(),
         # window_closed(readings).
         self.metrics = metrics
-        self._windows: dict[tuple[str, str], _Window] = {}
-        self._closed: OrderedDict[tuple[str, str], list[pb.Reading]] = OrderedDict()
-        # The options each program was last configured with ({} = start-up settings; None =
-        # unknown after a failed configure, so the next window configures it again).
-        self._applied: dict[str, dict[str, Any] | None] = {}
+        # Its windows (probes/windows.py): what OpenWindow and CloseWindow are answered with.
+        self.windows = ProbeWindows(
+            self._programs, probe_id=self.probe_id, node_name=node_name, spans=self.spans, pods=pods
+        )
         self._stop = threading.Event()
         self._call: grpc.Future | None = None
         self._out: queue.Queue[pb.ProbeMessage | None] | None = None
@@ -366,17 +331,17 @@ class ProbeAgent:
         hb = threading.Thread(target=beat, name="probe-heartbeat", daemon=True)
         hb.start()
         if self._up % len(self.upstreams):  # away from home: watch for it
-            self.failback.start(ended, self._home_answers, lambda: not self._windows, call.cancel)
+            self.failback.start(ended, self._home_answers, lambda: not self.windows, call.cancel)
         shutdown = False
         try:
             for cmd in call:
                 kind = cmd.WhichOneof("kind")
                 if kind == "open":
-                    out.put(pb.ProbeMessage(session_id=session_id, ack=self._open(cmd.open)))
+                    out.put(pb.ProbeMessage(session_id=session_id, ack=self.windows.open(cmd.open)))
                     if self.metrics is not None:
                         self.metrics.window_opened()
                 elif kind == "close":
-                    readings = self._close(cmd.close)
+                    readings = self.windows.close(cmd.close)
                     if self.metrics is not None:
                         self.metrics.window_closed(len(readings))
                     # One message per window: the readings ride in WindowDone's batch.
@@ -389,6 +354,16 @@ class ProbeAgent:
                     )
                     out.put(pb.ProbeMessage(session_id=session_id, done=done))
                     trim_due.set()
+                elif kind == "read":  # a read so far: the window stays open
+                    got = self.windows.read(cmd.read)
+                    so_far = pb.WindowDone(
+                        run_id=cmd.read.run_id,
+                        window_id=cmd.read.window_id,
+                        readings=len(got),
+                        batch=got,
+                        read_id=cmd.read.read_id,
+                    )
+                    out.put(pb.ProbeMessage(session_id=session_id, so_far=so_far))
                 elif kind == "shutdown":
                     log.info("probe: controller asked to shut down: %s", cmd.shutdown.reason)
                     shutdown = True
@@ -412,200 +387,3 @@ class ProbeAgent:
             call.cancel()
             hb.join(timeout=interval + 1)
         return shutdown or self._stop.is_set()
-
-    # -- windows -----------------------------------------------------------------------------
-
-    def _open(self, cmd: pb.OpenWindow) -> pb.WindowAck:
-        again = self._windows.get((cmd.run_id, cmd.window_id))
-        if again is not None:
-            # Sent again after a reconnect (our first ack was lost): keep the first snapshot.
-            err = "; ".join(again.errors.values())
-            return pb.WindowAck(
-                run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=again.start_ns
-            )
-        start = time.time_ns()
-        # The window span is a child of the controller's window span (W3C traceparent).
-        span = self.spans.start(
-            "probe window",
-            cmd.traceparent,
-            start,
-            {
-                "swarmscope.run_id": cmd.run_id,
-                "swarmscope.window_id": cmd.window_id,
-                "swarmscope.probe_id": self.probe_id,
-                "swarmscope.node": self.node_name,
-            },
-        )
-        w = _Window(cmd.run_id, cmd.window_id, [], start, span)
-        for n in list(cmd.nodes) or [pb.NodeInfo(name=self.node_name, cgroup_id=0)]:
-            if n.cgroup_id == 0 and n.cgroup_path:
-                # Only a path: cgroup ids are node-local inode numbers, so a remote controller
-                # may name a cgroup by path and leave the id to the probe.
-                try:
-                    n = pb.NodeInfo(
-                        name=n.name, cgroup_id=resolve_cgroup_id(n.cgroup_path), cgroup_path=n.cgroup_path
-                    )
-                except SwarmscopeError as e:
-                    w.node_errors[n.name] = f"node {n.name}: {e}"
-            w.nodes.append(n)
-            self._attribute(w, n)
-        names = list(cmd.programs) or list(self._programs)
-        try:
-            options = window_options(cmd.options, names, self._programs)
-        except ConfigError as e:
-            # Nothing is applied or read: readings under settings the controller did not ask
-            # for would be mislabelled.
-            w.errors["options"] = "bad options: " + "; ".join(f"{p.key}: {p.reason}" for p in e.problems)
-            names = []
-            options = {}
-        for name in names:
-            prog = self._programs.get(name)
-            if prog is None:
-                w.errors[name] = f"{name}: not loaded on this probe (loaded: {', '.join(self._programs)})"
-                continue
-            if not self._configure(w, name, prog, options.get(name, {})):
-                continue
-            try:
-                open_window = getattr(prog, "open_window", None)  # WindowOpener programs (exec_count)
-                if open_window is not None:
-                    open_window([n for n in w.nodes if n.name not in w.node_errors])
-                w.before[name] = prog.snapshot()
-            except Exception as e:
-                w.errors[name] = f"{name}: snapshot at open failed: {e}"
-        self._windows[(cmd.run_id, cmd.window_id)] = w
-        while len(self._windows) > MAX_OPEN_WINDOWS:
-            stale = self._windows.pop(next(iter(self._windows)))
-            stale.span.set_error("never closed")
-            stale.span.end()
-        err = "; ".join(w.errors.values())
-        if err:
-            log.warning("probe: window %s opened with errors: %s", cmd.window_id, err)
-        return pb.WindowAck(run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=start)
-
-    def _attribute(self, w: _Window, n: pb.NodeInfo) -> None:
-        """Name the pod a node's cgroup is (reading, span, one log line per node and path)."""
-        if self.pods is None or not n.cgroup_path:
-            return
-        ref = self.pods.lookup(n.cgroup_path)
-        if ref is None:
-            return
-        w.pods[n.name] = str(ref)
-        w.span.set_attribute(f"swarmscope.pod.{n.name}", str(ref))
-        if (n.name, n.cgroup_path) not in self._told:
-            self._told.add((n.name, n.cgroup_path))
-            log.info("probe: node %s cgroup %s (id %d) is pod %s", n.name, n.cgroup_path, n.cgroup_id, ref)
-
-    def _configure(self, w: _Window, name: str, prog: Program, options: dict[str, Any]) -> bool:
-        """Apply this window's options to ``prog`` if they differ from the last ones; False if it failed."""
-        configure = getattr(prog, "configure", None)  # Configurable programs (procstat, map_update)
-        if configure is None or self._applied.get(name, {}) == options:
-            return True
-        for other in self._windows.values():
-            if name in other.before:
-                other.errors[name] = _join(
-                    other.errors.get(name, ""), f"{name}: options changed by window {w.window_id} while open"
-                )
-        try:
-            configure(options)
-        except Exception as e:
-            self._applied[name] = None
-            w.errors[name] = f"{name}: applying options failed: {e}"
-            return False
-        self._applied[name] = options
-        return True
-
-    def _close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:
-        key = (cmd.run_id, cmd.window_id)
-        if key in self._closed:  # sent again after a reconnect: the same answer
-            return self._closed[key]
-        readings = self._read_close(cmd)
-        self._closed[key] = readings
-        while len(self._closed) > MAX_CLOSED_WINDOWS:
-            self._closed.popitem(last=False)
-        return readings
-
-    def _read_close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:
-        end = time.time_ns()
-        w = self._windows.pop((cmd.run_id, cmd.window_id), None)
-        if w is None:
-            return [
-                pb.Reading(
-                    run_id=cmd.run_id,
-                    window_id=cmd.window_id,
-                    probe_id=self.probe_id,
-                    node=self.node_name,
-                    end_unix_ns=end,
-                    error="window was never opened on this probe",
-                )
-            ]
-        counters: dict[str, dict[str, int]] = {n.name: {} for n in w.nodes}
-        gauges: dict[str, dict[str, float]] = {n.name: {} for n in w.nodes}
-        samples: dict[str, list[pb.Sample]] = {n.name: [] for n in w.nodes}
-        errors = dict(w.errors)
-        # A node whose cgroup could not be resolved gets no counters (never the host's).
-        measurable = [n for n in w.nodes if n.name not in w.node_errors]
-        for name, before in w.before.items():
-            prog = self._programs[name]
-            try:
-                per_node = delta_by_node(before, prog.snapshot(), measurable, prog.counters)
-            except Exception as e:
-                errors[name] = f"{name}: read at close failed: {e}"
-                continue
-            for node, cs in per_node.items():
-                counters[node].update(cs)
-            window_gauges = getattr(prog, "window_gauges", None)  # GaugeSource programs (procstat)
-            if window_gauges is not None:
-                try:
-                    for node, gs in window_gauges(w.start_ns, end, measurable).items():
-                        gauges[node].update(gs)
-                except Exception as e:
-                    errors[name] = f"{name}: gauges at close failed: {e}"
-            # SampleSource programs (map_update, exec_count)
-            window_samples = getattr(prog, "window_samples", None)
-            if window_samples is not None:
-                try:
-                    got = window_samples(w.start_ns, end, measurable)
-                except IncompleteSamplesError as e:  # what it has, with the reason it is not all
-                    got = e.samples
-                    errors[name] = _join(errors.get(name, ""), str(e))
-                except Exception as e:
-                    got = {}
-                    errors[name] = _join(errors.get(name, ""), f"{name}: samples at close failed: {e}")
-                for node, ss in got.items():
-                    samples[node] += [
-                        pb.Sample(
-                            series=x.series,
-                            start_ns=x.start_ns,
-                            end_ns=x.end_ns,
-                            value=x.value,
-                            labels=x.labels,
-                        )
-                        for x in ss
-                    ]
-        readings = [
-            pb.Reading(
-                run_id=w.run_id,
-                window_id=w.window_id,
-                probe_id=self.probe_id,
-                node=n.name,
-                counters=counters[n.name],
-                gauges=gauges[n.name],
-                samples=samples[n.name],
-                start_unix_ns=w.start_ns,
-                end_unix_ns=end,
-                error="; ".join(
-                    [*([w.node_errors[n.name]] if n.name in w.node_errors else []), *errors.values()]
-                ),
-                pod=w.pods.get(n.name, ""),
-            )
-            for n in w.nodes
-        ]
-        window_span.annotate(w.span, readings, end)
-        if any(r.error for r in readings):
-            w.span.set_error("a reading has an error")
-        w.span.end(end_time=end)
-        return readings
-
-
-def _join(*errors: str) -> str:
-    return "; ".join(e for e in errors if e)

@@ -99,6 +99,16 @@ class CloseWindow(_message.Message):
     window_id: str
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ...) -> None: ...
 
+class ReadWindow(_message.Message):
+    __slots__ = ("run_id", "window_id", "read_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    READ_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    window_id: str
+    read_id: int
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., read_id: _Optional[int] = ...) -> None: ...
+
 class Shutdown(_message.Message):
     __slots__ = ("reason",)
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -106,16 +116,18 @@ class Shutdown(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("seq", "open", "close", "shutdown")
+    __slots__ = ("seq", "open", "close", "shutdown", "read")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
     seq: int
     open: OpenWindow
     close: CloseWindow
     shutdown: Shutdown
-    def __init__(self, seq: _Optional[int] = ..., open: _Optional[_Union[OpenWindow, _Mapping]] = ..., close: _Optional[_Union[CloseWindow, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ...) -> None: ...
+    read: ReadWindow
+    def __init__(self, seq: _Optional[int] = ..., open: _Optional[_Union[OpenWindow, _Mapping]] = ..., close: _Optional[_Union[CloseWindow, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., read: _Optional[_Union[ReadWindow, _Mapping]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("unix_ns", "cpu_percent", "rss_bytes")
@@ -205,7 +217,7 @@ class Reading(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., pod: _Optional[str] = ...) -> None: ...
 
 class WindowDone(_message.Message):
-    __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes", "table")
+    __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes", "table", "read_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     READINGS_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +226,7 @@ class WindowDone(_message.Message):
     MISSING_FIELD_NUMBER: _ClassVar[int]
     PROBES_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
+    READ_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     readings: int
@@ -222,7 +235,8 @@ class WindowDone(_message.Message):
     missing: _containers.RepeatedScalarFieldContainer[str]
     probes: _containers.RepeatedScalarFieldContainer[str]
     table: ReadingTable
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ..., missing: _Optional[_Iterable[str]] = ..., probes: _Optional[_Iterable[str]] = ..., table: _Optional[_Union[ReadingTable, _Mapping]] = ...) -> None: ...
+    read_id: int
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., readings: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Reading, _Mapping]]] = ..., trace: _Optional[bytes] = ..., missing: _Optional[_Iterable[str]] = ..., probes: _Optional[_Iterable[str]] = ..., table: _Optional[_Union[ReadingTable, _Mapping]] = ..., read_id: _Optional[int] = ...) -> None: ...
 
 class ReadingTable(_message.Message):
     __slots__ = ("probe_id", "node", "start_unix_ns", "end_unix_ns", "error", "pod", "counters")
@@ -269,7 +283,7 @@ class Roster(_message.Message):
     def __init__(self, added: _Optional[_Iterable[_Union[RosterEntry, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProbeMessage(_message.Message):
-    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done", "roster", "part")
+    __slots__ = ("session_id", "heartbeat", "ack", "reading", "done", "roster", "part", "so_far")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +291,7 @@ class ProbeMessage(_message.Message):
     DONE_FIELD_NUMBER: _ClassVar[int]
     ROSTER_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
+    SO_FAR_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     heartbeat: Heartbeat
     ack: WindowAck
@@ -284,7 +299,8 @@ class ProbeMessage(_message.Message):
     done: WindowDone
     roster: Roster
     part: Part
-    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., part: _Optional[_Union[Part, _Mapping]] = ...) -> None: ...
+    so_far: WindowDone
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., ack: _Optional[_Union[WindowAck, _Mapping]] = ..., reading: _Optional[_Union[Reading, _Mapping]] = ..., done: _Optional[_Union[WindowDone, _Mapping]] = ..., roster: _Optional[_Union[Roster, _Mapping]] = ..., part: _Optional[_Union[Part, _Mapping]] = ..., so_far: _Optional[_Union[WindowDone, _Mapping]] = ...) -> None: ...
 
 class Part(_message.Message):
     __slots__ = ("data", "last")

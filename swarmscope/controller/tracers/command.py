@@ -147,6 +147,11 @@ class CommandTracer:
         self._drain_sent: dict[int, list[int]] = {}
         self._rfd = -1
 
+    def so_far(self) -> int:
+        """Events reported for the window's nodes so far (lines the reader has parsed by now)."""
+        with self._lock:
+            return sum(self._per_node.values())
+
     def _warn(self, text: str) -> None:
         if text not in self._warnings and len(self._warnings) < MAX_WARNINGS:
             self._warnings.append(text)
