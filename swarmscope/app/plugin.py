@@ -109,8 +109,10 @@ def expect_kind(name: str) -> None:
 def _learn_kind(environment: Any, proc: Any, name: str) -> None:
     """The kind of the master's swarmscope:setup, on a worker: checked against the one this
     worker was started for (its locustfile's, or ``--kind``); a worker that had none takes it,
-    with the User classes of the kind's locustfile (scenarios/<kind>.py), which the master's
-    spawn messages name. Raises SetupError on a mismatch, naming both kinds."""
+    with what Locust would have taken from the kind's locustfile (scenarios/<kind>.py) had it
+    started on it: its User classes (the master's spawn messages name them), its shape, and
+    its init hooks, run now (the ingress flood's step sync registers its messages there).
+    Raises SetupError on a mismatch, naming both kinds."""
     from swarmscope.core.errors import SetupError
     from swarmscope.core.paths import SCENARIOS
     from swarmscope.kinds import get_kind
@@ -127,11 +129,17 @@ def _learn_kind(environment: Any, proc: Any, name: str) -> None:
     _INSTALLED["kind"] = proc.kind = kind  # before the locustfile's own install(name) below
     users: list[Any] = []
     path = SCENARIOS / f"{name}.py"
+    fired = list(events.init._handlers)  # Locust fired these at start, on the placeholder
     if path.is_file():  # a kind without one runs swept windows only: no Locust user at all
         from locust.util.load_locustfile import load_locustfile
 
-        users = list(load_locustfile(str(path))[0].values())
+        classes, shapes = load_locustfile(str(path))
+        users = list(classes.values())
+        if shapes:  # as on a worker started on the locustfile (its hooks look at it)
+            environment.shape_class = shapes[0]
     environment.user_classes[:] = users
+    for hook in [h for h in events.init._handlers if h not in fired]:  # what its imports added
+        hook(environment=environment, runner=environment.runner, web_ui=None)
 
 
 def register_messages(proc: Any, runner: Any) -> None:
