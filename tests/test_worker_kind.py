@@ -96,6 +96,7 @@ def test_a_worker_without_kind_takes_the_controllers(tmp_path: pathlib.Path, kin
         assert step["requests"] == sum(n["generated"] for n in it["per_node"]), (step, it)
 
 
+@pytest.mark.slow
 def test_a_worker_without_kind_runs_counted_ingress_steps_exactly(tmp_path: pathlib.Path) -> None:
     """Count steps (boom's -n) need the step sync's messages, which the ingress locustfile
     registers in Locust's init: the worker, started on the placeholder, runs the kind's init
