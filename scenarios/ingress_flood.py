@@ -9,7 +9,8 @@
 
 Each test start/stop is one window; the workers' HdrHistograms are merged exactly on the
 master and the report (per-step rows, faults, the nginx log check) goes in the run directory.
-Options: ``--help`` lists every ``--ss-*`` option of the scenario kind.
+Options: ``swarmscope run scenarios/ingress_flood.yaml --explain`` lists every one (key K is
+``--ss-K`` here; Locust's ``--help`` cannot list them, docs/doors.md).
 """
 
 from swarmscope.app import plugin

@@ -3,7 +3,8 @@
 NeighborWriterUser users write generated neighbors in put-batches to a control plane (``--host``,
 or one each worker starts); each batch is a Locust request and goes into the worker's
 HdrHistogram, merged exactly on the master at test stop (``--master`` / ``--worker`` work).
-Options: ``locust -f scenarios/neighbor_writes.py --help`` (``--ss-*``, e.g. ``--ss-batch-size``).
+Options: ``swarmscope run scenarios/neighbor_writes.yaml --explain`` (key K is ``--ss-K`` here, e.g.
+``--ss-batch-size``; Locust's ``--help`` cannot list them, docs/doors.md).
 """
 
 from swarmscope.app import plugin

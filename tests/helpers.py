@@ -96,3 +96,30 @@ def locust_master_worker(out: pathlib.Path, run_time: str, burst_s: str) -> tupl
         "--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--ss-nodes", "2"
     )
     return master, worker
+
+
+def locust_distributed(locustfile: str, workers: int, *opts: str, timeout: float = 180) -> tuple[int, str]:
+    """``locust -f LOCUSTFILE --master --headless`` on a free loopback port with ``workers``
+    workers, to its end: its exit code and stderr."""
+    port = str(free_port())
+    common = [str(BIN / "locust"), "-f", locustfile]
+    m = subprocess.Popen(
+        [*common, "--master", "--headless", "--expect-workers", str(workers), "--master-bind-host",
+         "127.0.0.1", "--master-bind-port", port, *opts],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker = [*common, "--worker", "--master-host", "127.0.0.1", "--master-port", port]
+    ws = [subprocess.Popen(worker, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+          for _ in range(workers)]  # fmt: skip
+    try:
+        _, err = m.communicate(timeout=timeout)
+    finally:
+        if m.poll() is None:
+            m.kill()
+        for w in ws:
+            try:
+                w.wait(60)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait(30)
+    return m.returncode, err

@@ -88,16 +88,29 @@ def _check_interrupted(out: pathlib.Path, stderr: str, windows: int = 1) -> None
     assert "No such file or directory" not in stderr, "a burst outlived its cgroup"
 
 
-def _sigint_and_wait(p: Logged, limit_s: float = 45.0) -> tuple[str, float]:
+def _sigint_and_wait(p: Logged, limit_s: float = 45.0, sig: int = signal.SIGINT) -> tuple[str, float]:
+    """``sig`` to ``p`` (SIGINT: Ctrl-C; SIGTERM: a pod stop) and its exit, checked: 0, no
+    traceback, and nothing of its process tree left (processes, netns, cgroups, BPF programs)."""
+    watch = _Watch(p.pid)
+    watch.sample()
+    watch.sample_progs()
     t0 = time.monotonic()
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     _, stderr = p.communicate(timeout=120)
     took = time.monotonic() - t0
-    assert took < limit_s, f"Ctrl-C took {took:.0f}s: ignored until -t?"
+    assert took < limit_s, f"{signal.Signals(sig).name} took {took:.0f}s: ignored until -t?"
+    assert p.returncode == 0 and "Traceback" not in stderr, stderr[-3000:]
+    _wait_tree_gone(watch, 15.0)
+    assert leftovers(watch) == [], stderr[-3000:]
     return stderr, took
 
 
-def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
+# Ctrl-C, and SIGTERM: what a pod stop sends (Locust's own SIGTERM handler shut a master down twice)
+SIGNALS = pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+
+
+@SIGNALS
+def test_ctrl_c_headless(tmp_path: pathlib.Path, sig: int) -> None:
     out = tmp_path / "results"
     p = locust_exec_storm(
         "--headless", "-u", "2", "-r", "2", "-t", "120s", "--ss-out", str(out), "--ss-burst-s", "0.5"
@@ -105,29 +118,37 @@ def test_ctrl_c_headless(tmp_path: pathlib.Path) -> None:
     try:
         _wait_for(lambda: _window_open(out), "the window to open")
         _wait_for(lambda: _bursts_in_stats(p), "a burst in Locust's stats table")
-        stderr, _ = _sigint_and_wait(p)
+        stderr, _ = _sigint_and_wait(p, sig=sig)
     finally:
         if p.poll() is None:
             p.kill()
     _check_interrupted(out, stderr)
 
 
-def test_ctrl_c_master_worker(tmp_path: pathlib.Path) -> None:
+@SIGNALS
+def test_ctrl_c_master_worker(tmp_path: pathlib.Path, sig: int) -> None:
+    """The signal to the master; it stops its worker, which exits with it."""
     out = tmp_path / "results"
     master, worker = locust_master_worker(out, "120s", "0.5")
     try:
         _wait_for(lambda: _window_open(out), "the window to open")
         _wait_for(lambda: _bursts_in_stats(master), "a burst in the master's stats table")
-        stderr, _ = _sigint_and_wait(master)
+        watch = _Watch(worker.pid)
+        watch.sample()
+        stderr, _ = _sigint_and_wait(master, sig=sig)
     finally:
         for p in (master, worker):
             if p.poll() is None:
                 p.kill()
-        worker.communicate(timeout=30)
+        _, worker_err = worker.communicate(timeout=30)
+    assert worker.returncode == 0 and "Traceback" not in worker_err, worker_err[-3000:]
+    _wait_tree_gone(watch, 15.0)
+    assert leftovers(watch) == [], worker_err[-3000:]
     _check_interrupted(out, stderr)
 
 
-def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
+@SIGNALS
+def test_ctrl_c_web_ui(tmp_path: pathlib.Path, sig: int) -> None:
     out, port = tmp_path / "results", free_port()
     base = f"http://127.0.0.1:{port}"
     p = locust_exec_storm(
@@ -148,7 +169,7 @@ def test_ctrl_c_web_ui(tmp_path: pathlib.Path) -> None:
         urllib.request.urlopen(base + "/swarm", data=form, timeout=60)
         # Ctrl-C while the swarm runs: a window in flight, with bursts in Locust's own counter
         _wait_for(lambda: _window_open(out) and requests_done(base) > 0, "a burst in the UI's stats")
-        stderr, _ = _sigint_and_wait(p)
+        stderr, _ = _sigint_and_wait(p, sig=sig)
     finally:
         if p.poll() is None:
             p.kill()
@@ -193,9 +214,11 @@ LOCUST = {"exec_storm": ["-u", "2", "-r", "2", "-t", "120s"], "ingress_flood": [
           "neighbor_writes": ["-u", "1", "-r", "1", "-t", "120s"],
           "flow_storm": ["-u", "1", "-r", "1", "-t", "120s"]}  # fmt: skip
 # `swarmscope run` embedded (every kind) and distributed (its workers spawned; ebpf_cost is embedded only)
-CELLS = [("run", k) for k in VALUES] + [
-    (d, k) for d in ("distributed", "locust", "controller") for k in LOCUST
+CELLS = [("run", k, signal.SIGINT) for k in VALUES] + [
+    (d, k, signal.SIGINT) for d in ("distributed", "locust", "controller") for k in LOCUST
 ]
+# SIGTERM (a pod stop): the headless shape, which Locust leaves without a SIGTERM handler
+CELLS += [("locust", "ingress_flood", signal.SIGTERM)]
 
 
 def _iterations(out: pathlib.Path) -> int:
@@ -252,9 +275,11 @@ def _start_door(door: str, kind: str, tmp: pathlib.Path, metrics_port: int) -> d
     return started
 
 
-@pytest.mark.slow  # 17 real runs, 23-61 s each
-@pytest.mark.parametrize("door,kind", CELLS, ids=[f"{d}-{k}" for d, k in CELLS])
-def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: str) -> None:
+@pytest.mark.slow  # 18 real runs, 23-61 s each
+@pytest.mark.parametrize(
+    "door,kind,sig", CELLS, ids=[f"{d}-{k}{'-sigterm' if g == signal.SIGTERM else ''}" for d, k, g in CELLS]
+)
+def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: str, sig: int) -> None:
     out, port, locust = tmp_path / "results", free_port(), door in ("locust", "controller")
     procs = _start_door(door, kind, tmp_path, port)
     first = next(iter(procs.values()))  # the run, locust, or the controller: the run's terminal
@@ -275,7 +300,7 @@ def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: s
             w.sample()
             w.sample_progs()
         stored = _iterations(out)
-        os.killpg(first.pid, signal.SIGINT)
+        os.killpg(first.pid, sig)
         for p in procs.values():
             p.wait(120)
     finally:

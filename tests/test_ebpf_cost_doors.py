@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import BIN, ROOT, free_port, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, load_report, locust_distributed, only_run_dir
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.slow]
 
@@ -115,3 +115,44 @@ def test_controller_and_a_worker_run_ebpf_cost(tmp_path: pathlib.Path, sweep: bo
     else:
         (pt,) = rep["points"]
         _busy(pt["iterations"][0])
+
+
+def test_web_ui(tmp_path: pathlib.Path) -> None:
+    """Started and stopped through Locust's HTTP API, as the UI's buttons do; quit by SIGTERM."""
+    from test_webui import Locust, get
+
+    out = tmp_path / "results"
+    with Locust("scenarios/ebpf_cost.py", out, "--ss-tools", TOOLS, "--ss-duration-s", "1") as loc:
+        assert get(loc.base + "/swarm", {"user_count": 1, "spawn_rate": 1})["success"] is True
+        loc.wait_requests(2, timeout=120)  # two loops done (the tools start at the swarm's start)
+        get(loc.base + "/stop", {})
+        loc.wait_windows(1)
+        rep = loc.quit_report(out)
+    assert rep["status"] == "ok", rep["flags"]
+    (pt,) = rep["points"]
+    _busy(pt["iterations"][0])
+
+
+def _master_workers(tmp_path: pathlib.Path, workers: int) -> tuple[int, str, pathlib.Path]:
+    out = tmp_path / "results"
+    opts = ["-u", "1", "-r", "1", "-t", "8s", "--ss-tools", TOOLS, "--ss-duration-s", "1"]
+    opts += ["--ss-out", str(out)]
+    return (*locust_distributed("scenarios/ebpf_cost.py", workers, *opts), out)
+
+
+def test_locust_master_and_one_worker(tmp_path: pathlib.Path) -> None:
+    rc, err, out = _master_workers(tmp_path, 1)
+    assert rc == 0, err[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert rep["status"] == "ok", rep["flags"]
+    (pt,) = rep["points"]
+    _busy(pt["iterations"][0])
+
+
+def test_locust_master_refuses_a_second_worker_at_start(tmp_path: pathlib.Path) -> None:
+    rc, err, out = _master_workers(tmp_path, 2)
+    why = "2 connected: ebpf_cost measures one machine with one set of tools"
+    assert rc == 2 and why in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert rep["status"] == "failed" and rep["points"] == [], rep

@@ -55,3 +55,40 @@ def test_master_and_two_workers_merge_exactly(tmp_path: Path) -> None:
     assert merged.get_total_count() == one.get_total_count() == 40
     assert free["batch_latency_ms"] == latency_ms(one)
     assert latency_ms(merged) == latency_ms(one)
+
+
+def _exact(out: Path, users: int, per_user: int, batch: int) -> None:
+    """Every user wrote its neighbors once, in batches, and the control plane holds each."""
+    rep = json.loads((only_run_dir(out) / "report.json").read_text())
+    assert rep["status"] == "ok", rep["flags"]
+    (free,) = rep["neighbors"]["locust"]
+    n = users * per_user
+    assert (free["entries_written"], free["control_plane_entries"], free["batches"]) == (n, n, n // batch)
+    assert HdrHistogram.decode(free["hist"].encode("ascii")).get_total_count() == n // batch
+
+
+@pytest.mark.slow
+def test_locust_f_headless(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--headless", "-u", "2", "-r", "2", "-t", "5s",
+           "--stop-timeout", "5", "--only-summary", "--ss-out", str(tmp_path / "out"),
+           "--ss-batch-size", "500", "--ss-neighbors-per-user", "2000",
+           "--ss-grpc-bind", "127.0.0.1:0"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    _exact(tmp_path / "out", 2, 2000, 500)
+
+
+@pytest.mark.slow
+def test_web_ui(tmp_path: Path) -> None:
+    """Started and stopped through Locust's HTTP API, as the UI's buttons do; quit by SIGTERM."""
+    from test_webui import Locust, get
+
+    out = tmp_path / "out"
+    opts = ["--ss-batch-size", "500", "--ss-neighbors-per-user", "2000", "--ss-grpc-bind", "127.0.0.1:0"]
+    with Locust(LOCUSTFILE, out, *opts) as loc:
+        assert get(loc.base + "/swarm", {"user_count": 2, "spawn_rate": 2})["success"] is True
+        loc.wait_requests(8)  # 2 users x 2000 neighbors in batches of 500
+        get(loc.base + "/stop", {})
+        loc.wait_windows(1)
+        loc.quit_report(out)
+    _exact(out, 2, 2000, 500)

@@ -96,6 +96,27 @@ def test_a_worker_without_kind_takes_the_controllers(tmp_path: pathlib.Path, kin
         assert step["requests"] == sum(n["generated"] for n in it["per_node"]), (step, it)
 
 
+@pytest.mark.slow
+def test_a_worker_without_kind_runs_counted_ingress_steps_exactly(tmp_path: pathlib.Path) -> None:
+    """Count steps (boom's -n) need the step sync's messages, which the ingress locustfile
+    registers in Locust's init: the worker, started on the placeholder, runs the kind's init
+    hooks when it learns the kind. Before, it ignored swarmscope:ingress_step and sent nothing."""
+    values = {"network_baseline_s": 0, "steps": [2, 3], "requests": [150, 301], "step_duration": 30}
+    procs = _start(tmp_path, "ingress_flood", values, ["--stop-timeout", "5"], [])
+    try:
+        rc = procs["controller"].wait(180)
+    finally:
+        _stop(procs)
+    assert rc == 0, _log(tmp_path, "controller")[-3000:]
+    assert "Traceback" not in _log(tmp_path, "worker"), _log(tmp_path, "worker")[-3000:]
+    rep = load_report(only_run_dir(tmp_path / "results"))
+    assert rep["status"] == "ok", _log(tmp_path, "controller")[-3000:]
+    steps = rep["sections"]["steps"]
+    assert [(s["users"], s["request_count"], s["requests"]) for s in steps] == [(2, 150, 150), (3, 301, 301)]
+    assert [s["server_requests"] for s in steps] == [150, 301]  # nginx's log, counted per step
+    assert [s["failures"] for s in steps] == [0, 0]
+
+
 def test_a_worker_started_for_another_kind_is_refused_at_once(tmp_path: pathlib.Path) -> None:
     values, locust = CASES["ingress_flood"]
     procs = _start(tmp_path, "ingress_flood", values, locust, ["--kind", "exec_storm"])

@@ -14,7 +14,9 @@ workers send their exact results, the controller closes the window and reconcile
 kind's rule; at quit the report is written.
 
 Every option of the kind's schema is a Locust option ``--ss-<key>`` (help shows its env var
-``SWARMSCOPE_<KEY>``), generated from the schema, plus ``--ss-scenario-file``. The messages are
+``SWARMSCOPE_<KEY>``), generated from the schema, plus ``--ss-scenario-file``. Caveat: Locust's
+``--help`` cannot list them (it is answered before the locustfile is imported, docs/doors.md):
+``swarmscope run scenarios/<kind>.yaml --explain`` does. The messages are
 in swarmscope.core.messages; ``register_messages`` wires them for ``swarmscope run`` too.
 """
 
@@ -111,8 +113,10 @@ def expect_kind(name: str) -> None:
 def _learn_kind(environment: Any, proc: Any, name: str) -> None:
     """The kind of the master's swarmscope:setup, on a worker: checked against the one this
     worker was started for (its locustfile's, or ``--kind``); a worker that had none takes it,
-    with the User classes of the kind's locustfile (scenarios/<kind>.py), which the master's
-    spawn messages name. Raises SetupError on a mismatch, naming both kinds."""
+    with what Locust would have taken from the kind's locustfile (scenarios/<kind>.py) had it
+    started on it: its User classes (the master's spawn messages name them), its shape, and
+    its init hooks, run now (the ingress flood's step sync registers its messages there).
+    Raises SetupError on a mismatch, naming both kinds."""
     from swarmscope.core.errors import SetupError
     from swarmscope.core.paths import SCENARIOS
     from swarmscope.kinds import get_kind
@@ -129,11 +133,17 @@ def _learn_kind(environment: Any, proc: Any, name: str) -> None:
     _INSTALLED["kind"] = proc.kind = kind  # before the locustfile's own install(name) below
     users: list[Any] = []
     path = SCENARIOS / f"{name}.py"
+    fired = list(events.init._handlers)  # Locust fired these at start, on the placeholder
     if path.is_file():  # a kind without one runs swept windows only: no Locust user at all
         from locust.util.load_locustfile import load_locustfile
 
-        users = list(load_locustfile(str(path))[0].values())
+        classes, shapes = load_locustfile(str(path))
+        users = list(classes.values())
+        if shapes:  # as on a worker started on the locustfile (its hooks look at it)
+            environment.shape_class = shapes[0]
     environment.user_classes[:] = users
+    for hook in [h for h in events.init._handlers if h not in fired]:  # what its imports added
+        hook(environment=environment, runner=environment.runner, web_ui=None)
 
 
 def register_messages(proc: Any, runner: Any) -> None:
@@ -293,7 +303,8 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
 
 def _install_ctrl_c(environment: Any, runner: Any) -> None:
-    """Ctrl-C (SIGINT) for every role: a master, a local runner and a worker alike."""
+    """Ctrl-C (SIGINT) and SIGTERM (what a pod stop sends) for every role: a master, a local
+    runner and a worker alike, one orderly shutdown in the main greenlet."""
     # Ctrl-C as a KeyboardInterrupt thrown into the main greenlet, where locust.main catches
     # it and shuts down once, in order (quitting fires, the report is written). Left to
     # Python, it was seen to land in a greenlet of grpc's gevent integration and get lost
@@ -308,7 +319,7 @@ def _install_ctrl_c(environment: Any, runner: Any) -> None:
 
     main = greenlet.getcurrent()
 
-    def _on_sigint() -> None:
+    def _on_sigint() -> None:  # and SIGTERM
         free = getattr(environment, "swarmscope_free", None)
         if free is not None and (free.window is not None or free.opening):  # one in flight
             free.status = "interrupted"
@@ -324,6 +335,12 @@ def _install_ctrl_c(environment: Any, runner: Any) -> None:
             gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
 
     gevent.signal_handler(signal.SIGINT, _on_sigint)
+    # SIGTERM the same way. Locust installs its own SIGTERM handler later (once a headless
+    # shape is done; before, SIGTERM killed the process outright, leaving the target's nginx
+    # and namespace); both then run, and _on_quitting_first ends Locust's shutdown in its
+    # signal greenlet, which would otherwise run alongside the main greenlet's.
+    gevent.signal_handler(signal.SIGTERM, _on_sigint)
+    environment.swarmscope_main = main
 
 
 def _on_exit_unreported(environment: Any) -> None:
@@ -342,7 +359,18 @@ def _on_exit_unreported(environment: Any) -> None:
 def _on_quitting_first(environment: Any, **_: Any) -> None:
     """Quitting with a window in flight (Ctrl-C, SIGTERM, the web UI's quit): Locust fires
     quitting *before* it stops the runner. Stop it now, so the window closes in order (users
-    and workers stop and send their counts, then the probes read); teardown comes after."""
+    and workers stop and send their counts, then the probes read); teardown comes after.
+    Fired by Locust's own SIGTERM handler (a greenlet of its own): held here for good, as our
+    handler of the same signal has sent the main greenlet its KeyboardInterrupt, whose shutdown
+    is the one and exits the process (two ran side by side: runner.quit() here woke the main
+    greenlet's own shutdown, and this one's sys.exit failed in the interpreter's exit)."""
+    import greenlet
+
+    main = getattr(environment, "swarmscope_main", None)
+    if main is not None and not main.dead and greenlet.getcurrent() is not main:
+        import gevent.event
+
+        gevent.event.Event().wait()  # never set: the process exits under it
     free: _FreeRun | None = getattr(environment, "swarmscope_free", None)
     if free is None or free.window is None or free.proc.controller is None:
         return

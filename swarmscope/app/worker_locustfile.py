@@ -4,8 +4,8 @@
     swarmscope worker --controller HOST --kind X    # refuses a controller that runs another kind
 
 The kind arrives with the run's config in the master's ``swarmscope:setup``; the worker then
-takes the User classes of that kind's locustfile (``scenarios/<kind>.py``), which the master's
-spawn messages name (swarmscope.app.plugin._learn_kind). Caveat: Locust starts only with a User
+takes the User classes, shape and init hooks of that kind's locustfile (``scenarios/<kind>.py``),
+as if it had started on it (swarmscope.app.plugin._learn_kind). Caveat: Locust starts only with a User
 class, hence the placeholder below, which no master ever spawns.
 """
 

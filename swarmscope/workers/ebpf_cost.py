@@ -114,21 +114,22 @@ class CostDriver:
                 stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
                 preexec_fn=joiner(self.node), start_new_session=True,
             )  # fmt: skip
+            out: str | None = None
             try:
                 time.sleep(duration_s)  # gevent-patched in a Locust worker: cooperative
-            except BaseException:
                 (work / "stop").touch()
-                out, _ = proc.communicate(timeout=30)
-                if on_stop is not None and out.strip().isdigit():
-                    on_stop(_counts(int(out), time.monotonic() - t0))
-                raise
-            (work / "stop").touch()
-            try:
-                out, err = proc.communicate(timeout=30)
+                out, err = proc.communicate(timeout=30)  # a kill can land here too
             except subprocess.TimeoutExpired as e:
                 proc.kill()
                 proc.communicate()
                 raise LoadGenError("the busy loop did not stop within 30 s of its stop file") from e
+            except BaseException:
+                (work / "stop").touch()
+                if out is None:
+                    out, _ = proc.communicate(timeout=30)
+                if on_stop is not None and out.strip().isdigit():
+                    on_stop(_counts(int(out), time.monotonic() - t0))
+                raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
         elapsed = time.monotonic() - t0

@@ -233,14 +233,11 @@ def _worker(args: argparse.Namespace) -> int:
     from swarmscope.app import plugin
     from swarmscope.kinds import get_kind
 
-    # Told its kind, a worker starts on the kind's own locustfile, so the kind's init hooks run
-    # when Locust starts (the ingress flood's step sync registers its messages there); without
-    # --kind it starts on a placeholder and loads the kind's User classes at the master's set-up.
+    # Every worker starts on the placeholder and takes the kind, its User classes and init hooks
+    # from the master's set-up (plugin._learn_kind); --kind only checks the master's kind.
     locustfile = pathlib.Path(plugin.__file__).with_name("worker_locustfile.py")
     if args.kind:
-        name = str(get_kind(args.kind, "--kind").name)
-        plugin.expect_kind(name)
-        locustfile = pathlib.Path(locustfile_for(name))
+        plugin.expect_kind(str(get_kind(args.kind, "--kind").name))
     argv = [
         "-f", str(locustfile), "--worker", "--master-host", args.controller,
         "--master-port", str(args.locust_port),

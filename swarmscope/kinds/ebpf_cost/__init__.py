@@ -92,7 +92,7 @@ class EbpfCost(Kind[EbpfCostConfig]):
 
     def shared(self, cfg: EbpfCostConfig, infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         if len(infos) > 1:  # hand-started workers of a free-running master: the check above, at set-up
-            why = f"{len(infos)} connected: ebpf_cost measures one machine with one"
+            why = f"{len(infos)} connected: ebpf_cost measures one machine with one set of tools: one worker"
             raise ConfigError([Problem("set-up", "workers", why)])
         return {}
 

@@ -100,18 +100,20 @@ class FlowDriver:
         with self._lock:  # one generator at a time: they share the source address and port
             dropped = self.net.dropped()
             proc = self.net.start(cmd)
+            out: str | None = None
             try:
                 out, err = proc.communicate(timeout=float(p["max_s"]) + 60)
+                if proc.returncode != 0:
+                    tail = " | ".join(err.strip().splitlines()[-3:])
+                    raise LoadGenError(f"flow generator failed ({proc.returncode}): {tail}")
+                return self._result(out, dropped)  # reads the drops with `ip`: a kill can land here too
             except BaseException:  # test stop kills the user: the generator stops and still counts
-                proc.terminate()
-                out, err = proc.communicate(timeout=30)
+                if out is None:
+                    proc.terminate()
+                    out, err = proc.communicate(timeout=30)
                 if on_stop is not None and proc.returncode == 0:
                     on_stop(self._result(out, dropped))
                 raise
-            if proc.returncode != 0:
-                tail = " | ".join(err.strip().splitlines()[-3:])
-                raise LoadGenError(f"flow generator failed ({proc.returncode}): {tail}")
-            return self._result(out, dropped)
 
     def _result(self, out: str, dropped_before: int) -> dict[str, Any]:
         res: dict[str, Any] = json.loads(out)
