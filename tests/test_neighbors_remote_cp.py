@@ -51,6 +51,7 @@ def test_windows_on_a_long_lived_control_plane_are_exact(tmp_path: Path) -> None
     assert [r["control_plane"] for r in rows] == [addr] * 4
 
 
+@pytest.mark.slow  # 9.6 s at load average 30 (the CLI's imports)
 def test_a_control_plane_elsewhere_needs_grpc() -> None:
     p = run_cli("run", "scenarios/neighbor_writes.yaml", "--set", "control_plane=10.0.0.1:7443", "--explain")
     assert p.returncode == 2

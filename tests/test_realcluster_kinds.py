@@ -224,7 +224,8 @@ def test_ingress_flood_from_two_nodes_to_a_target_on_the_third(rc: RealCluster) 
         (it,) = [it for p in rep["points"] for it in p["iterations"]]
         sent = {r["node"]: r["generated"] for r in it["per_node"]}
         lines = {f"{rel.ns}/{p['metadata']['name']}": by_ip[p["status"]["podIP"]] for p in workers.values()}
-        steps = [(s.get("users"), s["requests"], s.get("p99_ms")) for s in rep["steps"]]
+        p99 = [(s.get("latency_ms") or {}).get("p99") for s in rep["steps"]]
+        steps = [(s.get("users"), s["requests"], q) for s, q in zip(rep["steps"], p99, strict=True)]
         print(f"  per worker node, sent: {sent}; the LB's log, by client pod: {lines}; steps "
               f"(users, requests, p99 ms): {steps}", flush=True)  # fmt: skip
         print(f"  requests {ing['requests']} (+{ing['preflight_requests']} preflight), access log {len(log)}",
@@ -259,6 +260,8 @@ def test_flow_storm_one_worker_per_node(rc: RealCluster) -> None:
               f"flags {rep['flags']}", flush=True)  # fmt: skip
         (p,) = rep["points"]
         (it,) = p["iterations"]
+        if "flows" not in it["extra"]:
+            print(json.dumps(it, default=str)[:3000], "\n", rel.logs(), flush=True)
         share = FLOWS // 3
         for n in sorted(it["per_node"], key=lambda r: r["node"]):
             row = it["extra"]["flows"][n["node"]]
