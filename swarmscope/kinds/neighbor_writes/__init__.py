@@ -76,6 +76,15 @@ NEIGHBOR_FIELDS: list[Field] = [
         choices=("ipc", "grpc"),
     ),
     Field(
+        "control_plane",
+        str,
+        "",
+        "host:port of a running control plane (transport grpc; its token from "
+        "$SWARMSCOPE_NEIGHBORS_TOKEN) the agent reaches over the network, as Arion's two machines: "
+        "one worker per control plane, whose windows must leave it empty; empty = one per window "
+        "beside the agent",
+    ),
+    Field(
         "durability",
         str,
         "fsync",
@@ -126,6 +135,8 @@ NEIGHBOR_FIELDS: list[Field] = [
 def _transport_check(v: dict[str, Any]) -> list[tuple[str, str]]:
     if "watch_only" in (v.get("modes") or []) and v.get("transport") == "grpc":
         return [("modes", "watch_only runs on transport ipc only")]
+    if v.get("control_plane") and v.get("transport") != "grpc":
+        return [("control_plane", "a control plane elsewhere is reached over gRPC: set transport grpc")]
     return []
 
 
@@ -139,6 +150,7 @@ class NeighborConfig(RunConfig):
     page_size: int
     verify_packets: int
     transport: str
+    control_plane: str
     durability: str
     repeats: int
     master_samples: int

@@ -186,18 +186,33 @@ class NeighborDriver:
         keys, values = R.make_entries(count, start=start)
         ipc = p.get("transport", "ipc") == "ipc"
         sock = str(work / f"cp-{stamp}" / "s") if ipc else ""
-        cp = start_server(db, socket_path=sock, durability=str(p.get("durability", "fsync")))
+        remote = self.cfg.control_plane
+        if remote:  # elsewhere (another node): its token from the environment, as an agent's
+            from swarmscope.core import auth
+            from swarmscope.targets.neighbors.server import TOKEN_ENV
+
+            addr, token, proc = remote, auth.load_token(env=TOKEN_ENV), None
+        else:
+            cp = start_server(db, socket_path=sock, durability=str(p.get("durability", "fsync")))
+            addr, token, proc = cp.address, cp.token, cp.proc
         try:
+            if not ipc:  # the network between agent and control plane, beside the latencies
+                out["rtt"] = _round_trips(addr, token)
+            if remote:
+                _expect_empty(addr, token)
             if ipc:
                 out.update(self._fast(cp, target, keys, values, start, count, p))
             elif p["mode"] == "list_program":
-                out.update(self._list(cp.address, cp.token, target, keys, values, p))
+                out.update(self._list(addr, token, target, keys, values, p))
             elif p["mode"] == "write_watch_program":
-                out.update(self._write_watch(cp.address, cp.token, target, start, count, p))
+                out.update(self._write_watch(addr, token, target, start, count, p))
             else:
                 raise LoadGenError(f"mode {p['mode']} runs on transport ipc only")
         finally:
-            stop(cp.proc)
+            if proc is not None:
+                stop(proc)
+            else:  # a long-lived control plane: the next window starts from an empty store
+                _delete(addr, token, keys)
             if xdp is None:
                 target.close()
             with contextlib.suppress(OSError):
@@ -267,7 +282,9 @@ class NeighborDriver:
         from swarmscope.v1 import neighbors_pb2 as pb
 
         agent = Agent(addr, target, token=token)
-        agent.stub.Status(pb.StatusRequest())  # connected now, as a long-lived agent already is
+        # Connected now, as a long-lived agent already is; it has programmed everything up to
+        # now (a long-lived control plane keeps earlier windows' revisions: no replay of those).
+        agent.revision = max(agent.revision, int(agent.stub.Status(pb.StatusRequest()).revision))
         return agent
 
     def _list(
@@ -445,6 +462,73 @@ def _batch_spans(window_id: str, node: str, mode: str, res: Mapping[str, Any]) -
             },
         )
         prev = total
+
+
+def _round_trips(addr: str, token: str, calls: int = 50, connects: int = 5) -> dict[str, Any]:
+    """Agent -> control plane: gRPC Status round trips (µs) on one channel, and the kernel's
+    TCP RTT (tcp_info.tcpi_rtt, µs) of fresh connections, median of ``connects``."""
+    import socket
+    import statistics
+    import struct
+
+    from swarmscope.workers.neighbor_writer import NeighborWriter
+
+    w = NeighborWriter(addr, token)
+    try:
+        w.status()  # the channel's connect is not a round trip
+        rtts = []
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            w.status()
+            rtts.append((time.perf_counter_ns() - t0) / 1000)
+    finally:
+        w.close()
+    host, port = addr.rsplit(":", 1)
+    tcp = []
+    for _ in range(connects):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            # struct tcp_info: tcpi_rtt is the u32 at byte 68 (linux/tcp.h), smoothed, in µs.
+            tcp.append(struct.unpack_from("I", s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104), 68)[0])
+    rtts.sort()
+    return {
+        "address": addr,
+        "grpc_min_us": round(rtts[0], 1),
+        "grpc_p50_us": round(statistics.median(rtts), 1),
+        "grpc_max_us": round(rtts[-1], 1),
+        "tcp_us": statistics.median(tcp),
+    }
+
+
+def _expect_empty(addr: str, token: str) -> None:
+    from swarmscope.workers.neighbor_writer import NeighborWriter
+
+    w = NeighborWriter(addr, token)
+    try:
+        held = int(w.status().entries)
+    finally:
+        w.close()
+    if held:
+        raise LoadGenError(
+            f"the control plane at {addr} holds {held} entries before the window: one worker per "
+            "control plane (an agent programs every entry it holds)"
+        )
+
+
+def _delete(addr: str, token: str, keys: bytes) -> None:
+    """Delete this window's entries from a long-lived control plane (one message per
+    MAX_BATCH_ENTRIES keys)."""
+    from swarmscope.targets.neighbors.server import connect
+    from swarmscope.v1 import neighbors_pb2 as pb
+    from swarmscope.v1 import neighbors_pb2_grpc as pbg
+
+    step = R.MAX_BATCH_ENTRIES * R.KEY_SIZE
+    ch = connect(addr, token)
+    try:
+        msgs = (pb.NeighborBatch(deleted=keys[a : a + step]) for a in range(0, len(keys), step))
+        for _ in pbg.NeighborStoreStub(ch).PutBatch(msgs, timeout=600):
+            pass
+    finally:
+        ch.close()
 
 
 def _compare(xdp: Any, keys: bytes, values: bytes) -> tuple[int, int]:

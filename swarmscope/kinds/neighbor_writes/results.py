@@ -125,6 +125,7 @@ def reconcile(cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
     lasts: list[int] = []
     masters: list[dict[str, Any]] = []
     watches: list[dict[str, Any]] = []
+    rtts: list[dict[str, Any]] = []
     calls = 0
     for node in window.nodes:
         res = results.get(node)
@@ -178,6 +179,8 @@ def reconcile(cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
             masters.append(res["master"])
         if res.get("watch"):
             watches.append(res["watch"])
+        if res.get("rtt"):
+            rtts.append(res["rtt"])
         problems.extend(f"{node}: {p}" for p in res.get("problems", []))
         # watch only: the kernel's count (of programmed entries) is checked to be 0 above; it is
         # not the count of what was generated (written), so the node's kernel column stays empty.
@@ -250,6 +253,11 @@ def reconcile(cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
     for key in ("p50_us", "per_state_us"):
         vals = [w[key] for w in watches if key in w]
         pt[f"watch_{key}"] = round(statistics.median(vals), 4) if vals else None
+    # Agent -> control plane (transport grpc): where it was and the round trip, median over workers.
+    pt["control_plane"] = cfg.control_plane or ("local" if rtts else None)
+    for key in ("grpc_p50_us", "tcp_us"):
+        vals = [r[key] for r in rtts if key in r]
+        pt[f"rtt_{key}"] = round(statistics.median(vals), 1) if vals else None
     if to_cp:  # the stages of write + watch: write -> durable commit -> datapath
         pt["commit_p50_us"] = _us(percentile(to_cp, 0.5))
         pt["commit_p99_us"] = _us(percentile(to_cp, 0.99))
@@ -399,6 +407,9 @@ SUMMARY_COLUMNS = (
     ("master_get_us", "get µs"),
     ("master_write_us", "write µs"),
     ("watch_per_state_us", "watch µs/state"),
+    ("control_plane", "control plane"),
+    ("rtt_grpc_p50_us", "agent→control plane gRPC RTT µs"),
+    ("rtt_tcp_us", "TCP RTT µs"),
     ("verified", "verified"),
 )
 

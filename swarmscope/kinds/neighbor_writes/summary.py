@@ -38,6 +38,8 @@ MEDIANS = (
     "watch_per_state_us",
     "commit_p50_us",
     "commit_to_datapath_p50_us",
+    "rtt_grpc_p50_us",  # agent -> control plane (transport grpc): docs/cluster.md
+    "rtt_tcp_us",
 )
 
 
@@ -54,6 +56,7 @@ def summarize(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for (mode, n), ps in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         row: dict[str, Any] = {"mode": mode, "neighbors": n, "repeats": len(ps)}
         row["durability"] = str(ps[0].get("durability") or "fsync")
+        row["control_plane"] = ps[0].get("control_plane")
         for key in MEDIANS:
             row[key] = _median([p.get(key) for p in ps])
         arion, source = per_neighbor(mode, n)
