@@ -19,6 +19,9 @@ Skip policy: a skip is allowed only when its reason is one of ALLOWED_REASONS (`
 binary, a fixture that gave up — is turned into a failure that quotes the reason: CI is root with
 BPF, so there a skip can only hide a broken setup. Every skip's reason is printed (``-rs``).
 
+At the session's end tests/reaper.py removes what the run's tests left behind (processes that
+carry the run's mark, real nodes' mounts, dirs, netns, cgroups) and the summary lists it.
+
 Caveats: ``kernel lacks …`` is trusted as written; use it only after a probe of the feature
 really failed (as ``bpf_unavailable`` does here).
 """
@@ -33,6 +36,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+import reaper
 
 if TYPE_CHECKING:
     from realcluster import RealCluster
@@ -91,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # No test builds a tool: the build scripts exit 3 naming `make tools` when one is missing
     # (tests/prebuilt.py), so a cold build never runs inside a test's timeout.
     os.environ["SWARMSCOPE_NO_BUILD"] = "1"
+    # Every process this run starts carries the mark: the reaper finds what the tests lost.
+    os.environ[reaper.MARK] = str(os.getpid())
     # Every skip prints its reason in the summary, whatever -r the caller gave.
     chars = config.option.reportchars or ""
     if "s" not in chars and "a" not in chars and "A" not in chars:
@@ -124,9 +130,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 _UNMARKED_SLOW = pytest.StashKey[list[tuple[str, float]]]()
+_REAPED = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After every fixture's teardown: what the tests left (tests/reaper.py), removed."""
+    if os.geteuid() == 0:  # the run's basetemp, if a test made it (kubelet volumes are under it)
+        basetemp = getattr(getattr(session.config, "_tmp_path_factory", None), "_basetemp", None)
+        session.config.stash[_REAPED] = reaper.reap(os.getpid(), basetemp)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    reaped = terminalreporter.config.stash.get(_REAPED, [])
+    if reaped:
+        terminalreporter.section("left behind by the tests, removed at the session's end")
+        for line in reaped:
+            terminalreporter.write_line(line)
     slow = terminalreporter.config.stash.get(_UNMARKED_SLOW, [])
     if slow:
         terminalreporter.section(f"tests over {SLOW_S:.0f} s without the slow marker")
