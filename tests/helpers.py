@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -123,3 +126,78 @@ def locust_distributed(locustfile: str, workers: int, *opts: str, timeout: float
                 w.kill()
                 w.wait(30)
     return m.returncode, err
+
+
+@dataclass
+class ChartCommands:
+    controller: subprocess.Popen[bytes]
+    probe: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes]
+    ports: dict[str, int]  # locust, grpc, metrics, web
+    dir: pathlib.Path
+
+    def log(self, name: str) -> str:
+        """What ``name`` (controller, probe, worker) printed so far."""
+        return (self.dir / f"{name}.log").read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def chart_commands(
+    d: pathlib.Path,
+    scenario: pathlib.Path,
+    kind: str,
+    node: str,
+    env: dict[str, str],
+    controller_args: list[str],
+    probe_args: tuple[str, ...] = (),
+    controller_env: dict[str, str] | None = None,
+    worker_env: dict[str, str] | None = None,
+    worker_preexec: Callable[[], Any] | None = None,
+) -> Iterator[ChartCommands]:
+    """The chart's three commands on this machine, talking over loopback only, as in the chart:
+    `swarmscope controller --scenario` (free ports), `swarmscope probe` with the token file and
+    `--node`, `swarmscope worker --kind` (both with NODE_NAME). ``env`` holds SWARMSCOPE_TOKEN;
+    each one's output goes to ``d/<name>.log``; on exit each is terminated (killed after 30 s).
+
+        with chart_commands(tmp_path, sfile, "exec_storm", "node-1", env, ["--sweep"]) as cc:
+            assert cc.controller.wait(240) == 0, cc.log("controller")[-3000:]
+    """
+    token = d / "token"
+    token.write_text(env["SWARMSCOPE_TOKEN"])
+    ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
+    sw = str(BIN / "swarmscope")
+    node_env = {**env, "NODE_NAME": node}
+    procs: list[subprocess.Popen[bytes]] = []
+    with contextlib.ExitStack() as files:
+        logs = {n: files.enter_context(open(d / f"{n}.log", "wb")) for n in ("controller", "probe", "worker")}
+        try:
+            procs.append(subprocess.Popen(
+                [sw, "controller", "--scenario", str(scenario), "--locust-port", str(ports["locust"]),
+                 "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
+                 "--web-port", str(ports["web"]), *controller_args],
+                cwd=ROOT, env={**env, **(controller_env or {})}, stdout=logs["controller"],
+                stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+            procs.append(subprocess.Popen(
+                [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token),
+                 "--node", node, "--retries", "60", *probe_args],
+                cwd=ROOT, env=node_env, stdout=logs["probe"], stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+            procs.append(subprocess.Popen(
+                [sw, "worker", "--kind", kind, "--controller", "127.0.0.1",
+                 "--locust-port", str(ports["locust"])],
+                cwd=ROOT, env={**node_env, **(worker_env or {})}, stdout=logs["worker"],
+                stderr=subprocess.STDOUT,
+                preexec_fn=worker_preexec,
+            ))  # fmt: skip
+            yield ChartCommands(*procs, ports=ports, dir=d)
+        finally:
+            for p in reversed(procs):  # worker, probe, controller
+                if p.poll() is None:
+                    p.terminate()
+            for p in reversed(procs):
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()

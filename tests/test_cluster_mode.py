@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
 import time
 import urllib.request
 
 import pytest
 import yaml
-from helpers import BIN, ROOT, free_port, load_report, only_run_dir
+from helpers import ROOT, ChartCommands, chart_commands, load_report, only_run_dir
 
 from swarmscope.core.sys.cgroups import cgroup2_mount
 from swarmscope.core.sys.otlpjson import spans_of
@@ -40,10 +39,6 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     }
     sfile = tmp_path / "scenario.yaml"
     sfile.write_text(yaml.safe_dump(scenario))
-    token = tmp_path / "token"
-    token.write_text("cluster-mode-token")
-    ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
-    sw = str(BIN / "swarmscope")
     # As the chart does: the probe token, and the workers' token (CURVE on the master port); the
     # master's key only for the controller, its public half for the worker.
     import zmq
@@ -55,82 +50,22 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
         "SWARMSCOPE_TOKEN": "cluster-mode-token",
         "SWARMSCOPE_WORKER_TOKEN": "cluster-worker-token",
     }
-    logs = {n: open(tmp_path / f"{n}.log", "wb") for n in ("controller", "worker", "probe")}
-    # -t counts from Locust's start, and the window opens only once the probe has registered
-    # (BCC compiles first: seconds under load). 3 s was seen to end before it: no window at all.
-    controller = subprocess.Popen(
-        [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),
-         "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
-         "--web-port", str(ports["web"]), "--run-once", "ss-r1",
-         "--", "--headless", "-u", "1", "-r", "1", "-t", "10s", "--expect-workers", "1"],
-        cwd=ROOT, env={**env, "SWARMSCOPE_MASTER_KEY_FILE": str(tmp_path / "master.key")},
-        stdout=logs["controller"], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    node_env = {**env, "NODE_NAME": "kind-node-1"}
-    probe = subprocess.Popen(
-        [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token),
-         "--node", "kind-node-1", "--retries", "60"],
-        cwd=ROOT, env=node_env, stdout=logs["probe"], stderr=subprocess.STDOUT,
-    )  # fmt: skip
     # The worker runs in a cgroup of its own, as a pod does: it is measured through it.
     pod = cgroup2_mount() / f"ss-test-pod-{os.getpid()}"
     pod.mkdir()
-    worker = subprocess.Popen(
-        [sw, "worker", "--kind", "exec_storm", "--controller", "127.0.0.1",
-         "--locust-port", str(ports["locust"])],
-        cwd=ROOT, env={**node_env, "SWARMSCOPE_MASTER_PUBLIC_KEY": master_pub.decode()},
-        stdout=logs["worker"], stderr=subprocess.STDOUT,
-        preexec_fn=lambda: (pod / "cgroup.procs").write_text(str(os.getpid())),
-    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        health = b""
-        while time.monotonic() < deadline and not health:
-            try:
-                health = urllib.request.urlopen(
-                    f"http://127.0.0.1:{ports['metrics']}/healthz", timeout=2
-                ).read()
-            except OSError:
-                time.sleep(0.3)
-        assert health == b"ok\n"
-        # --run-once (as the chart's headless controller): after its run it idles, claim
-        # recorded, instead of exiting (its Deployment would restart it and run again).
-        claim = tmp_path / "results" / ".run-once-ss-r1.json"
-        deadline = time.monotonic() + 120
-        while "exit_code" not in (json.loads(claim.read_text()) if claim.exists() else {}):
-            assert time.monotonic() < deadline, (tmp_path / "controller.log").read_text()[-3000:]
-            time.sleep(0.5)
-        assert json.loads(claim.read_text())["exit_code"] == 0
-        deadline = time.monotonic() + 60
-        while b"claimed here" not in (tmp_path / "controller.log").read_bytes():
-            assert controller.poll() is None and time.monotonic() < deadline
-            time.sleep(0.3)
-        health = urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/healthz", timeout=5).read()
-        assert health == b"ok\n" and controller.poll() is None
-        # The probe outlives the run (probes_at_exit=keep): not told to stop, it registers with
-        # the idle controller, which holds its session (no crash loop against a closed port).
-        deadline = time.monotonic() + 60
-        while (tmp_path / "probe.log").read_bytes().count(b" registered, session ") < 2:
-            assert probe.poll() is None and time.monotonic() < deadline, (tmp_path / "probe.log").read_text()[
-                -3000:
-            ]
-            time.sleep(0.3)
-        time.sleep(3)  # held, not dropped: no third registration, still running
-        assert (tmp_path / "probe.log").read_bytes().count(b" registered, session ") == 2
-        assert probe.poll() is None
-        controller.terminate()
-        assert controller.wait(30) == 0, (tmp_path / "controller.log").read_text()[-3000:]
+        # -t counts from Locust's start, and the window opens only once the probe has registered
+        # (BCC compiles first: seconds under load). 3 s was seen to end before it: no window at all.
+        with chart_commands(
+            tmp_path, sfile, "exec_storm", "kind-node-1", env,
+            ["--run-once", "ss-r1",
+             "--", "--headless", "-u", "1", "-r", "1", "-t", "10s", "--expect-workers", "1"],
+            controller_env={"SWARMSCOPE_MASTER_KEY_FILE": str(tmp_path / "master.key")},
+            worker_env={"SWARMSCOPE_MASTER_PUBLIC_KEY": master_pub.decode()},
+            worker_preexec=lambda: (pod / "cgroup.procs").write_text(str(os.getpid())),
+        ) as cc:  # fmt: skip
+            _run_once_and_idle(cc, tmp_path / "results")
     finally:
-        for p in (worker, probe, controller):
-            if p.poll() is None:
-                p.terminate()
-        for p in (worker, probe, controller):
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for fh in logs.values():
-            fh.close()
         pod.rmdir()
     rep = load_report(only_run_dir(tmp_path / "results"))
     (it,) = rep["points"][0]["iterations"]
@@ -150,3 +85,42 @@ def test_chart_commands_run_a_window_end_to_end(tmp_path: pathlib.Path) -> None:
     assert {a["key"]: a["value"] for a in load["attributes"]}["swarmscope.generated"] == {
         "intValue": str(n["generated"])
     }
+
+
+def _run_once_and_idle(cc: ChartCommands, results: pathlib.Path) -> None:
+    """/healthz answers; the run-once run ends with exit code 0 and the controller idles after
+    it, holding the probe's second session."""
+    controller, probe, metrics = cc.controller, cc.probe, cc.ports["metrics"]
+    deadline = time.monotonic() + 30
+    health = b""
+    while time.monotonic() < deadline and not health:
+        try:
+            health = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/healthz", timeout=2).read()
+        except OSError:
+            time.sleep(0.3)
+    assert health == b"ok\n"
+    # --run-once (as the chart's headless controller): after its run it idles, claim
+    # recorded, instead of exiting (its Deployment would restart it and run again).
+    claim = results / ".run-once-ss-r1.json"
+    deadline = time.monotonic() + 120
+    while "exit_code" not in (json.loads(claim.read_text()) if claim.exists() else {}):
+        assert time.monotonic() < deadline, cc.log("controller")[-3000:]
+        time.sleep(0.5)
+    assert json.loads(claim.read_text())["exit_code"] == 0
+    deadline = time.monotonic() + 60
+    while "claimed here" not in cc.log("controller"):
+        assert controller.poll() is None and time.monotonic() < deadline
+        time.sleep(0.3)
+    health = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/healthz", timeout=5).read()
+    assert health == b"ok\n" and controller.poll() is None
+    # The probe outlives the run (probes_at_exit=keep): not told to stop, it registers with
+    # the idle controller, which holds its session (no crash loop against a closed port).
+    deadline = time.monotonic() + 60
+    while cc.log("probe").count(" registered, session ") < 2:
+        assert probe.poll() is None and time.monotonic() < deadline, cc.log("probe")[-3000:]
+        time.sleep(0.3)
+    time.sleep(3)  # held, not dropped: no third registration, still running
+    assert cc.log("probe").count(" registered, session ") == 2
+    assert probe.poll() is None
+    controller.terminate()
+    assert controller.wait(30) == 0, cc.log("controller")[-3000:]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import BIN, ROOT, free_port, load_report, locust_distributed, only_run_dir
+from helpers import BIN, ROOT, chart_commands, load_report, locust_distributed, only_run_dir
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.slow]
 
@@ -67,44 +67,15 @@ def test_controller_and_a_worker_run_ebpf_cost(tmp_path: pathlib.Path, sweep: bo
              "out": str(tmp_path / "results"), "probe_timeout_s": 120, "worker_timeout_s": 120}
         )
     )  # fmt: skip
-    token = tmp_path / "token"
-    token.write_text("ebpf-cost-token")
-    ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
-    sw = str(BIN / "swarmscope")
-    env = {**os.environ, "SWARMSCOPE_TOKEN": "ebpf-cost-token", "NODE_NAME": "cost-node-1"}
+    env = {**os.environ, "SWARMSCOPE_TOKEN": "ebpf-cost-token"}
     mode = ["--sweep", "--workers", "1"] if sweep else ["--", "--headless", "-u", "1", "-r", "1", "-t", "12s",
                                                        "--expect-workers", "1"]  # fmt: skip
-    logs = {n: open(tmp_path / f"{n}.log", "wb") for n in ("controller", "worker", "probe")}
-    controller = subprocess.Popen(
-        [sw, "controller", "--scenario", str(sfile), "--locust-port", str(ports["locust"]),
-         "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
-         "--web-port", str(ports["web"]), "--no-web-login", *mode],
-        cwd=ROOT, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    probe = subprocess.Popen(
-        [sw, "probe", "--controller", f"127.0.0.1:{ports['grpc']}", "--token-file", str(token),
-         "--node", "cost-node-1", "--retries", "60", "--programs", "bpf_stats,syscall_count,exec_count"],
-        cwd=ROOT, env=env, stdout=logs["probe"], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    worker = subprocess.Popen(
-        [sw, "worker", "--kind", "ebpf_cost", "--controller", "127.0.0.1",
-         "--locust-port", str(ports["locust"])],
-        cwd=ROOT, env=env, stdout=logs["worker"], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        rc = controller.wait(240)
-    finally:
-        for p in (worker, probe, controller):
-            if p.poll() is None:
-                p.terminate()
-        for p in (worker, probe, controller):
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for fh in logs.values():
-            fh.close()
-    assert rc == 0, (tmp_path / "controller.log").read_text()[-3000:]
+    with chart_commands(
+        tmp_path, sfile, "ebpf_cost", "cost-node-1", env, ["--no-web-login", *mode],
+        probe_args=("--programs", "bpf_stats,syscall_count,exec_count"),
+    ) as cc:  # fmt: skip
+        rc = cc.controller.wait(240)
+    assert rc == 0, cc.log("controller")[-3000:]
     rep = load_report(only_run_dir(tmp_path / "results"))
     assert rep["status"] == "ok", rep["flags"]
     if sweep:

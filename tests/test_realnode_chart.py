@@ -30,23 +30,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, fake_node, find_tools
-from imagebuild import find_swarmscope_image
+from cluster import fake_node
 from jaegerapi import fetch_trace, span_tree
-from realcluster import container_memory
-from realnode import RealNode, find_node_tools, wait_for
+from realchart import (
+    IMAGE,
+    IMAGE_REPO,
+    JAEGER,
+    JAEGER_REPO,
+    RUNNING_TIMEOUT,
+    ChartNode,
+    Release,
+    exec_storm_upgrade,
+    ready,
+)
+from realcluster import container_memory, pods_wide
+from realnode import wait_for
 
 from swarmscope.core.sys.otlpjson import spans_of
 
 # cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-ROOT = Path(__file__).resolve().parent.parent
 NS = "ssrn"
 RELEASE = "rn"
-IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
-JAEGER_REPO = "docker.io/jaegertracing/jaeger"  # values.yaml jaeger.image.repository
-RUNNING_TIMEOUT = 300.0
+KWOK = "kwok-node-0"
 # The probe's one line about what it lacks CAP_SYS_ADMIN for (probes/cli.py), and the one program
 # the probe holds between windows (exec_count's sched_process_exec tracepoint).
 STATS_DROPPED = (
@@ -55,213 +62,143 @@ STATS_DROPPED = (
     "probes.features.programStats=true)"
 )
 EXEC_COUNT_PROGRAM = "tracepoint__sched__sched_process_exec"
-# After `--`: Locust's own flags, one short headless run with the one worker pod. -t counts
-# from Locust's start, and the window opens only once the probe has (re)connected to the new
-# controller (its retries back off to 8 s): 3 s was seen to end first, with no window at all.
-HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "15s", "--expect-workers", "1"]
 
 
-def pods_wide(pods: list[dict[str, Any]]) -> str:
-    """`kubectl get pods -o wide`, from the API objects (there is no kubectl here)."""
-    rows = [("NAME", "READY", "STATUS", "RESTARTS", "IP", "NODE")]
-    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        cs = p["status"].get("containerStatuses") or []
-        ready = f"{sum(c['ready'] for c in cs)}/{len(p['spec']['containers'])}"
-        restarts = str(sum(c.get("restartCount", 0) for c in cs))
-        rows.append((p["metadata"]["name"], ready, p["status"].get("phase", ""), restarts,
-                     p["status"].get("podIP", ""), p["spec"].get("nodeName", "")))  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
-
-
-def test_chart_default_values_run_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
-    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
-        kwok = fake_node("kwok-node-0")
-        kwok["spec"]["unschedulable"] = True
-        c.api.post("/api/v1/nodes", kwok)
+def test_chart_default_values_run_on_the_real_node(real_node: ChartNode) -> None:
+    c = real_node.cluster
+    # The probe DaemonSet (it tolerates everything) runs here too; the Deployments do not.
+    kwok = fake_node(KWOK)
+    kwok["spec"]["unschedulable"] = True
+    c.api.post("/api/v1/nodes", kwok)
+    try:
+        assert real_node.image(IMAGE_REPO) == IMAGE
+        assert real_node.image(JAEGER_REPO) == JAEGER
         t = time.monotonic()
-        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
-        assert node.import_image(node_tools.jaeger_tar, JAEGER_REPO) == f"{JAEGER_REPO}:2.13.0"
-        print(f"images imported in {time.monotonic() - t:.1f} s", flush=True)
-
-        t = time.monotonic()
-        c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace")
-        try:
-
-            def all_running() -> list[dict[str, Any]] | None:
-                pods = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
-                ok = len(pods) == 5 and all(
-                    p["status"].get("phase") == "Running"
-                    and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-                    for p in pods
-                )
-                return pods if ok else None
-
-            try:
-                pods = wait_for("every pod Running and ready", all_running, RUNNING_TIMEOUT)
-            finally:
-                now = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
-                print(pods_wide(now), flush=True)
-            print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
-
-            by_component: dict[str, list[dict[str, Any]]] = {}
-            for p in pods:
-                comp = p["metadata"]["labels"]["app.kubernetes.io/component"]
-                by_component.setdefault(comp, []).append(p)
-            assert sorted((k, len(v)) for k, v in by_component.items()) == [
-                ("controller", 1), ("jaeger", 1), ("probes", 2), ("workers", 1),
-            ]  # fmt: skip
-            for comp in ("controller", "jaeger", "workers"):
-                assert by_component[comp][0]["spec"]["nodeName"] == node.name
-            probe = next(p for p in by_component["probes"] if p["spec"].get("nodeName") == node.name)
-            sc = probe["spec"]["containers"][0]["securityContext"]
-            assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
-            assert sc["privileged"] is False
-            log = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe['metadata']['name']}/log")
-            print("probe log:\n" + log, flush=True)
-            # The statistics it cannot have, said once, in these words (EPERM from BPF_ENABLE_STATS).
-            assert [ln for ln in log.splitlines() if "statistics" in ln] == [STATS_DROPPED], log
-
-            worker = by_component["workers"][0]
-            wsc = worker["spec"]["containers"][0]["securityContext"]
-            assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (
-                10001,
-                True,
-                True,
-            )
-
-            # This kubelet keeps pod logs in its own dir (podLogsDir), not /var/log/pods: the probe
-            # mounts that one, to name pods (probes.podLogs; docs/pod-attribution.md).
-            t = time.monotonic()
-            _probe_upgrade(c, node)
-            print(f"probe upgraded (podLogs) and ready in {time.monotonic() - t:.1f} s", flush=True)
-
-            # The exec storm through the chart's controller: the same release, its controller told to
-            # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
-            t = time.monotonic()
-            ctrl_uid = _exec_storm_upgrade(c)
-            results = (
-                node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
-            )
-
-            def report() -> Path | None:
-                done = sorted(results.glob("*/report.json")) if results.is_dir() else []
-                return done[0] if done else None
-
-            report_path = wait_for("the exec storm's report", report, RUNNING_TIMEOUT)
-            rep = json.loads(report_path.read_text())
-            print(
-                f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s",
-                flush=True,
-            )
-            print(f"report: status {rep['status']}, flags {rep['flags']}", flush=True)
-            iterations = rep["points"][0]["iterations"]
-            worker_pod = _running(c, "workers")
-            want_pod = f"{NS}/{worker_pod['metadata']['name']}/worker"
-            # One headless Locust run (-t 15s) is one window: one point, one iteration.
-            assert (len(rep["points"]), [it["iteration"] for it in iterations]) == (1, [1])
-            for it in iterations:
-                (n,) = it["per_node"]
-                print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
-                assert n["node"] == node.name
-                assert n["generated"] == n["kernel"] > 0, n
-            probe_now = next(
-                p for p in _pods(c, "probes")
-                if p["spec"].get("nodeName") == node.name and not p["metadata"].get("deletionTimestamp")
-            )  # fmt: skip
-            plog = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe_now['metadata']['name']}/log")
-            attributed = [ln for ln in plog.splitlines() if "is pod" in ln]
-            print("probe log, attribution:\n" + "\n".join(attributed), flush=True)
-
-            # top-ebpf on the node: the probe pod's programs are named by the pod holding them.
-            top = subprocess.run(
-                [str(Path(sys.executable).parent / "swarmscope"), "top-ebpf", "--json", "-d", "0.2"],
-                env={**os.environ, "SWARMSCOPE_POD_LOGS_DIR": str(node.dir / "pod-logs")},
-                capture_output=True, text=True, check=True, timeout=120,
-            )  # fmt: skip
-            probe_pod = f"{NS}/{probe_now['metadata']['name']}/probe"
-            held = [
-                (p["id"], p["name"]) for p in json.loads(top.stdout)["programs"] if p["pods"] == [probe_pod]
-            ]
-            print(f"top-ebpf: programs held by {probe_pod}: {held}", flush=True)
-
-            # The run's trace from the chart's Jaeger (its query API on the pod IP: the host routes
-            # to the node's pod subnet): controller, worker pod and probe pod, parents intact.
-            jaeger_ip = _running(c, "jaeger")["status"]["podIP"]
-            services = {"swarmscope-controller", "swarmscope-worker", "swarmscope-probe"}
-            spans = fetch_trace(f"http://{jaeger_ip}:16686", rep["trace_id"], services)
-            print(f"trace {rep['trace_id']} from Jaeger:\n" + span_tree(spans), flush=True)
-            if {s["service"] for s in spans} != services:  # what the run's own trace.json has
-                tj = json.loads((report_path.parent / "trace.json").read_text())
-                have = sorted({(s["service"], s["name"]) for s in spans_of(tj)})
-                print(f"trace.json spans: {have}", flush=True)
-                wname = worker_pod["metadata"]["name"]
-                for q in ("", "?previous=true"):
-                    with contextlib.suppress(Exception):
-                        print(
-                            f"worker log{q}:\n"
-                            + c.api.get(f"/api/v1/namespaces/{NS}/pods/{wname}/log{q}")[-3000:]
-                        )
-            for it in iterations:  # by name: the probe mapped the worker's cgroup to its pod
-                assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
-            assert any(want_pod in ln for ln in attributed)
-            assert [name for _, name in held] == [EXEC_COUNT_PROGRAM]  # exec_count's, the only one left
-            # Issue 26's goal: the probe pod's RSS (its container's processes, from its cgroup on the
-            # host) at most 40 MiB, steady: 20 s or more after the probe started, after its window.
-            started = probe_now["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
-            time.sleep(max(0.0, datetime.fromisoformat(started).timestamp() + 20 - time.time()))
-            mem = container_memory(probe_now, "probe")
-            print(f"probe pod RSS {mem['rss']:.1f} MiB (anon {mem['anon']:.1f}, file {mem['file']:.1f})"
-                  f" in {mem['procs']:.0f} process(es), memory cgroup {mem['cgroup']:.1f} MiB")  # fmt: skip
-            assert mem["procs"] == 1 and mem["rss"] <= 40.0, mem
-            _check_trace(spans, rep["trace_id"], {
-                "swarmscope-controller": next(
-                    p["metadata"]["name"] for p in _pods(c, "controller") if p["metadata"]["uid"] == ctrl_uid
-                ),
-                "swarmscope-worker": worker_pod["metadata"]["name"],
-                "swarmscope-probe": probe_now["metadata"]["name"],
-            }, want_pod, len(iterations))  # fmt: skip
-        finally:
-            # Uninstall first, also after a failure: the node's teardown would otherwise wait out
-            # pods the Deployments keep recreating (250 s measured here, against seconds).
-            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
+        with real_node.release(RELEASE, NS) as r:
+            _default_values_run(r, t)
+    finally:
+        c.api.request("DELETE", f"/api/v1/nodes/{KWOK}")
 
 
-def _probe_upgrade(c: Cluster, node: RealNode) -> None:
-    """helm upgrade: the probe mounts this kubelet's pod log dir; wait for the new probe pod."""
-    old = {p["metadata"]["uid"] for p in _pods(c, "probes")}
-    c.helm(
-        "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
-        "--set", f"probes.podLogs.podsDir={node.dir / 'pod-logs'}",
+def _default_values_run(r: Release, t: float) -> None:
+    c, node = r.c, r.node
+    try:
+        pods = wait_for("every pod Running and ready", lambda: r.all_ready(5), RUNNING_TIMEOUT)
+    finally:
+        print(pods_wide(r.all_pods()), flush=True)
+    print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+
+    by_component: dict[str, list[dict[str, Any]]] = {}
+    for p in pods:
+        comp = p["metadata"]["labels"]["app.kubernetes.io/component"]
+        by_component.setdefault(comp, []).append(p)
+    assert sorted((k, len(v)) for k, v in by_component.items()) == [
+        ("controller", 1), ("jaeger", 1), ("probes", 2), ("workers", 1),
+    ]  # fmt: skip
+    for comp in ("controller", "jaeger", "workers"):
+        assert by_component[comp][0]["spec"]["nodeName"] == node.name
+    probe = next(p for p in by_component["probes"] if p["spec"].get("nodeName") == node.name)
+    sc = probe["spec"]["containers"][0]["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
+    assert sc["privileged"] is False
+    log = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe['metadata']['name']}/log")
+    print("probe log:\n" + log, flush=True)
+    # The statistics it cannot have, said once, in these words (EPERM from BPF_ENABLE_STATS).
+    assert [ln for ln in log.splitlines() if "statistics" in ln] == [STATS_DROPPED], log
+
+    worker = by_component["workers"][0]
+    wsc = worker["spec"]["containers"][0]["securityContext"]
+    assert (wsc["runAsUser"], wsc["readOnlyRootFilesystem"], wsc["runAsNonRoot"]) == (10001, True, True)
+
+    # This kubelet keeps pod logs in its own dir (podLogsDir), not /var/log/pods: the probe
+    # mounts that one, to name pods (probes.podLogs; docs/pod-attribution.md).
+    t = time.monotonic()
+    _probe_upgrade(r)
+    print(f"probe upgraded (podLogs) and ready in {time.monotonic() - t:.1f} s", flush=True)
+
+    # The exec storm through the chart's controller: the same release, its controller told to
+    # run headless (as tests/test_cluster_mode.py runs the chart's commands on the host).
+    t = time.monotonic()
+    ctrl = exec_storm_upgrade(r)
+    report_path = wait_for("the exec storm's report", lambda: r.first_report([ctrl]), RUNNING_TIMEOUT)
+    rep = json.loads(report_path.read_text())
+    print(f"exec storm through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True)
+    print(f"report: status {rep['status']}, flags {rep['flags']}", flush=True)
+    iterations = rep["points"][0]["iterations"]
+    worker_pod = r.running("workers")
+    want_pod = f"{NS}/{worker_pod['metadata']['name']}/worker"
+    # One headless Locust run (-t 15s) is one window: one point, one iteration.
+    assert (len(rep["points"]), [it["iteration"] for it in iterations]) == (1, [1])
+    for it in iterations:
+        (n,) = it["per_node"]
+        print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
+        assert n["node"] == node.name
+        assert n["generated"] == n["kernel"] > 0, n
+    probe_now = next(
+        p for p in r.pods("probes")
+        if p["spec"].get("nodeName") == node.name and not p["metadata"].get("deletionTimestamp")
     )  # fmt: skip
+    plog = c.api.get(f"/api/v1/namespaces/{NS}/pods/{probe_now['metadata']['name']}/log")
+    attributed = [ln for ln in plog.splitlines() if "is pod" in ln]
+    print("probe log, attribution:\n" + "\n".join(attributed), flush=True)
 
-    def ready() -> bool:
+    # top-ebpf on the node: the probe pod's programs are named by the pod holding them.
+    top = subprocess.run(
+        [str(Path(sys.executable).parent / "swarmscope"), "top-ebpf", "--json", "-d", "0.2"],
+        env={**os.environ, "SWARMSCOPE_POD_LOGS_DIR": str(node.pod_logs)},
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    probe_pod = f"{NS}/{probe_now['metadata']['name']}/probe"
+    held = [(p["id"], p["name"]) for p in json.loads(top.stdout)["programs"] if p["pods"] == [probe_pod]]
+    print(f"top-ebpf: programs held by {probe_pod}: {held}", flush=True)
+
+    # The run's trace from the chart's Jaeger (its query API on the pod IP: the host routes
+    # to the node's pod subnet): controller, worker pod and probe pod, parents intact.
+    jaeger_ip = r.running("jaeger")["status"]["podIP"]
+    services = {"swarmscope-controller", "swarmscope-worker", "swarmscope-probe"}
+    spans = fetch_trace(f"http://{jaeger_ip}:16686", rep["trace_id"], services)
+    print(f"trace {rep['trace_id']} from Jaeger:\n" + span_tree(spans), flush=True)
+    if {s["service"] for s in spans} != services:  # what the run's own trace.json has
+        tj = json.loads((report_path.parent / "trace.json").read_text())
+        have = sorted({(s["service"], s["name"]) for s in spans_of(tj)})
+        print(f"trace.json spans: {have}", flush=True)
+        wname = worker_pod["metadata"]["name"]
+        for q in ("", "?previous=true"):
+            with contextlib.suppress(Exception):
+                print(f"worker log{q}:\n" + c.api.get(f"/api/v1/namespaces/{NS}/pods/{wname}/log{q}")[-3000:])
+    for it in iterations:  # by name: the probe mapped the worker's cgroup to its pod
+        assert it["per_node"][0]["pod"] == want_pod, it["per_node"]
+    assert any(want_pod in ln for ln in attributed)
+    assert [name for _, name in held] == [EXEC_COUNT_PROGRAM]  # exec_count's, the only one left
+    # Issue 26's goal: the probe pod's RSS (its container's processes, from its cgroup on the
+    # host) at most 40 MiB, steady: 20 s or more after the probe started, after its window.
+    started = probe_now["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    time.sleep(max(0.0, datetime.fromisoformat(started).timestamp() + 20 - time.time()))
+    mem = container_memory(probe_now, "probe")
+    print(f"probe pod RSS {mem['rss']:.1f} MiB (anon {mem['anon']:.1f}, file {mem['file']:.1f})"
+          f" in {mem['procs']:.0f} process(es), memory cgroup {mem['cgroup']:.1f} MiB")  # fmt: skip
+    assert mem["procs"] == 1 and mem["rss"] <= 40.0, mem
+    _check_trace(spans, rep["trace_id"], {
+        "swarmscope-controller": ctrl["metadata"]["name"],
+        "swarmscope-worker": worker_pod["metadata"]["name"],
+        "swarmscope-probe": probe_now["metadata"]["name"],
+    }, want_pod, len(iterations))  # fmt: skip
+
+
+def _probe_upgrade(r: Release) -> None:
+    """helm upgrade: the probe mounts this kubelet's pod log dir; wait for the new probe pod."""
+    old = {p["metadata"]["uid"] for p in r.pods("probes")}
+    r.upgrade("--reuse-values", "--set", f"probes.podLogs.podsDir={r.node.pod_logs}")
+
+    def new_ready() -> bool:
         return any(
             p["metadata"]["uid"] not in old
-            and p["spec"].get("nodeName") == node.name  # unset until scheduled
-            and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-            for p in _pods(c, "probes")
+            and p["spec"].get("nodeName") == r.node.name  # unset until scheduled
+            and ready(p)
+            for p in r.pods("probes")
         )
 
-    wait_for("the upgraded probe ready", ready, RUNNING_TIMEOUT)
-
-
-def _exec_storm_upgrade(c: Cluster) -> str:
-    """helm upgrade: the controller runs one headless exec storm; returns its new pod's uid."""
-    old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
-    c.helm(
-        "upgrade", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--reuse-values",
-        "--set", "scenario.exec_storm.burst_s=0.3",
-        "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}",
-    )  # fmt: skip
-
-    def new_pod() -> str | None:
-        uids = [p["metadata"]["uid"] for p in _pods(c, "controller") if p["status"].get("phase") == "Running"]
-        fresh = [u for u in uids if u not in old]
-        return fresh[0] if fresh else None
-
-    return wait_for("the upgraded controller Running", new_pod, RUNNING_TIMEOUT)
+    wait_for("the upgraded probe ready", new_ready, RUNNING_TIMEOUT)
 
 
 def _check_trace(
@@ -290,17 +227,3 @@ def _check_trace(
     ]
     assert len(node_windows) == windows
     assert {s["tags"].get("swarmscope.pod") for s in node_windows} == {worker}
-
-
-def _running(c: Cluster, component: str) -> dict[str, Any]:
-    """The one Running pod of a component that is not being deleted (a rollout may leave two)."""
-    (p,) = [
-        p for p in _pods(c, component)
-        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-    ]  # fmt: skip
-    return p
-
-
-def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
-    sel = f"app.kubernetes.io/component={component}"
-    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])

@@ -19,22 +19,18 @@ cgroup.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, find_tools
-from imagebuild import find_swarmscope_image
-from realnode import RealNode, find_node_tools, wait_for
+from realchart import ChartNode
+from realnode import RealNode
 
 # cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-ROOT = Path(__file__).resolve().parent.parent
 NS = "ssfs"
 RELEASE = "fs"
-IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
 TIMEOUT = 900.0  # install -> report: BCC compiles in the probe and in the worker's agent, under load (20+)
 FLOWS = [1000, 3000]  # one window each; exact whatever the machine's speed
 PPF = 2  # packets per flow
@@ -42,32 +38,16 @@ FRAME = 128  # bytes per frame
 RATE = 2000  # packets/s: the 3000-flow window lasts 3 s, three of procstat's 1 s ticks
 
 
-def test_flow_storm_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
-    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
-        t = time.monotonic()
-        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
-        print(f"image imported in {time.monotonic() - t:.1f} s", flush=True)
-        values = tmp_path / "values.json"
-        values.write_text(json.dumps(_values(node)))
-        t = time.monotonic()
-        c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace",
-               "-f", str(values))  # fmt: skip
-        try:
-            rep, worker = _report(c, node)
-            print(f"helm install -> the sweep's report in {time.monotonic() - t:.1f} s", flush=True)
-            print(f"status {rep['status']}, flags {json.dumps(rep['flags'])[:3000]}", flush=True)
-            if rep["status"] != "ok":
-                print(_logs(node), flush=True)
-            _check(rep, f"{NS}/{worker['metadata']['name']}/worker")
-            sc = worker["spec"]["containers"][0]["securityContext"]
-            assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "SYS_ADMIN"]}
-            assert sc["privileged"] is False
-            assert not worker["spec"].get("hostNetwork") and not worker["spec"].get("hostPID")
-        finally:
-            # Uninstalled first: the node's teardown would otherwise wait out the pods the
-            # Deployments keep recreating.
-            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+def test_flow_storm_through_the_chart_on_the_real_node(real_node: ChartNode, tmp_path: Path) -> None:
+    with real_node.sweep(RELEASE, NS, _values(real_node.node), tmp_path, TIMEOUT) as (r, rep, worker):
+        print(f"status {rep['status']}, flags {json.dumps(rep['flags'])[:3000]}", flush=True)
+        if rep["status"] != "ok":
+            print(r.logs(), flush=True)
+        _check(rep, f"{NS}/{worker['metadata']['name']}/worker")
+        sc = worker["spec"]["containers"][0]["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "SYS_ADMIN"]}
+        assert sc["privileged"] is False
+        assert not worker["spec"].get("hostNetwork") and not worker["spec"].get("hostPID")
 
 
 def _values(node: RealNode) -> dict[str, Any]:
@@ -77,7 +57,7 @@ def _values(node: RealNode) -> dict[str, Any]:
         # BCC's compile of the flow agent's program beside the Locust worker.
         "workers": {"flows": {"enabled": True}, "resources": {"limits": {"memory": "1Gi"}}},
         # This kubelet keeps pod logs in its own dir: the probe names pods from it.
-        "probes": {"podLogs": {"podsDir": str(node.dir / "pod-logs")}},
+        "probes": {"podLogs": {"podsDir": str(node.pod_logs)}},
         "scenario": {
             "config": {
                 "scenario": "flow_storm",
@@ -90,28 +70,6 @@ def _values(node: RealNode) -> dict[str, Any]:
             },
         },
     }  # fmt: skip
-
-
-def _report(c: Cluster, node: RealNode) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The first report in the controller's results volume (the chart's --run-once: the
-    controller idles after its sweep instead of sweeping again), and the worker pod."""
-
-    def first() -> Path | None:
-        for pod in _pods(c, "controller"):
-            uid = pod["metadata"]["uid"]
-            d = node.dir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "results"
-            done = sorted(d.glob("*/report.json")) if d.is_dir() else []
-            if done:
-                return done[0]
-        return None
-
-    try:
-        path = wait_for("the sweep's report", first, TIMEOUT, every=2.0)
-    except Exception:
-        print(_logs(node), flush=True)
-        raise
-    (worker,) = _pods(c, "workers")
-    return dict(json.loads(path.read_text())), worker
 
 
 def _check(rep: dict[str, Any], pod: str) -> None:
@@ -143,17 +101,3 @@ def _check(rep: dict[str, Any], pod: str) -> None:
     # The 3 s window: the agent sampled in the pod's cgroup by name (a pod knows no node pid).
     last = rep["flow_storm"]["points"][-1]
     assert last["agent_rss_mib"] > 0 and last["agent_cpu_pct"] is not None
-
-
-def _logs(node: RealNode, lines: int = 40) -> str:
-    """The last lines of the controller's, workers' and probes' container logs (diagnosis)."""
-    out = []
-    for f in sorted((node.dir / "pod-logs").glob(f"{NS}_*/*/*.log")):
-        tail = [x[:300] for x in f.read_text(errors="replace").splitlines()]
-        out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
-    return "\n".join(out)
-
-
-def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
-    sel = f"app.kubernetes.io/component={component}"
-    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])

@@ -33,19 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, find_tools
-from imagebuild import find_swarmscope_image
-from realnode import RealNode, find_node_tools, wait_for
+from realchart import IMAGE, IMAGE_REPO, JAEGER, JAEGER_REPO, ChartNode, Release, ready
+from realnode import wait_for
 
 # cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-ROOT = Path(__file__).resolve().parent.parent
-CHART = str(ROOT / "charts" / "swarmscope")
 NS = "ssrk"
 RELEASE = "rk"
-IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"
-JAEGER_REPO = "docker.io/jaegertracing/jaeger"
 TIMEOUT = 300.0
 GRACE_S = 30  # kubectl delete pod's default (the write-up's pod was Terminating ~30 s)
 BOUND_S = 45.0  # outage beyond the grace period: see the module docstring
@@ -64,45 +59,34 @@ KILL = [
 ]  # fmt: skip
 
 
-def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
-    with (
-        Cluster.start(tools, tmp_path / "c", nodes=0, endpoint_reconciler="none") as c,
-        RealNode.start(c, node_tools) as node,
-    ):
-        t = time.monotonic()
-        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
-        assert node.import_image(node_tools.jaeger_tar, JAEGER_REPO) == f"{JAEGER_REPO}:2.13.0"
-        print(f"images imported in {time.monotonic() - t:.1f} s", flush=True)
-
-        # Installed idle (no --headless: the controller waits for the web UI), so the target is
-        # Ready before any worker sends its preflight.
-        t = time.monotonic()
-        seed = {"enabled": True, "hostPort": HOST_PORT, "backendsHoldSigterm": True,
-                "terminationGracePeriodSeconds": GRACE_S}  # fmt: skip
-        values = _values(tmp_path / "values.json", seed)
-        c.helm("install", RELEASE, CHART, "-n", NS, "--create-namespace", "-f", str(values))
-        try:
-            _runs(c, node, tmp_path, values, seed, t)
-        finally:
-            # Uninstalled first: the node's teardown would otherwise wait out the pods the
-            # Deployments keep recreating.
-            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(
+    real_node: ChartNode, tmp_path: Path
+) -> None:
+    assert real_node.image(IMAGE_REPO) == IMAGE
+    assert real_node.image(JAEGER_REPO) == JAEGER
+    # Installed idle (no --headless: the controller waits for the web UI), so the target is
+    # Ready before any worker sends its preflight.
+    t = time.monotonic()
+    seed = {"enabled": True, "hostPort": HOST_PORT, "backendsHoldSigterm": True,
+            "terminationGracePeriodSeconds": GRACE_S}  # fmt: skip
+    values = _values(tmp_path / "values.json", seed)
+    with real_node.release(RELEASE, NS, "-f", str(values)) as r:
+        _runs(r, tmp_path, values, seed, t)
 
 
-def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[str, Any], t: float) -> None:
+def _runs(r: Release, tmp_path: Path, values: Path, seed: dict[str, Any], t: float) -> None:
     """The three headless runs on the installed release (see the module docstring)."""
-    wait_for("every pod Running and ready", lambda: _all_ready(c, 5), TIMEOUT)
+    wait_for("every pod Running and ready", lambda: r.all_ready(5), TIMEOUT)
     print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
-    (target,) = _pods(c, "target")
-    assert target["spec"]["nodeName"] == node.name
+    (target,) = r.pods("target")
+    assert target["spec"]["nodeName"] == r.node.name
 
     # 1. The flood: requests == access-log lines.
     t = time.monotonic()
-    rep = _run_headless(c, node, values, [])
+    rep = _run_headless(r, values, [])
     print(f"flood through the chart's controller: report in {time.monotonic() - t:.1f} s", flush=True)
     ing = rep["ingress"]
-    log = _volume(node, target, "logs") / "access.log"
+    log = r.volume(target, "logs") / "access.log"
     # Every line: the controller idles after its run (no next run's preflight).
     served = len(log.read_text().splitlines())
     print(f"  worker requests {ing['requests']} (+{ing['preflight_requests']} preflight), "
@@ -114,7 +98,7 @@ def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[s
     # our two settings for the write-up's ~30 s (installed above): the grace period is the
     # outage's floor.
     victim = target["metadata"]["name"]
-    f, seen = _kill_run(c, node, values, victim, "seed settings")
+    f, seen = _kill_run(r, values, victim, "seed settings")
     # Nothing serves between the LB's exit and the end of the grace period: the outage
     # covers (last success, fault + grace] at least, and ends within BOUND_S after.
     assert f["first_success_after"] - f["at"] >= GRACE_S
@@ -124,21 +108,17 @@ def _runs(c: Cluster, node: RealNode, tmp_path: Path, values: Path, seed: dict[s
 
     # 3. The same kill, with a target that exits on SIGTERM and holds no node port: the
     # grace period no longer forces anything; the outage is the replacement's start.
-    before = {p["metadata"]["uid"] for p in _pods(c, "target")}
+    before = {p["metadata"]["uid"] for p in r.pods("target")}
     values = _values(tmp_path / "plain.json", {**seed, "hostPort": None, "backendsHoldSigterm": False})
-    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *KILL)
+    r.upgrade("-f", str(values), *KILL)
 
     def new_target() -> dict[str, Any] | None:
-        ps = _pods(c, "target")  # Recreate: the old pods go first
-        ready = [
-            p
-            for p in ps
-            if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-        ]
-        return ready[0] if len(ps) == 1 and ready and ready[0]["metadata"]["uid"] not in before else None
+        ps = r.pods("target")  # Recreate: the old pods go first
+        up = [p for p in ps if ready(p)]
+        return up[0] if len(ps) == 1 and up and up[0]["metadata"]["uid"] not in before else None
 
     victim = wait_for("the target without our ~30 s settings", new_target, TIMEOUT)["metadata"]["name"]
-    f, seen = _kill_run(c, node, values, victim, "exits on SIGTERM, no node port")
+    f, seen = _kill_run(r, values, victim, "exits on SIGTERM, no node port")
     # The pod left well before its grace period and its replacement ran at once, and the
     # client saw it: a connect the Service still sent to the gone pod gives up after the
     # scenario's connect_timeout_s (2 s), not Locust's 60 s (before: replacement Running 2.8 s
@@ -157,24 +137,21 @@ def _values(path: Path, target: dict[str, Any]) -> Path:
     return path
 
 
-def _kill_run(
-    c: Cluster, node: RealNode, values: Path, victim: str, what: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _kill_run(r: Release, values: Path, victim: str, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """One headless run whose kill-pod fault deletes ``victim``; its fault record (with the
     worker's downtime) and what the API server showed of the victim and its replacement."""
     t = time.monotonic()
-    watch = _PodWatch(c)
+    watch = _PodWatch(r)
     watch.start()
     try:
-        rep = _run_headless(c, node, values, KILL)
+        rep = _run_headless(r, values, KILL)
     finally:
         watch.stop()
     print(f"kill-pod run ({what}): report in {time.monotonic() - t:.1f} s", flush=True)
     if len(rep["faults"]) != 1:
         brief = {k: rep.get(k) for k in ("status", "flags", "faults", "ingress")}
-        raise AssertionError(
-            f"one fault record expected: {json.dumps(brief, default=str)[:3000]}\n{_logs(node)}"
-        )
+        logs = r.logs(containers=("controller", "worker"))
+        raise AssertionError(f"one fault record expected: {json.dumps(brief, default=str)[:3000]}\n{logs}")
     (f,) = rep["faults"]
     assert "error" not in f, f
     assert f["detail"] == {"pod": victim, "namespace": NS, "grace_period_s": GRACE_S}
@@ -192,41 +169,39 @@ def _kill_run(
     return f, seen
 
 
-def _run_headless(c: Cluster, node: RealNode, values: Path, sets: list[str]) -> dict[str, Any]:
+def _run_headless(r: Release, values: Path, sets: list[str]) -> dict[str, Any]:
     """helm upgrade: the controller runs the scenario once, headless; returns its report.
 
     Two upgrades: the values first with an idle controller, until exactly one worker pod of the
     new spec is left (a worker whose spec changed, e.g. its token for kill-pod, rolls; a master
     starting meanwhile could take the old worker), then the same values made headless, which
     restarts only the controller."""
-    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets)
+    r.upgrade("-f", str(values), *sets)
 
     def settled() -> bool:
-        ws = _pods(c, "workers")
-        ready = [
-            p
-            for p in ws
-            if all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-        ]
-        return len(ws) == 1 and len(ready) == 1 and len(_pods(c, "controller")) == 1
+        ws = r.pods("workers")
+        return len(ws) == 1 and ready(ws[0]) and len(r.pods("controller")) == 1
 
     wait_for("one worker of the new spec", settled, TIMEOUT)
-    old = {p["metadata"]["uid"] for p in _pods(c, "controller")}
-    c.helm("upgrade", RELEASE, CHART, "-n", NS, "-f", str(values), *sets,
-           "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}")  # fmt: skip
+    old = {p["metadata"]["uid"] for p in r.pods("controller")}
+    r.upgrade("-f", str(values), *sets, "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}")
 
     def new_pod() -> dict[str, Any] | None:
-        fresh = [p for p in _pods(c, "controller") if p["metadata"]["uid"] not in old]
+        fresh = [p for p in r.pods("controller") if p["metadata"]["uid"] not in old]
         return fresh[0] if fresh and fresh[0]["status"].get("phase") == "Running" else None
 
     pod = wait_for("the upgraded controller Running", new_pod, TIMEOUT)
-    results = _volume(node, pod, "results")
+    results = r.volume(pod, "results")
 
     def report() -> Path | None:
         done = sorted(results.glob("*/report.json")) if results.is_dir() else []
         return done[0] if done else None
 
-    rep = dict(json.loads(wait_for("the run's report", report, TIMEOUT).read_text()))
+    try:
+        rep = dict(json.loads(wait_for("the run's report", report, TIMEOUT).read_text()))
+    except AssertionError:
+        print(r.logs(lines=80, containers=("controller", "worker")), flush=True)
+        raise
     # Once per upgrade (--run-once <release>-r<revision>): after its run the controller idles in
     # the same container, its claim recording the run's exit, instead of exiting to be restarted
     # and run (and kill) again.
@@ -235,10 +210,10 @@ def _run_headless(c: Cluster, node: RealNode, values: Path, sets: list[str]) -> 
     # Locust's own exit code: 1 when any request failed (--exit-code-on-error), as a kill's do.
     failed = sum(int(s["failures"]) for s in rep["steps"])
     assert json.loads(claim.read_text())["exit_code"] == (1 if failed else 0)
-    logs = node.dir / "pod-logs" / f"{NS}_{pod['metadata']['name']}_{pod['metadata']['uid']}" / "controller"
+    logs = r.node.pod_logs / f"{NS}_{pod['metadata']['name']}_{pod['metadata']['uid']}" / "controller"
     wait_for("the controller idle", lambda: any("claimed here" in f.read_text(errors="replace")
                                                 for f in logs.glob("*.log")), TIMEOUT)  # fmt: skip
-    (now,) = [p for p in _pods(c, "controller") if p["metadata"]["uid"] == pod["metadata"]["uid"]]
+    (now,) = [p for p in r.pods("controller") if p["metadata"]["uid"] == pod["metadata"]["uid"]]
     assert [s["restartCount"] for s in now["status"]["containerStatuses"]] == [0]
     return rep
 
@@ -247,8 +222,8 @@ class _PodWatch:
     """Polls the target's pods through the API server: when the victim got its deletion and
     disappeared, when its replacement was created and Running."""
 
-    def __init__(self, c: Cluster) -> None:
-        self.c = c
+    def __init__(self, r: Release) -> None:
+        self.r = r
         self.seen: list[tuple[float, list[dict[str, Any]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -263,7 +238,7 @@ class _PodWatch:
     def _loop(self) -> None:
         while not self._stop.wait(0.25):
             try:
-                self.seen.append((time.time(), _pods(self.c, "target")))
+                self.seen.append((time.time(), self.r.pods("target")))
             except Exception:  # an API hiccup: the next poll
                 continue
 
@@ -297,34 +272,3 @@ def _failures(section: Any) -> dict[str, int]:
             for r, n in _failures(x).items():
                 out[r] = out.get(r, 0) + n
     return out
-
-
-def _logs(node: RealNode, lines: int = 40) -> str:
-    """The last lines of the controller's and workers' container logs (diagnosis)."""
-    out = []
-    for f in sorted((node.dir / "pod-logs").glob(f"{NS}_*/*/*.log")):
-        if "controller" in f.parts[-2] or "worker" in f.parts[-2]:
-            tail = [x[:300] for x in f.read_text(errors="replace").splitlines() if x.strip()[-1:] != "F"]
-            out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
-    return "\n".join(out)
-
-
-def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
-    pods = c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
-    ok = len(pods) == n and all(
-        p["status"].get("phase") == "Running"
-        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-        for p in pods
-    )
-    return pods if ok else None
-
-
-def _volume(node: RealNode, pod: dict[str, Any], name: str) -> Path:
-    """A pod's emptyDir on the node (the kubelet's pod directory)."""
-    uid = pod["metadata"]["uid"]
-    return node.dir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / name
-
-
-def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
-    sel = f"app.kubernetes.io/component={component}"
-    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])

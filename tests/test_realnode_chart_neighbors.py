@@ -17,53 +17,33 @@ the window's node is the worker pod (pod attribution).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, find_tools
-from imagebuild import find_swarmscope_image
-from realnode import RealNode, find_node_tools, wait_for
+from realchart import ChartNode
+from realnode import RealNode
 
 # cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-ROOT = Path(__file__).resolve().parent.parent
 NS = "ssnb"
 RELEASE = "nb"
-IMAGE_REPO = "ghcr.io/swarmscope/swarmscope"  # values.yaml image.repository, tag = appVersion
 TIMEOUT = 600.0  # install -> report: BCC compiles in the probe and in the worker, under load
 N = 2000  # neighbors per window: exact whatever the machine's speed
 MODES = ["list_program", "watch_only", "write_watch_program"]
 
 
-def test_neighbor_writes_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
-    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
-        t = time.monotonic()
-        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
-        print(f"image imported in {time.monotonic() - t:.1f} s", flush=True)
-        values = tmp_path / "values.json"
-        values.write_text(json.dumps(_values(node)))
-        t = time.monotonic()
-        c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace",
-               "-f", str(values))  # fmt: skip
-        try:
-            rep, worker = _report(c, node)
-            print(f"helm install -> the sweep's report in {time.monotonic() - t:.1f} s", flush=True)
-            _check(rep, f"{NS}/{worker['metadata']['name']}/worker")
-            sc = worker["spec"]["containers"][0]["securityContext"]
-            assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "SYS_ADMIN"]}
-            assert sc["privileged"] is False
-            # The image's prebuilt library: the pod (read-only root) cannot compile it.
-            logs = node.dir.glob(f"pod-logs/{NS}_*workers*/*/*.log")
-            wlog = "".join(f.read_text(errors="replace") for f in logs)
-            assert wlog and "compiled list is unavailable" not in wlog, wlog[-3000:]
-        finally:
-            # Uninstalled first: the node's teardown would otherwise wait out the pods the
-            # Deployments keep recreating.
-            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+def test_neighbor_writes_through_the_chart_on_the_real_node(real_node: ChartNode, tmp_path: Path) -> None:
+    with real_node.sweep(RELEASE, NS, _values(real_node.node), tmp_path, TIMEOUT) as (r, rep, worker):
+        _check(rep, f"{NS}/{worker['metadata']['name']}/worker")
+        sc = worker["spec"]["containers"][0]["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "SYS_ADMIN"]}
+        assert sc["privileged"] is False
+        # The image's prebuilt library: the pod (read-only root) cannot compile it.
+        logs = r.node.pod_logs.glob(f"{NS}_*workers*/*/*.log")
+        wlog = "".join(f.read_text(errors="replace") for f in logs)
+        assert wlog and "compiled list is unavailable" not in wlog, wlog[-3000:]
 
 
 def _values(node: RealNode) -> dict[str, Any]:
@@ -73,7 +53,7 @@ def _values(node: RealNode) -> dict[str, Any]:
         # BCC's compile of the XDP program peaks at about 300 MiB beside the Locust worker.
         "workers": {"neighbors": {"enabled": True}, "resources": {"limits": {"memory": "1Gi"}}},
         # This kubelet keeps pod logs in its own dir: the probe names pods from it.
-        "probes": {"podLogs": {"podsDir": str(node.dir / "pod-logs")}},
+        "probes": {"podLogs": {"podsDir": str(node.pod_logs)}},
         "scenario": {
             "config": {
                 "scenario": "neighbor_writes",
@@ -83,28 +63,6 @@ def _values(node: RealNode) -> dict[str, Any]:
             "neighbor_writes": {"neighbors": [N], "modes": MODES, "plot": False},
         },
     }  # fmt: skip
-
-
-def _report(c: Cluster, node: RealNode) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The first report in the controller's results volume (the chart's --run-once: the
-    controller idles after its sweep instead of sweeping again), and the worker pod."""
-
-    def first() -> Path | None:
-        for pod in _pods(c, "controller"):
-            uid = pod["metadata"]["uid"]
-            d = node.dir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "results"
-            done = sorted(d.glob("*/report.json")) if d.is_dir() else []
-            if done:
-                return done[0]
-        return None
-
-    try:
-        path = wait_for("the sweep's report", first, TIMEOUT, every=2.0)
-    except Exception:
-        print(_logs(node), flush=True)
-        raise
-    (worker,) = _pods(c, "workers")
-    return dict(json.loads(path.read_text())), worker
 
 
 def _check(rep: dict[str, Any], pod: str) -> None:
@@ -132,17 +90,3 @@ def _check(rep: dict[str, Any], pod: str) -> None:
         assert x["verified"] is True and x["problems"] == [], x
         assert x["generated"] == x["reported"] == N
         assert x["kernel_entries"] == (0 if p["params"]["mode"] == "watch_only" else N)
-
-
-def _logs(node: RealNode, lines: int = 40) -> str:
-    """The last lines of the controller's, workers' and probes' container logs (diagnosis)."""
-    out = []
-    for f in sorted((node.dir / "pod-logs").glob(f"{NS}_*/*/*.log")):
-        tail = [x[:300] for x in f.read_text(errors="replace").splitlines()]
-        out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
-    return "\n".join(out)
-
-
-def _pods(c: Cluster, component: str) -> list[dict[str, Any]]:
-    sel = f"app.kubernetes.io/component={component}"
-    return list(c.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={sel}")["items"])

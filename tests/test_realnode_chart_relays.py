@@ -24,109 +24,81 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, find_tools
-from imagebuild import find_swarmscope_image
-from realnode import RealNode, find_node_tools, wait_for
-from test_realnode_chart import (
-    IMAGE_REPO,
-    NS,
-    RELEASE,
-    RUNNING_TIMEOUT,
-    _exec_storm_upgrade,
-    _pods,
-    pods_wide,
-)
+from realchart import IMAGE, IMAGE_REPO, RUNNING_TIMEOUT, ChartNode, exec_storm_upgrade, values_file
+from realcluster import pods_wide
+from realnode import RealNode, wait_for
 
 # cluster: the kube/node/image builds of `make tools`; the timeout covers a node's start and image imports
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-ROOT = Path(__file__).resolve().parent.parent
+NS = "ssrl"
+RELEASE = "rl"
 CLI = b"/opt/swarmscope/.venv/bin/swarmscope"  # the image's entry point: argv[1] under its python
 PORT = 7002  # values.yaml relays.port
 
 
-def test_relay_through_the_chart_on_the_real_node(tmp_path: Path) -> None:
-    tools, node_tools, image = find_tools(), find_node_tools(), find_swarmscope_image()
-    with Cluster.start(tools, tmp_path / "c", nodes=0) as c, RealNode.start(c, node_tools) as node:
-        t = time.monotonic()
-        assert node.import_image(image, IMAGE_REPO) == f"{IMAGE_REPO}:0.1.0"
-        print(f"image imported in {time.monotonic() - t:.1f} s", flush=True)
-        values = tmp_path / "values.json"
-        values.write_text(json.dumps(_values(node)))
-        t = time.monotonic()
-        c.helm("install", RELEASE, str(ROOT / "charts" / "swarmscope"), "-n", NS, "--create-namespace",
-               "-f", str(values))  # fmt: skip
+def test_relay_through_the_chart_on_the_real_node(real_node: ChartNode, tmp_path: Path) -> None:
+    assert real_node.image(IMAGE_REPO) == IMAGE
+    values = values_file(tmp_path / "values.json", _values(real_node.node))
+    t = time.monotonic()
+    with real_node.release(RELEASE, NS, "-f", values) as r:
         try:
-            try:
-                pods = wait_for("every pod Running and ready", lambda: _all_ready(c, 4), RUNNING_TIMEOUT)
-            finally:
-                print(pods_wide(c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]), flush=True)
-            print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
-            comps = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
-            assert comps == ["controller", "probes", "relays", "workers"]
-            (relay_pod,) = _pods(c, "relays")
-            # The relay, seen from the host: the image's binary, uid 10001, holding the probe.
-            pid = wait_for("the relay's process", _relay_pid, 30.0)
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-            print(f"relay process {pid}: {argv}", flush=True)
-            assert argv[1:3] == [CLI.decode(), "relay"]
-            upstream = argv[argv.index("--upstream") + 1]
-            assert upstream == f"{RELEASE}-swarmscope-controller.{NS}.svc:7001"
-            uids = next(
-                ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("Uid:")
-            )
-            assert uids.split()[1:] == ["10001"] * 4
-            (probe_pod,) = _pods(c, "probes")
-            probe_ip, relay_ip = probe_pod["status"]["podIP"], relay_pod["status"]["podIP"]
-            wait_for(
-                "the probe's session at the relay",
-                lambda: probe_ip in _peers(pid, PORT) or None,
-                RUNNING_TIMEOUT,
-            )
-
-            t = time.monotonic()
-            ctrl_uid = _exec_storm_upgrade(c)
-            results = (
-                node.dir / "kubelet" / "pods" / ctrl_uid / "volumes" / "kubernetes.io~empty-dir" / "results"
-            )
-
-            at_controller: set[str] = set()  # peers seen on the new controller's fleet port
-
-            def report() -> Path | None:
-                ctl = _pid_of(b"--headless")
-                if ctl:
-                    at_controller.update(_peers(ctl, 7001))
-                done = sorted(results.glob("*/report.json")) if results.is_dir() else []
-                return done[0] if done else None
-
-            rep = json.loads(
-                wait_for("the exec storm's report", report, RUNNING_TIMEOUT, every=1.0).read_text()
-            )
-            print(
-                f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}",
-                flush=True,
-            )
-            iterations = rep["points"][0]["iterations"]
-            # One headless Locust run (-t 15s) is one window: one point, one iteration.
-            assert (len(rep["points"]), [it["iteration"] for it in iterations]) == (1, [1])
-            for it in iterations:
-                (n,) = it["per_node"]
-                print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
-                assert n["node"] == node.name
-                assert n["generated"] == n["kernel"] > 0, n
-            (relay_now,) = _pods(c, "relays")
-            restarts = relay_now["status"]["containerStatuses"][0]["restartCount"]
-            print(f"controller's peers: {sorted(at_controller)}; relay restarts: {restarts}", flush=True)
-            if restarts:  # why: each run of the relay container, from the kubelet's log files
-                pod_dir = f"{NS}_{relay_now['metadata']['name']}_*"
-                for log in sorted(node.dir.glob(f"pod-logs/{pod_dir}/relay/*.log")):
-                    print(f"--- {log.name}\n{log.read_text()[-3000:]}", flush=True)
-            assert restarts == 0
-            assert at_controller == {relay_now["status"]["podIP"]} == {relay_ip}
-            now = _relay_pid()
-            assert now is not None and probe_ip in _peers(now, PORT)
+            pods = wait_for("every pod Running and ready", lambda: r.all_ready(4), RUNNING_TIMEOUT)
         finally:
-            c.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+            print(pods_wide(r.all_pods()), flush=True)
+        print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
+        comps = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
+        assert comps == ["controller", "probes", "relays", "workers"]
+        (relay_pod,) = r.pods("relays")
+        # The relay, seen from the host: the image's binary, uid 10001, holding the probe.
+        pid = wait_for("the relay's process", _relay_pid, 30.0)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        print(f"relay process {pid}: {argv}", flush=True)
+        assert argv[1:3] == [CLI.decode(), "relay"]
+        upstream = argv[argv.index("--upstream") + 1]
+        assert upstream == f"{RELEASE}-swarmscope-controller.{NS}.svc:7001"
+        uids = next(
+            ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("Uid:")
+        )
+        assert uids.split()[1:] == ["10001"] * 4
+        (probe_pod,) = r.pods("probes")
+        probe_ip, relay_ip = probe_pod["status"]["podIP"], relay_pod["status"]["podIP"]
+        wait_for(
+            "the probe's session at the relay", lambda: probe_ip in _peers(pid, PORT) or None, RUNNING_TIMEOUT
+        )
+
+        t = time.monotonic()
+        ctrl = exec_storm_upgrade(r)
+        at_controller: set[str] = set()  # peers seen on the new controller's fleet port
+
+        def report() -> Path | None:
+            ctl = _pid_of(b"--headless")
+            if ctl:
+                at_controller.update(_peers(ctl, 7001))
+            return r.first_report([ctrl])
+
+        rep = json.loads(wait_for("the exec storm's report", report, RUNNING_TIMEOUT, every=1.0).read_text())
+        print(
+            f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}",
+            flush=True,
+        )
+        iterations = rep["points"][0]["iterations"]
+        # One headless Locust run (-t 15s) is one window: one point, one iteration.
+        assert (len(rep["points"]), [it["iteration"] for it in iterations]) == (1, [1])
+        for it in iterations:
+            (n,) = it["per_node"]
+            print(f"  window {it.get('iteration', '?')}: {n}", flush=True)
+            assert n["node"] == r.node.name
+            assert n["generated"] == n["kernel"] > 0, n
+        (relay_now,) = r.pods("relays")
+        restarts = relay_now["status"]["containerStatuses"][0]["restartCount"]
+        print(f"controller's peers: {sorted(at_controller)}; relay restarts: {restarts}", flush=True)
+        if restarts:  # why: each run of the relay container, from the kubelet's log files
+            print(r.logs(lines=60, containers=("relay",)), flush=True)
+        assert restarts == 0
+        assert at_controller == {relay_now["status"]["podIP"]} == {relay_ip}
+        now = _relay_pid()
+        assert now is not None and probe_ip in _peers(now, PORT)
 
 
 def _values(node: RealNode) -> dict[str, Any]:
@@ -135,22 +107,8 @@ def _values(node: RealNode) -> dict[str, Any]:
         "jaeger": {"enabled": False},
         "relays": {"enabled": True, "replicas": 1},
         # This kubelet keeps pod logs in its own dir: the probe names pods from it.
-        "probes": {"podLogs": {"podsDir": str(node.dir / "pod-logs")}},
+        "probes": {"podLogs": {"podsDir": str(node.pod_logs)}},
     }
-
-
-def _all_ready(c: Cluster, n: int) -> list[dict[str, Any]] | None:
-    pods = [
-        p
-        for p in c.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
-        if not p["metadata"].get("deletionTimestamp")
-    ]
-    ok = len(pods) == n and all(
-        p["status"].get("phase") == "Running"
-        and all(s["ready"] for s in p["status"].get("containerStatuses") or [{"ready": False}])
-        for p in pods
-    )
-    return pods if ok else None
 
 
 def _ppid(pid: int) -> int:
