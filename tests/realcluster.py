@@ -5,7 +5,7 @@
             rc.import_image(archive, "ghcr.io/swarmscope/swarmscope")   # into every node
             print(nodes_wide(c.api.get("/api/v1/nodes")["items"]))
 
-    python tests/realcluster.py --nodes 3 [--images] [DIR]   # by hand; prints KUBECONFIG, ^C ends
+    python tests/realcluster.py --nodes 3 [--images] [--ig] [DIR]   # by hand; prints KUBECONFIG, ^C ends
 
 Each node is a tests/realnode.py RealNode (its own netns, containerd root and socket, kubelet
 dirs, cgroup root /<name>, pod CIDR, kube-proxy and cluster DNS on its node IP) on one bridge
@@ -191,6 +191,7 @@ def main() -> None:
     ap.add_argument(
         "--images", action="store_true", help="import the project's image and Jaeger's into every node"
     )
+    ap.add_argument("--ig", action="store_true", help="deploy Inspektor Gadget (tests/igcluster.py)")
     a = ap.parse_args()
     shutil.rmtree(a.dir, ignore_errors=True)
     a.dir.mkdir(parents=True)
@@ -204,9 +205,14 @@ def main() -> None:
                 rc.import_image(rc.nodes[0].tools.jaeger_tar, "docker.io/jaegertracing/jaeger")
             print(nodes_wide(c.api.get("/api/v1/nodes")["items"]))
             print(f"KUBECONFIG={c.kubeconfig}")
-            print("^C (or SIGTERM) tears the nodes down", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
-                signal.pause()
+            with contextlib.ExitStack() as ig:
+                if a.ig:
+                    from igcluster import deploy_ig
+
+                    print(f"kubectl-gadget: {ig.enter_context(deploy_ig(rc)).kubectl_gadget}")
+                print("^C (or SIGTERM) tears the nodes down", flush=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    signal.pause()
 
 
 if __name__ == "__main__":
