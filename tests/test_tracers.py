@@ -126,6 +126,43 @@ def test_node_group_and_custom_lost_regex() -> None:
     assert p.feed("stats dropped=41").lost == 41
 
 
+# kubectl-gadget trace exec -o json, recorded on the real cluster (tests/test_igcluster.py), trimmed.
+IG_CLUSTER_LINE = (
+    '{"runtime":{"runtimeName":"containerd","containerName":"worker"},"k8s":{"node":"NODE",'
+    '"namespace":"rc-ig","podName":"rcig-swarmscope-workers-x2v9q","podLabels":{"node":"n9"},'
+    '"containerName":"worker"},"timestamp":1795834945294518204,"type":"normal","pid":23724,'
+    '"comm":"COMM","pcomm":"execstorm","args":["COMM"]}'
+)
+
+
+def test_ig_cluster_lines_count_for_the_node_they_name_with_its_storms_comm() -> None:
+    nodes = [NodeKey("rn-0", comm="sab12-rn-0"), NodeKey("rn-1", comm="sab12-rn-1")]
+    p = LineParser(nodes, match=presets.IG_CLUSTER_MATCH, sentinel_prefix="ss-sync-a3f")
+
+    def feed(node: str, comm: str) -> tuple[str, str | None]:
+        line = p.feed(IG_CLUSTER_LINE.replace("NODE", node).replace("COMM", comm))
+        return line.kind, line.node
+
+    assert feed("rn-1", "sab12-rn-1") == ("event", "rn-1")
+    assert feed("rn-0", "sab12-rn-0") == ("event", "rn-0")
+    assert feed("rn-0", "sab12-rn-1") == ("other", None)  # another node's comm: not this node's storm
+    assert feed("rn-0", "sh") == ("other", None)  # the node's other execs (probes, kubelet's exec probes)
+    assert feed("rn-7", "sab12-rn-0") == ("other", None)  # a node outside the window
+    assert feed("rn-0", "ss-sync-a3f4") == ("sentinel", None)
+    # Truncated comms alike on every node (the kernel keeps 15 characters): the node decides.
+    long = [NodeKey(f"ssrn2741-{i}", comm=f"sabcd-ssrn2741-{i}") for i in range(2)]
+    q = LineParser(long, match=presets.IG_CLUSTER_MATCH)
+    line = IG_CLUSTER_LINE.replace("NODE", "ssrn2741-1").replace("COMM", "sabcd-ssrn2741-")
+    assert q.feed(line).node == "ssrn2741-1"
+
+
+def test_ig_cluster_argv_traces_the_controllers_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "rc-ig")
+    assert presets.ig_cluster_argv("/kg") == ["/kg", "trace", "exec", "-o", "json", "-n", "rc-ig"]
+    monkeypatch.delenv("POD_NAMESPACE")
+    assert presets.ig_cluster_argv("/kg") == ["/kg", "trace", "exec", "-o", "json", "-A"]
+
+
 def _schema() -> Schema:
     return Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check])
 
