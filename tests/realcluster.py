@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -134,6 +135,23 @@ class RealCluster:
         )
         self.imported.add((tar, repo))
         return names[self.nodes[0].name]
+
+
+def controller_report(rc: RealCluster, pods: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+    """The report.json the chart's controller pod (among ``pods``) wrote, read from the host: its
+    results emptyDir is a directory of its node's kubelet."""
+    (ctrl,) = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"]
+    (home,) = [n for n in rc.nodes if n.name == ctrl["spec"]["nodeName"]]
+    results = home.dir / "kubelet" / "pods" / ctrl["metadata"]["uid"] / "volumes"
+    results = results / "kubernetes.io~empty-dir" / "results"
+
+    def report() -> Path | None:
+        done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+        return done[0] if done else None
+
+    from realnode import wait_for
+
+    return dict(json.loads(wait_for("the controller's report", report, timeout).read_text()))
 
 
 def container_rss_mib(pod: dict[str, Any], container: str) -> tuple[float, int]:
