@@ -45,6 +45,9 @@ BPFTRACE_MATCH = r"^(?P<comm>.*) (?P<cgroup>\d+)$"
 IG_JSON_FIELD = "comm"
 # ig-cluster: the event's node, then its comm (the JSON's key order: k8s{node,...} before comm).
 IG_CLUSTER_MATCH = r'"k8s":\{"node":"(?P<node>[^"]*)".*"comm":"(?P<comm>(?:[^"\\]|\\.)*)"'
+# After the drain, the stream must be quiet this long before the client is stopped: the drain's
+# sentinels pass through the controller's node's stream only, the other nodes' may lag behind.
+IG_CLUSTER_QUIET_S = 3.0
 # Where a pod finds the client: the chart mounts IG's image there (an image volume).
 IG_CLIENT_DIRS = (Path("/opt/inspektor-gadget/bin"),)
 # The client's in-cluster config (or a kubeconfig) is all it takes from the controller's environment.
@@ -143,4 +146,5 @@ def ig_cluster_argv(client: str | None = None) -> list[str]:
 def ig_cluster_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
     argv = None if cfg.tracer_command else ig_cluster_argv()
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
-    return build_command(cfg, sentinel, name="ig-cluster", argv=argv, match=IG_CLUSTER_MATCH, env=env)
+    how = {"match": IG_CLUSTER_MATCH, "env": env, "quiet_s": IG_CLUSTER_QUIET_S}
+    return build_command(cfg, sentinel, name="ig-cluster", argv=argv, **how)
