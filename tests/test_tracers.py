@@ -129,31 +129,29 @@ def test_node_group_and_custom_lost_regex() -> None:
 # kubectl-gadget trace exec -o json, recorded on the real cluster (tests/test_igcluster.py), trimmed.
 IG_CLUSTER_LINE = (
     '{"runtime":{"runtimeName":"containerd","containerName":"worker"},"k8s":{"node":"NODE",'
-    '"namespace":"rc-ig","podName":"rcig-swarmscope-workers-x2v9q","podLabels":{"node":"n9"},'
+    '"namespace":"rc-ig","podName":"rcig-swarmscope-workers-x2v9q","podLabels":{'
+    '"app.kubernetes.io/component":"COMPONENT","app.kubernetes.io/name":"swarmscope"},'
     '"containerName":"worker"},"timestamp":1795834945294518204,"type":"normal","pid":23724,'
     '"comm":"COMM","pcomm":"execstorm","args":["COMM"]}'
 )
 
 
-def test_ig_cluster_lines_count_for_the_node_they_name_with_its_storms_comm() -> None:
+def test_ig_cluster_lines_count_for_the_node_of_a_worker_pod() -> None:
     nodes = [NodeKey("rn-0", comm="sab12-rn-0"), NodeKey("rn-1", comm="sab12-rn-1")]
     p = LineParser(nodes, match=presets.IG_CLUSTER_MATCH, sentinel_prefix="ss-sync-a3f")
 
-    def feed(node: str, comm: str) -> tuple[str, str | None]:
-        line = p.feed(IG_CLUSTER_LINE.replace("NODE", node).replace("COMM", comm))
-        return line.kind, line.node
+    def feed(node: str, component: str, comm: str) -> tuple[str, str | None]:
+        line = IG_CLUSTER_LINE.replace("NODE", node).replace("COMPONENT", component)
+        res = p.feed(line.replace("COMM", comm))
+        return res.kind, res.node
 
-    assert feed("rn-1", "sab12-rn-1") == ("event", "rn-1")
-    assert feed("rn-0", "sab12-rn-0") == ("event", "rn-0")
-    assert feed("rn-0", "sab12-rn-1") == ("other", None)  # another node's comm: not this node's storm
-    assert feed("rn-0", "sh") == ("other", None)  # the node's other execs (probes, kubelet's exec probes)
-    assert feed("rn-7", "sab12-rn-0") == ("other", None)  # a node outside the window
-    assert feed("rn-0", "ss-sync-a3f4") == ("sentinel", None)
-    # Truncated comms alike on every node (the kernel keeps 15 characters): the node decides.
-    long = [NodeKey(f"ssrn2741-{i}", comm=f"sabcd-ssrn2741-{i}") for i in range(2)]
-    q = LineParser(long, match=presets.IG_CLUSTER_MATCH)
-    line = IG_CLUSTER_LINE.replace("NODE", "ssrn2741-1").replace("COMM", "sabcd-ssrn2741-")
-    assert q.feed(line).node == "ssrn2741-1"
+    assert feed("rn-1", "workers", "sab12-rn-1") == ("event", "rn-1")
+    # Every exec of the worker's container is its node's: the burst's launcher too (the kernel
+    # counts it in the worker's cgroup, and so does generated).
+    assert feed("rn-0", "workers", "execstorm") == ("event", "rn-0")
+    assert feed("rn-0", "probes", "sh") == ("noise", None)  # another pod of the release
+    assert feed("rn-7", "workers", "sab12-rn-0") == ("other", None)  # a node outside the window
+    assert feed("rn-0", "controller", "ss-sync-a3f4") == ("sentinel", None)
 
 
 def test_ig_cluster_argv_traces_the_controllers_namespace(monkeypatch: pytest.MonkeyPatch) -> None:

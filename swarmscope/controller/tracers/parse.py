@@ -10,9 +10,7 @@ for text and JSON tracers alike and is never counted), then the loss warning, th
 pattern (``match`` regex, or ``json_field`` for JSON lines). Attribution tries the regex groups
 in the order cgroup, node, comm and takes the first that names a node of the window — except
 that a line whose cgroup is not one of the window's nodes is "other" even when its comm
-matches (another run's storm may use the same per-node comm), and a line that names both its
-node and its comm is that node's only when the comm is that node's storm's (in a cluster every
-other exec of the node's pods carries the node's name too: ``ig-cluster``).
+matches (another run's storm may use the same per-node comm).
 
 Caveats: the kernel truncates comm to 15 characters, so node comms are compared truncated.
 A JSON field is compared against cgroup ids, node names and comms alike.
@@ -73,7 +71,6 @@ class LineParser:
         self.by_cgroup = {str(n.cgroup_id): n.name for n in nodes if n.cgroup_id}
         self.by_name = {n.name: n.name for n in nodes}
         self.by_comm = {n.comm[:TASK_COMM_LEN]: n.name for n in nodes if n.comm}
-        self.comm_of = {n.name: n.comm[:TASK_COMM_LEN] for n in nodes if n.comm}
 
     def unattributable(self, nodes: list[NodeKey]) -> list[str]:
         """Nodes no line could ever be attributed to (e.g. a comm-only tracer, a node without comm)."""
@@ -119,12 +116,6 @@ class LineParser:
             if not m:
                 return Line("noise")
             groups = m.groupdict()
-            if groups.get("node") is not None and "comm" in groups:
-                node = self.by_name.get(groups["node"].strip())
-                want = self.comm_of.get(node) if node else None
-                if node is not None and (want is None or (groups["comm"] or "")[:TASK_COMM_LEN] == want):
-                    return Line("event", node=node)
-                return Line("other")
             for kind in ("cgroup", "node", "comm"):
                 value = groups.get(kind)
                 node = self._lookup(kind, value)

@@ -16,7 +16,8 @@ the whole host (v0.35 has no cgroup filter for exec).
 ``ig-cluster`` is Inspektor Gadget deployed in the cluster (its DaemonSet, docs/cluster.md): one
 ``kubectl-gadget trace exec -o json`` streams every node's execs through the API server's
 port-forward to each gadget pod. Each event names its node and pod (``k8s.node``,
-``k8s.podName``): it counts for the node it names when its comm is that node's storm's. It traces
+``k8s.podName``, the pod's labels): an event of a worker pod (the chart's label
+``app.kubernetes.io/component: workers``) counts for the node it names. It traces
 the pods of the controller's own namespace (``POD_NAMESPACE``, the chart's: workers and the
 controller, whose sentinel execs mark readiness and the drain), or every namespace.
 
@@ -43,8 +44,12 @@ BPFTRACE_PROGRAM = 'tracepoint:sched:sched_process_exec { printf("%s %llu\\n", c
 # comm may contain spaces; the cgroup id is the last field.
 BPFTRACE_MATCH = r"^(?P<comm>.*) (?P<cgroup>\d+)$"
 IG_JSON_FIELD = "comm"
-# ig-cluster: the event's node, then its comm (the JSON's key order: k8s{node,...} before comm).
-IG_CLUSTER_MATCH = r'"k8s":\{"node":"(?P<node>[^"]*)".*"comm":"(?P<comm>(?:[^"\\]|\\.)*)"'
+# ig-cluster: the event's node, for events of the chart's worker pods (their pod labels; JSON keys
+# in Go's order: k8s{node, namespace, podName, podLabels{sorted}}). Every exec of a worker's
+# container is one the kernel counted for its node: the storm's and each burst's own launcher.
+IG_CLUSTER_MATCH = (
+    r'"k8s":\{"node":"(?P<node>[^"]*)"[^{}]*"podLabels":\{[^{}]*"app\.kubernetes\.io/component":"workers"'
+)
 # After the drain, the stream must be quiet this long before the client is stopped: the drain's
 # sentinels pass through the controller's node's stream only, the other nodes' may lag behind.
 IG_CLUSTER_QUIET_S = 3.0
