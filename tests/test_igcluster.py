@@ -72,7 +72,7 @@ def _check_run(api: Any, rc: RealCluster, ns: str, names: list[str], t: float) -
     print(f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}", flush=True)
     iterations = rep["points"][0]["iterations"]
     for it in iterations:
-        print(f"  window {it['iteration']}: tracer {json.dumps(it['extra']['tracer'])[:600]}", flush=True)
+        print(f"  window {it['iteration']}: tracer {json.dumps(it['extra']['tracer'])[:1500]}", flush=True)
         for r in sorted(it["per_node"], key=lambda r: r["node"]):
             print(f"  window {it['iteration']}: {r['node']} {r['pod']} generated {r['generated']} "
                   f"kernel {r['kernel']} reported {r['reported']}", flush=True)  # fmt: skip
