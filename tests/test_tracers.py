@@ -152,6 +152,10 @@ def test_ig_cluster_lines_count_for_the_node_of_a_worker_pod() -> None:
     assert feed("rn-0", "probes", "sh") == ("noise", None)  # another pod of the release
     assert feed("rn-7", "workers", "sab12-rn-0") == ("other", None)  # a node outside the window
     assert feed("rn-0", "controller", "ss-sync-a3f4") == ("sentinel", None)
+    lost = LineParser(nodes, match=presets.IG_CLUSTER_MATCH, lost_regex=presets.IG_CLUSTER_LOST_REGEX)
+    assert lost.feed('{"k8s":{"node":"rn-1"},"type":"warn","message":"lost 81 samples"}').lost == 81
+    gap = 'level=warning msg="rn-0           | expected seq 21167, got 21785, 618 messages dropped"'
+    assert lost.feed(gap).lost == 618
 
 
 def test_ig_cluster_argv_traces_the_controllers_namespace(monkeypatch: pytest.MonkeyPatch) -> None:

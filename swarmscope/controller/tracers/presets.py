@@ -35,7 +35,7 @@ import os
 import shutil
 from pathlib import Path
 
-from swarmscope.controller.tracers.base import NodeKey, TracerConfig, register_tracer
+from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, NodeKey, TracerConfig, register_tracer
 from swarmscope.controller.tracers.command import CommandTracer, build_command
 from swarmscope.core.errors import SetupError
 from swarmscope.targets.ebpf_tools import ig_binary
@@ -50,6 +50,10 @@ IG_JSON_FIELD = "comm"
 IG_CLUSTER_MATCH = (
     r'"k8s":\{"node":"(?P<node>[^"]*)"[^{}]*"podLabels":\{[^{}]*"app\.kubernetes\.io/component":"workers"'
 )
+# Its losses: a gadget's perf ring ("lost N samples", a warn event) and the gadget service's
+# per-client event buffer, whose gaps the client prints as "expected seq A, got B, N messages
+# dropped" (per node). Both are counted.
+IG_CLUSTER_LOST_REGEX = r"(?i)(?:\blost |, )(?P<n>\d+) (?:events?|samples?|messages dropped)\b"
 # After the drain, the stream must be quiet this long before the client is stopped: the drain's
 # sentinels pass through the controller's node's stream only, the other nodes' may lag behind.
 IG_CLUSTER_QUIET_S = 3.0
@@ -152,4 +156,6 @@ def ig_cluster_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
     argv = None if cfg.tracer_command else ig_cluster_argv()
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
     how = {"match": IG_CLUSTER_MATCH, "env": env, "quiet_s": IG_CLUSTER_QUIET_S}
+    if cfg.tracer_lost_regex == DEFAULT_LOST_REGEX:  # the scenario's own regex wins
+        cfg = cfg.replace(tracer_lost_regex=IG_CLUSTER_LOST_REGEX)
     return build_command(cfg, sentinel, name="ig-cluster", argv=argv, **how)
