@@ -5,7 +5,7 @@
             rc.import_image(archive, "ghcr.io/swarmscope/swarmscope")   # into every node
             print(nodes_wide(c.api.get("/api/v1/nodes")["items"]))
 
-    python tests/realcluster.py --nodes 3 [--images] [DIR]   # by hand; prints KUBECONFIG, ^C ends
+    python tests/realcluster.py --nodes 3 [--images] [--ig] [DIR]   # by hand; prints KUBECONFIG, ^C ends
 
 Each node is a tests/realnode.py RealNode (its own netns, containerd root and socket, kubelet
 dirs, cgroup root /<name>, pod CIDR, kube-proxy and cluster DNS on its node IP) on one bridge
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -136,6 +137,23 @@ class RealCluster:
         return names[self.nodes[0].name]
 
 
+def controller_report(rc: RealCluster, pods: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+    """The report.json the chart's controller pod (among ``pods``) wrote, read from the host: its
+    results emptyDir is a directory of its node's kubelet."""
+    (ctrl,) = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"]
+    (home,) = [n for n in rc.nodes if n.name == ctrl["spec"]["nodeName"]]
+    results = home.dir / "kubelet" / "pods" / ctrl["metadata"]["uid"] / "volumes"
+    results = results / "kubernetes.io~empty-dir" / "results"
+
+    def report() -> Path | None:
+        done = sorted(results.glob("*/report.json")) if results.is_dir() else []
+        return done[0] if done else None
+
+    from realnode import wait_for
+
+    return dict(json.loads(wait_for("the controller's report", report, timeout).read_text()))
+
+
 def container_memory(pod: dict[str, Any], container: str) -> dict[str, float]:
     """Memory of one container of a pod on a real node, read from the host (MiB).
 
@@ -216,6 +234,7 @@ def main() -> None:
     ap.add_argument(
         "--images", action="store_true", help="import the project's image and Jaeger's into every node"
     )
+    ap.add_argument("--ig", action="store_true", help="deploy Inspektor Gadget (tests/igcluster.py)")
     a = ap.parse_args()
     shutil.rmtree(a.dir, ignore_errors=True)
     a.dir.mkdir(parents=True)
@@ -229,9 +248,14 @@ def main() -> None:
                 rc.import_image(rc.nodes[0].tools.jaeger_tar, "docker.io/jaegertracing/jaeger")
             print(nodes_wide(c.api.get("/api/v1/nodes")["items"]))
             print(f"KUBECONFIG={c.kubeconfig}")
-            print("^C (or SIGTERM) tears the nodes down", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
-                signal.pause()
+            with contextlib.ExitStack() as ig:
+                if a.ig:
+                    from igcluster import deploy_ig
+
+                    print(f"kubectl-gadget: {ig.enter_context(deploy_ig(rc)).kubectl_gadget}")
+                print("^C (or SIGTERM) tears the nodes down", flush=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    signal.pause()
 
 
 if __name__ == "__main__":

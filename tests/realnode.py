@@ -27,8 +27,11 @@ Services: kube-proxy (nftables mode) runs inside the node's network namespace, w
 bridge is, so its rules never touch the host's; the node IP serves the cluster DNS
 (tests/clusterdns.py, Service name -> ClusterIP) that the kubelet writes into pods' resolv.conf.
 
-Caveats: the kubelet's API (logs/exec) listens on the host end of the veth without authentication, reachable
-from this machine only. Every wait is bounded.
+Caveats: the kubelet's API (logs/exec/port-forward) listens on the host end of the veth without
+authentication, reachable from this machine only. containerd's CRI streaming server (exec,
+port-forward) listens on the namespace's end of the veth: the kubelet, in the host's namespace,
+proxies those streams to it, and could not reach a loopback address inside the namespace. Every
+wait is bounded.
 """
 
 from __future__ import annotations
@@ -332,7 +335,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
   path = "{st / "opt"}"
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
-  stream_server_address = "127.0.0.1"
+  stream_server_address = "{self.net.ns_ip}"
   stream_server_port = "0"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"

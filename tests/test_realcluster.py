@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 from imagebuild import find_swarmscope_image
-from realcluster import RealCluster, all_ready, container_memory, nodes_wide, pods_in, pods_wide
+from realcluster import (
+    RealCluster,
+    all_ready,
+    container_memory,
+    controller_report,
+    nodes_wide,
+    pods_in,
+    pods_wide,
+)
 from realnode import pod_on, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -132,16 +140,7 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
             by.setdefault(comp, {})[p["spec"]["nodeName"]] = p["metadata"]["name"]
         assert sorted(by["probes"]) == sorted(by["workers"]) == names
 
-        (ctrl,) = [p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"]
-        (home,) = [n for n in nodes if n.name == ctrl["spec"]["nodeName"]]
-        results = home.dir / "kubelet" / "pods" / ctrl["metadata"]["uid"] / "volumes"
-        results = results / "kubernetes.io~empty-dir" / "results"
-
-        def report() -> Path | None:
-            done = sorted(results.glob("*/report.json")) if results.is_dir() else []
-            return done[0] if done else None
-
-        rep = json.loads(wait_for("the exec storm's report", report, RUNNING_TIMEOUT).read_text())
+        rep = controller_report(real_cluster, pods, RUNNING_TIMEOUT)
         print(
             f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}",
             flush=True,

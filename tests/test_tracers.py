@@ -126,6 +126,45 @@ def test_node_group_and_custom_lost_regex() -> None:
     assert p.feed("stats dropped=41").lost == 41
 
 
+# kubectl-gadget trace exec -o json, recorded on the real cluster (tests/test_igcluster.py), trimmed.
+IG_CLUSTER_LINE = (
+    '{"runtime":{"runtimeName":"containerd","containerName":"worker"},"k8s":{"node":"NODE",'
+    '"namespace":"rc-ig","podName":"rcig-swarmscope-workers-x2v9q","podLabels":{'
+    '"app.kubernetes.io/component":"COMPONENT","app.kubernetes.io/name":"swarmscope"},'
+    '"containerName":"worker"},"timestamp":1795834945294518204,"type":"normal","pid":23724,'
+    '"comm":"COMM","pcomm":"execstorm","args":["COMM"]}'
+)
+
+
+def test_ig_cluster_lines_count_for_the_node_of_a_worker_pod() -> None:
+    nodes = [NodeKey("rn-0", comm="sab12-rn-0"), NodeKey("rn-1", comm="sab12-rn-1")]
+    p = LineParser(nodes, match=presets.IG_CLUSTER_MATCH, sentinel_prefix="ss-sync-a3f")
+
+    def feed(node: str, component: str, comm: str) -> tuple[str, str | None]:
+        line = IG_CLUSTER_LINE.replace("NODE", node).replace("COMPONENT", component)
+        res = p.feed(line.replace("COMM", comm))
+        return res.kind, res.node
+
+    assert feed("rn-1", "workers", "sab12-rn-1") == ("event", "rn-1")
+    # Every exec of the worker's container is its node's: the burst's launcher too (the kernel
+    # counts it in the worker's cgroup, and so does generated).
+    assert feed("rn-0", "workers", "execstorm") == ("event", "rn-0")
+    assert feed("rn-0", "probes", "sh") == ("noise", None)  # another pod of the release
+    assert feed("rn-7", "workers", "sab12-rn-0") == ("other", None)  # a node outside the window
+    assert feed("rn-0", "controller", "ss-sync-a3f4") == ("sentinel", None)
+    lost = LineParser(nodes, match=presets.IG_CLUSTER_MATCH, lost_regex=presets.IG_CLUSTER_LOST_REGEX)
+    assert lost.feed('{"k8s":{"node":"rn-1"},"type":"warn","message":"lost 81 samples"}').lost == 81
+    gap = 'level=warning msg="rn-0           | expected seq 21167, got 21785, 618 messages dropped"'
+    assert lost.feed(gap).lost == 618
+
+
+def test_ig_cluster_argv_traces_the_controllers_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "rc-ig")
+    assert presets.ig_cluster_argv("/kg") == ["/kg", "trace", "exec", "-o", "json", "-n", "rc-ig"]
+    monkeypatch.delenv("POD_NAMESPACE")
+    assert presets.ig_cluster_argv("/kg") == ["/kg", "trace", "exec", "-o", "json", "-A"]
+
+
 def _schema() -> Schema:
     return Schema(TRACER_FIELDS, cross_checks=[tracer_cross_check])
 

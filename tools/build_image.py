@@ -366,16 +366,23 @@ def build_code(root: Path, p: Plan, files: list[Path], base: Path, out: Path) ->
         if p.stage:
             w.run(["umoci", "rm", "--image", image])
         w.run(["umoci", "rm", "--image", f"{wd / 'oci'}:base"])
-        cfg = ["umoci", "config", "--image", oci, "--os", "linux", "--architecture", "amd64"]
-        cfg += ["--config.workingdir", p.workdir, "--config.user", p.user]
+        cfg = ["--config.workingdir", p.workdir, "--config.user", p.user]
         cfg += [f"--config.env={k}={v}" for k, v in p.env.items()]
-        cfg += [a for e in p.entrypoint for a in ("--config.entrypoint", e)]
         cfg += [a for c in p.cmd for a in ("--config.cmd", c)]
-        w.run(cfg)
-        w.run(["umoci", "gc", "--layout", str(wd / "oci")])
-        tmp = out.with_suffix(".tmp")
-        w.run(["tar", "-C", str(wd / "oci"), "-cf", str(tmp), "."])
-        tmp.rename(out)
+        write_archive(w, oci, p.entrypoint, cfg, out)
+
+
+def write_archive(w: WorkDir, oci: str, entrypoint: list[str], config: list[str], out: Path) -> None:
+    """Set the image's OCI config (`umoci config` flags), drop unused blobs, tar the layout to
+    ``out`` (atomically). ``oci`` is ``LAYOUT:TAG``; tools/build_igcluster_image.py uses it too."""
+    layout = oci.rsplit(":", 1)[0]
+    cfg = ["umoci", "config", "--image", oci, "--os", "linux", "--architecture", "amd64", *config]
+    cfg += [a for e in entrypoint for a in ("--config.entrypoint", e)]
+    w.run(cfg)
+    w.run(["umoci", "gc", "--layout", layout])
+    tmp = out.with_suffix(".tmp")
+    w.run(["tar", "-C", layout, "-cf", str(tmp), "."])
+    tmp.rename(out)
 
 
 def wheel_key(root: Path) -> str:

@@ -286,6 +286,11 @@ podSelector:
 {{- if and .Values.rbac.create (eq (toString (include "swarmscope.scenarioConfig" . | fromJson).fault) "kill-pod") -}}true{{- end -}}
 {{- end -}}
 
+{{/* "true" when the scenario's tracer under test is Inspektor Gadget in the cluster (ig-cluster). */}}
+{{- define "swarmscope.igCluster" -}}
+{{- if eq (toString (include "swarmscope.scenarioConfig" . | fromJson).tracer) "ig-cluster" -}}true{{- end -}}
+{{- end -}}
+
 {{/* The node's kernel headers for BCC's compile step (probes, the neighbor worker): mounts. */}}
 {{- define "swarmscope.headerMounts" -}}
 - name: modules

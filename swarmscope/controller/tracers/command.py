@@ -103,6 +103,7 @@ class CommandTracer:
         pipe_bytes: int | None = None,
         env: Mapping[str, str] | None = None,
         argv_for: Callable[[list[NodeKey], str], list[str]] | None = None,
+        quiet_s: float = 0.0,
     ):
         if not argv:
             raise TracerError("the tracer command is empty")
@@ -123,6 +124,10 @@ class CommandTracer:
         # argv_for(nodes, sentinel_prefix): the command for one window, built at start() (a
         # preset filters its program to the window's cgroups); ``argv`` when it is None.
         self.argv_for = argv_for
+        # After the drain, wait until no line came for this long (bounded by ready_timeout_s):
+        # for a tracer that merges streams the sentinels do not all pass through (ig-cluster:
+        # the drain's sentinels reach one node's stream, the other nodes' may still be behind).
+        self.quiet_s = quiet_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = _original("_thread", "allocate_lock")()  # shared by the reader thread
         self._reset()
@@ -138,6 +143,7 @@ class CommandTracer:
         self._warnings: list[str] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._sentinels_seen: set[int] = set()
+        self._last_line = time.monotonic()
         self._sentinels: Sentinels | None = None
         self._ready = False
         self._eof = False
@@ -171,6 +177,7 @@ class CommandTracer:
             res = parser.feed(text)
             with self._lock:
                 self._lines += 1
+                self._last_line = time.monotonic()
                 self._tail.append(text)
                 if res.kind == "sentinel":
                     assert res.sentinel is not None
@@ -419,6 +426,13 @@ class CommandTracer:
                 self._warn(
                     f"swarmscope: drain sentinels on CPU {unseen} not seen within "
                     f"{self.drain_timeout_s:g} s; the last events may be missing"
+                )
+            if self.quiet_s and not self._wait(
+                lambda: self._eof or time.monotonic() - self._last_line >= self.quiet_s, self.ready_timeout_s
+            ):
+                self._warn(
+                    f"swarmscope: tracer {self.name} still printing {self.ready_timeout_s:g} s after "
+                    "the drain; the last events may be missing"
                 )
         self._terminate()
         with self._lock:

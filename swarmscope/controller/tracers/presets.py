@@ -1,7 +1,8 @@
-"""Ready-made command tracers: Debian's bpftrace and Inspektor Gadget's ``ig`` v0.35.
+"""Ready-made command tracers: Debian's bpftrace, Inspektor Gadget's ``ig`` v0.35, and IG in a cluster.
 
     tracer = make_tracer({"tracer": "bpftrace"})   # exec tracer filtered to the window's cgroups
     tracer = make_tracer({"tracer": "ig"})         # ig built by the kind's prepare (targets/ebpf_tools)
+    tracer = make_tracer({"tracer": "ig-cluster"}) # kubectl-gadget: IG's DaemonSet, every node's execs
 
 Both are the ``command`` adapter with a command line and a way to attribute lines; any
 ``tracer_command`` / ``tracer_match`` / ``tracer_json_field`` in the scenario overrides the
@@ -12,18 +13,29 @@ this window's sentinels. Its "Lost N events" is then about those execs only, so
 filter every other process's exec could fill its buffers and be counted as lost. ig traces
 the whole host (v0.35 has no cgroup filter for exec).
 
+``ig-cluster`` is Inspektor Gadget deployed in the cluster (its DaemonSet, docs/cluster.md): one
+``kubectl-gadget trace exec -o json`` streams every node's execs through the API server's
+port-forward to each gadget pod. Each event names its node and pod (``k8s.node``,
+``k8s.podName``, the pod's labels): an event of a worker pod (the chart's label
+``app.kubernetes.io/component: workers``) counts for the node it names. It traces
+the pods of the controller's own namespace (``POD_NAMESPACE``, the chart's: workers and the
+controller, whose sentinel execs mark readiness and the drain), or every namespace.
+
 Caveats: ig v0.35's exec event carries no cgroup id, so it is attributed by ``comm`` — the
 node's exec storm must exec its binary under the node's own name (``NodeKey.comm``). ig needs
 its own pid namespace here (``unshare --pid --fork --mount-proc``: reading /proc/1/ns/mnt is
-denied otherwise, docs/platform.md#tracers-and-lost-events).
+denied otherwise, docs/platform.md#tracers-and-lost-events). ig-cluster's drain sentinels run
+on the controller's node only: a loss on another node is counted once that node's CPU has its
+next traced exec (docs/cluster.md#inspektor-gadget-in-the-cluster).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
-from swarmscope.controller.tracers.base import NodeKey, TracerConfig, register_tracer
+from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, NodeKey, TracerConfig, register_tracer
 from swarmscope.controller.tracers.command import CommandTracer, build_command
 from swarmscope.core.errors import SetupError
 from swarmscope.targets.ebpf_tools import ig_binary
@@ -32,6 +44,23 @@ BPFTRACE_PROGRAM = 'tracepoint:sched:sched_process_exec { printf("%s %llu\\n", c
 # comm may contain spaces; the cgroup id is the last field.
 BPFTRACE_MATCH = r"^(?P<comm>.*) (?P<cgroup>\d+)$"
 IG_JSON_FIELD = "comm"
+# ig-cluster: the event's node, for events of the chart's worker pods (their pod labels; JSON keys
+# in Go's order: k8s{node, namespace, podName, podLabels{sorted}}). Every exec of a worker's
+# container is one the kernel counted for its node: the storm's and each burst's own launcher.
+IG_CLUSTER_MATCH = (
+    r'"k8s":\{"node":"(?P<node>[^"]*)"[^{}]*"podLabels":\{[^{}]*"app\.kubernetes\.io/component":"workers"'
+)
+# Its losses: a gadget's perf ring ("lost N samples", a warn event) and the gadget service's
+# per-client event buffer, whose gaps the client prints as "expected seq A, got B, N messages
+# dropped" (per node). Both are counted.
+IG_CLUSTER_LOST_REGEX = r"(?i)(?:\blost |, )(?P<n>\d+) (?:events?|samples?|messages dropped)\b"
+# After the drain, the stream must be quiet this long before the client is stopped: the drain's
+# sentinels pass through the controller's node's stream only, the other nodes' may lag behind.
+IG_CLUSTER_QUIET_S = 3.0
+# Where a pod finds the client: the chart mounts IG's image there (an image volume).
+IG_CLIENT_DIRS = (Path("/opt/inspektor-gadget/bin"),)
+# The client's in-cluster config (or a kubeconfig) is all it takes from the controller's environment.
+KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
 
 
 def bpftrace_binary() -> str:
@@ -98,3 +127,35 @@ def bpftrace_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
 def ig_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
     argv = None if cfg.tracer_command else ig_argv()
     return build_command(cfg, sentinel, name="ig", argv=argv, json_field=IG_JSON_FIELD)
+
+
+def kubectl_gadget_binary() -> str:
+    """kubectl-gadget: on PATH, in the chart's image volume, or tools/build_igcluster.sh's build."""
+    from swarmscope.targets.ebpf_tools import IG_VERSION
+
+    cache = Path(os.environ.get("SWARMSCOPE_CACHE", "/var/cache/swarmscope"))
+    built = cache / "tools" / f"igcluster-{IG_VERSION}" / "bin"
+    found = shutil.which("kubectl-gadget", path=os.pathsep.join(map(str, (*IG_CLIENT_DIRS, built))))
+    found = shutil.which("kubectl-gadget") or found
+    if not found:
+        raise SetupError(
+            "kubectl-gadget is not here: in the chart, mount IG's image (docs/cluster.md); "
+            "on this machine run tools/build_igcluster.sh"
+        )
+    return found
+
+
+def ig_cluster_argv(client: str | None = None) -> list[str]:
+    ns = os.environ.get("POD_NAMESPACE")  # the chart's controller; outside a pod, every namespace
+    scope = ["-n", ns] if ns else ["-A"]
+    return [client or kubectl_gadget_binary(), "trace", "exec", "-o", "json", *scope]
+
+
+@register_tracer("ig-cluster")
+def ig_cluster_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
+    argv = None if cfg.tracer_command else ig_cluster_argv()
+    env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
+    how = {"match": IG_CLUSTER_MATCH, "env": env, "quiet_s": IG_CLUSTER_QUIET_S}
+    if cfg.tracer_lost_regex == DEFAULT_LOST_REGEX:  # the scenario's own regex wins
+        cfg = cfg.replace(tracer_lost_regex=IG_CLUSTER_LOST_REGEX)
+    return build_command(cfg, sentinel, name="ig-cluster", argv=argv, **how)
