@@ -439,6 +439,7 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
         {"default-deny", "controller", "workers", "probes"}
         | ({"jaeger"} if "ss-swarmscope-jaeger" in deps else set())
         | ({"target"} if target else set())
+        | ({"target-backends"} if target and v["target"].get("controller") == "traefik" else set())
     )
     assert {x["metadata"]["name"].removeprefix("ss-swarmscope-") for x in pols} == want
     assert not api.get(

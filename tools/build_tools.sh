@@ -59,6 +59,7 @@ lane2() {
   step k6 tools/build_k6.sh --swarmscope  # k6 with swarmscope's output: the k6 path and its tests
   step k6-upstream tools/build_k6.sh     # unmodified k6: bench/http_flood.py's plain k6 (mostly links)
   step ig tools/build_ig.sh
+  step traefik tools/k8s/build.sh traefikimage  # the chart's ingress controller (tools/build_traefik.sh)
   step simprobes tools/go_build.sh  # bench/simprobes_go: tests/test_simprobes_go.py
 }
 
