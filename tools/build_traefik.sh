@@ -4,8 +4,11 @@
 #   tools/build_traefik.sh                    # prints the path of the binary (builds it once)
 #   TRAEFIK_VERSION=v3.6.12 tools/build_traefik.sh
 #
-# Caveats: needs Go and the Go module proxy (Traefik is served there; its web UI's built assets
-# are not in the module zip, and the dashboard is not used here, so webui/static gets a stub page).
+# Caveats: needs Go and the Go module proxy. v3.6.12 is the newest v3 that builds from it here:
+# v3.7.x replaces github.com/traefik/traefik/dynamic/ext with a nested module that its zip leaves
+# out, and the proxy refuses (403) a dozen of its dependencies (lego DNS providers, go-http-auth).
+# The web UI's built assets are not in the module zip and the dashboard is not used here, so
+# webui/static gets a stub page.
 # The module zip is read-only, so it is copied to a writable dir before building. Concurrent
 # callers are serialised with flock; the binary is installed atomically (mv).
 set -euo pipefail
