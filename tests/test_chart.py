@@ -439,6 +439,7 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
         {"default-deny", "controller", "workers", "probes"}
         | ({"jaeger"} if "ss-swarmscope-jaeger" in deps else set())
         | ({"target"} if target else set())
+        | ({"target-backends"} if target and v["target"].get("controller") == "traefik" else set())
     )
     assert {x["metadata"]["name"].removeprefix("ss-swarmscope-") for x in pols} == want
     assert not api.get(
@@ -469,6 +470,12 @@ def test_install_ci_values(cluster: Cluster, values: Path) -> None:
             api.can(f"system:serviceaccount:{ns}:ss-swarmscope-workers", "delete", "pods", namespace=ns)
             == kill
         )
+    if target and v["target"].get("controller") == "traefik":  # its Role: Services, Secrets here only
+        tsa, gs = f"system:serviceaccount:{ns}:ss-swarmscope-traefik", ["system:serviceaccounts"]
+        yes = (("watch", "services", ns), ("list", "secrets", ns))
+        no = (("list", "services", "default"), ("delete", "pods", ns))
+        assert [api.can(tsa, vb, r, n, gs) for vb, r, n in (*yes, *no)] == [True] * 2 + [False] * 2
+        assert api.get(f"/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses/ss-swarmscope-target")
     for extra_ns in v.get("rbac", {}).get("faultNamespaces", []):
         user = f"system:serviceaccount:{ns}:ss-swarmscope-controller"
         assert api.can(user, "delete", "pods", namespace=extra_ns)

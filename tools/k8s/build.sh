@@ -4,6 +4,7 @@
 #   tools/k8s/build.sh all                # helm etcd kube kwok (prints a path per tool)
 #   tools/k8s/build.sh node               # kubelet kube-proxy containerd runc cni nodeimages
 #                                         # jaegerimage (real node)
+#   tools/k8s/build.sh traefikimage       # the chart's Traefik (target.controller traefik)
 #   tools/k8s/build.sh helm               # -> /var/cache/swarmscope/tools/helm-v3.22.0/bin/helm
 #   tools/k8s/build.sh --path kube        # print the cache dir only, build nothing
 #
@@ -34,6 +35,9 @@ PAUSE_VERSION=3.10  # the sandbox image name kubelet v1.36 and containerd v2.1 e
 # the Go module version v1.76.0 that tools/build_jaeger.sh builds (same source tree).
 JAEGER_MODULE_VERSION=v1.76.0
 JAEGER_IMAGE_TAG=2.13.0
+# The chart's Traefik (values.yaml target.traefik.image.tag): the binary tools/build_traefik.sh
+# builds, the newest v3 whose dependencies the Go module proxy serves here (docs/cluster.md).
+TRAEFIK_VERSION=v3.6.12
 BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[^A-Za-z0-9._-]/_/g')
 GO=${GO:-$("$(dirname "$0")/../go.sh")}  # new enough; fetched through the module proxy if not
 export GOFLAGS=${GOFLAGS:--mod=mod}
@@ -52,7 +56,8 @@ dir_of() {
     nodeimages) echo "$CACHE/nodeimages-r2-$PAUSE_VERSION-${KUBE_VERSION}-busybox-${BUSYBOX_VERSION:-none}" ;;
     kubeproxy) echo "$CACHE/kubeproxy-$KUBE_VERSION" ;;
     jaegerimage) echo "$CACHE/jaegerimage-r2-$JAEGER_MODULE_VERSION-$JAEGER_IMAGE_TAG" ;;
-    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet kubeproxy containerd runc cni jaegerimage all node)" >&2; return 2 ;;
+    traefikimage) echo "$CACHE/traefikimage-r1-$TRAEFIK_VERSION" ;;
+    *) echo "build.sh: unknown tool '$1' (helm etcd kube kwok kubelet kubeproxy containerd runc cni jaegerimage traefikimage all node)" >&2; return 2 ;;
   esac
 }
 
@@ -271,6 +276,20 @@ build_jaegerimage() (
   chmod -R u+w,go-w "$r/cmd"
   OCI_CONFIG=(--config.env JAEGER_LISTEN_HOST=0.0.0.0 --config.user 10001)
   oci_image "$out" jaeger "$JAEGER_IMAGE_TAG" "$r" /cmd/jaeger/jaeger-linux
+)
+
+# build_traefikimage OUT: OUT/traefik.tar, the chart's Traefik image: the static binary of
+# tools/build_traefik.sh at /traefik (upstream's image's entrypoint), Debian's CA bundle, a sticky
+# /tmp, uid 65532 (upstream's chart's). Import with `--base-name docker.io/library/traefik`.
+build_traefikimage() (
+  local out=$1 bin r
+  bin=$(TRAEFIK_VERSION=$TRAEFIK_VERSION "$(dirname "$0")/../build_traefik.sh")
+  r=$(mktemp -d); trap 'rm -rf "$r"' EXIT
+  mkdir -p "$r/tmp" "$r/etc/ssl/certs"; chmod 1777 "$r/tmp"
+  cp "$bin" "$r/traefik"
+  cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
+  OCI_CONFIG=(--config.user 65532)
+  oci_image "$out" traefik "$TRAEFIK_VERSION" "$r" /traefik
 )
 
 ensure() {
