@@ -8,7 +8,11 @@ works in its own namespace and deletes what it made. Checked:
   through a Service by name (cluster DNS + kube-proxy in the client's node), across the bridge;
 - the chart with workers in daemonset mode: one probe and one worker per node; one headless exec
   storm through the chart's controller counts generated == kernel in every window for every node,
-  each node's row named by the worker pod on that node; the probe pods' RSS is printed per node.
+  each node's row named by the worker pod on that node; the run's one trace, from the chart's
+  Jaeger, has spans of exactly the controller, each worker and each probe, each on its own node
+  (the spans' k8s.node.name and k8s.pod.name); the probe pods' RSS is printed per node;
+- the same release upgraded to workers.mode=deployment with 3 replicas and
+  workers.spreadOverNodes: one worker per node, and the new revision's run checked the same way.
 """
 
 from __future__ import annotations
