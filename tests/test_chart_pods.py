@@ -54,3 +54,26 @@ def test_every_role_names_its_pod_on_its_spans(tools: Tools, tmp_path: Path) -> 
             names.index(v) for v in ("K8S_POD_NAME", "K8S_POD_NAMESPACE", "K8S_NODE_NAME")
         )
         assert by["K8S_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_workers_spread_over_nodes_only_when_asked(tools: Tools, tmp_path: Path) -> None:  # noqa: F811
+    """workers.spreadOverNodes: a hard one-per-node spread of the Deployment's workers; off by
+    default (a cordoned node would leave replicas Pending), and not in daemonset mode."""
+    sel = {
+        "app.kubernetes.io/name": "swarmscope",
+        "app.kubernetes.io/instance": "t",
+        "app.kubernetes.io/component": "workers",
+    }
+
+    def spread(*sets: str) -> object:
+        args = [a for s in sets for a in ("--set", s)]
+        objs = docs(helm_template(tools, tmp_path, *args).stdout)
+        kind = "DaemonSet" if "workers.mode=daemonset" in sets else "Deployment"
+        return one(objs, kind, "-workers")["spec"]["template"]["spec"].get("topologySpreadConstraints")
+
+    assert spread() is None
+    assert spread("workers.replicas=3", "workers.spreadOverNodes=true") == [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": sel},
+    }]  # fmt: skip
+    assert spread("workers.mode=daemonset", "workers.spreadOverNodes=true") is None

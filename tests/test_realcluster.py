@@ -8,18 +8,24 @@ works in its own namespace and deletes what it made. Checked:
   through a Service by name (cluster DNS + kube-proxy in the client's node), across the bridge;
 - the chart with workers in daemonset mode: one probe and one worker per node; one headless exec
   storm through the chart's controller counts generated == kernel in every window for every node,
-  each node's row named by the worker pod on that node; the probe pods' RSS is printed per node.
+  each node's row named by the worker pod on that node; the run's one trace, from the chart's
+  Jaeger, has spans of exactly the controller, each worker and each probe, each on its own node
+  (the spans' k8s.node.name and k8s.pod.name); the probe pods' RSS is printed per node;
+- the same release upgraded to workers.mode=deployment with 3 replicas and
+  workers.spreadOverNodes: one worker per node, and the new revision's run checked the same way.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from imagebuild import find_swarmscope_image
+from jaegerapi import fetch_trace
 from realcluster import (
     RealCluster,
     all_ready,
@@ -140,22 +146,31 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
             by.setdefault(comp, {})[p["spec"]["nodeName"]] = p["metadata"]["name"]
         assert sorted(by["probes"]) == sorted(by["workers"]) == names
 
-        rep = controller_report(real_cluster, pods, RUNNING_TIMEOUT)
-        print(
-            f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}",
-            flush=True,
-        )
-        iterations = rep["points"][0]["iterations"]
-        assert iterations
-        for it in iterations:
-            rows = sorted(it["per_node"], key=lambda r: r["node"])
-            for r in rows:
-                print(f"  window {it.get('iteration', '?')}: {r['node']} {r['pod']} "
-                      f"generated {r['generated']} kernel {r['kernel']}", flush=True)  # fmt: skip
-            assert [r["node"] for r in rows] == names
-            for r in rows:
-                assert r["generated"] == r["kernel"] > 0, r
-                assert r["pod"] == f"{ns}/{by['workers'][r['node']]}/worker", r
+        _check_run(real_cluster, ns, pods, by, t)
+
+        # Deployment mode, the same release: `helm upgrade` (a new revision, a new run) turns the
+        # DaemonSet into a Deployment of 3 replicas spread one per node (workers.spreadOverNodes).
+        t = time.monotonic()
+        c.helm(
+            "upgrade", release, str(ROOT / "charts" / "swarmscope"), "-n", ns, "--reuse-values",
+            "--set", "workers.mode=deployment", "--set", "workers.replicas=3",
+            "--set", "workers.spreadOverNodes=true",
+        )  # fmt: skip
+        old = {p["metadata"]["uid"] for p in pods}
+
+        def upgraded() -> list[dict[str, Any]] | None:
+            now = all_ready(api, ns, 8)
+            fresh = [p for p in now or [] if p["metadata"]["uid"] not in old]
+            return now if sorted(_component(p) for p in fresh) == ["controller"] + ["workers"] * 3 else None
+
+        pods = wait_for("the Deployment's 3 workers and a new controller", upgraded, RUNNING_TIMEOUT)
+        print(f"helm upgrade (workers.mode=deployment) -> all Running in {time.monotonic() - t:.1f} s")
+        print(pods_wide(pods), flush=True)
+        workers = [p for p in pods if _component(p) == "workers"]
+        assert {o["kind"] for p in workers for o in p["metadata"]["ownerReferences"]} == {"ReplicaSet"}
+        by["workers"] = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in workers}
+        assert sorted(by["workers"]) == names  # one per node: the spread, not chance
+        _check_run(real_cluster, ns, pods, by, t)
 
         # The probe pods' footprint on each real node (issue 26's goal: <= 40 MiB).
         for p in pods_in(api, ns):
@@ -168,3 +183,61 @@ def test_chart_exec_storm_across_three_nodes(real_cluster: RealCluster) -> None:
         c.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s")
         api.request("DELETE", f"/api/v1/namespaces/{ns}")
         wait_for(f"the pods of {ns} gone", lambda: not pods_in(api, ns), POD_TIMEOUT)
+
+
+def _component(p: dict[str, Any]) -> str:
+    return str(p["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def _check_run(
+    rc: RealCluster, ns: str, pods: list[dict[str, Any]], by: dict[str, dict[str, str]], t: float
+) -> None:
+    """The run of the controller in ``pods``: its report's rows exact per node and named by the
+    worker pod on that node (``by``: component -> node -> pod), then its one trace from the
+    chart's Jaeger with spans from the controller, every worker and every probe, each on its node."""
+    names = sorted(n.name for n in rc.nodes)
+    (ctrl,) = [p for p in pods if _component(p) == "controller"]
+    rep = controller_report(rc, pods, RUNNING_TIMEOUT)
+    print(f"report in {time.monotonic() - t:.1f} s: status {rep['status']}, flags {rep['flags']}", flush=True)
+    iterations = rep["points"][0]["iterations"]
+    assert iterations
+    for it in iterations:
+        rows = sorted(it["per_node"], key=lambda r: r["node"])
+        for r in rows:
+            print(f"  window {it.get('iteration', '?')}: {r['node']} {r['pod']} "
+                  f"generated {r['generated']} kernel {r['kernel']}", flush=True)  # fmt: skip
+        assert [r["node"] for r in rows] == names
+        for r in rows:
+            assert r["generated"] == r["kernel"] > 0, r
+            assert r["pod"] == f"{ns}/{by['workers'][r['node']]}/worker", r
+
+    # The trace: every span's resource names its pod and node (the chart's OTEL_RESOURCE_ATTRIBUTES).
+    (jaeger,) = [p for p in pods if _component(p) == "jaeger"]
+    base = f"http://{jaeger['status']['podIP']}:16686"
+    want = {("swarmscope-controller", ctrl["spec"]["nodeName"], ctrl["metadata"]["name"])}
+    for svc, comp in (("swarmscope-worker", "workers"), ("swarmscope-probe", "probes")):
+        want |= {(svc, node, pod) for node, pod in by[comp].items()}
+    services = {w[0] for w in want}
+    deadline = time.monotonic() + 60
+    while True:  # spans arrive in batches, each pod's on its own
+        spans = fetch_trace(base, rep["trace_id"], services)
+        have = {
+            (s["service"], s["resource"].get("k8s.node.name"), s["resource"].get("k8s.pod.name"))
+            for s in spans
+        }
+        if have >= want or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    print(f"trace {rep['trace_id']} from the chart's Jaeger, {len(spans)} spans:", flush=True)
+    for node in names:
+        on = Counter(
+            (s["service"].removeprefix("swarmscope-"), s["name"])
+            for s in spans if s["resource"].get("k8s.node.name") == node
+        )  # fmt: skip
+        print(
+            f"  {node}: " + ", ".join(f"{svc} '{name}' x{k}" for (svc, name), k in sorted(on.items())),
+            flush=True,
+        )
+    assert have == want, rep["trace_id"]
+    roots = [s for s in spans if not s["parent"]]
+    assert [(r["service"], r["name"]) for r in roots] == [("swarmscope-controller", "run exec_storm")]
