@@ -26,7 +26,7 @@ node's exec storm must exec its binary under the node's own name (``NodeKey.comm
 its own pid namespace here (``unshare --pid --fork --mount-proc``: reading /proc/1/ns/mnt is
 denied otherwise, docs/platform.md#tracers-and-lost-events). ig-cluster's drain sentinels run
 on the controller's node only: a loss on another node is counted once that node's CPU has its
-next traced exec (docs/cluster.md#inspektor-gadget-in-the-cluster).
+next traced exec (docs/realcluster.md#inspektor-gadget-in-the-cluster).
 """
 
 from __future__ import annotations
