@@ -201,7 +201,7 @@ def xdp_holder(netns: str, dev: str) -> str | None:
     with in_netns(netns):  # `ip` forked from this thread runs in the namespace
         out = subprocess.run(["ip", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
     if out.returncode != 0:
-        raise ProbeError(f"flow_count: no interface {dev!r} in {netns or 'the host namespace'}")
+        raise ProbeError(f"flow_count: attaching XDP to {netns or '(host)'}/{dev} failed: no such interface")
     prog = (json.loads(out.stdout)[0].get("xdp") or {}).get("prog") or {}
     if not prog.get("id"):
         return None
@@ -232,7 +232,7 @@ class FlowCount:
         self._want = self._startup
         # cgroups of the window's nodes (None: unscoped, every target; standalone use)
         self._scope: frozenset[int] | None = None
-        self._have: tuple[tuple[tuple[str, ...], int], frozenset[int] | None] | None = None
+        self._have: tuple[tuple[tuple[int, str, str], ...], int] | None = None
         self._attached: list[_Attached] = []
         self._loaded = False
         self._last: dict[FlowKey, tuple[int, int]] = {}
@@ -261,13 +261,15 @@ class FlowCount:
         self._scope = None if 0 in ids else ids
 
     def _apply(self) -> None:
-        want = (self._want, self._scope)
-        if self._have == want:
-            return
-        self._detach()
         targets, max_flows = self._want
         parsed = [parse_target(t) for t in targets]
         mine = [t for t in parsed if self._scope is None or t[0] in self._scope]
+        # What is attached, not what was asked: a window scoping to the same targets (its
+        # nodes named, where the last had none) costs no detach and no compile.
+        want = (tuple(mine), max_flows)
+        if self._have == want:
+            return
+        self._detach()
         if len(mine) < len(parsed):
             log.info("flow_count: %d of %d targets are other nodes'", len(parsed) - len(mine), len(parsed))
         try:
