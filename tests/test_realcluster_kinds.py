@@ -10,8 +10,8 @@ after), the pods placed with the chart's nodeSelector/affinity values, rows name
   the rows are the workers' (w1-n1, w2-n1): the ingress worker's node is the whole host
   (cgroup 0, for the proxy's procstat), so no probe names a pod for it, the log does;
 - flow storm: a worker on every node, each sending its share of the flows in its own pod; each
-  node's probe counts them by XDP: generated == kernel for packets, bytes and flows per node
-  (xfail, strict: on this machine every probe attaches to every node's targets, see there);
+  node's probe counts them by XDP, attached only to its own node's worker (flow_count.scope):
+  generated == kernel for packets, bytes, flows and the per-flow digest per node;
 - neighbor writes: a worker (agent + its own control plane, transport grpc) on every node, each
   its share of N: generated == kernel (the node probe's map-update calls) == reported per node;
 - the Arion write-up's two machines: the control plane in its own pod on node 0
@@ -20,7 +20,7 @@ after), the pods placed with the chart's nodeSelector/affinity values, rows name
   per-neighbor latency, with the previous test's same-pod (loopback) figures.
 
 Caveat: the nodes share this machine's kernel and 2 cores; a round trip between nodes crosses two
-veths and a bridge, not a wire (docs/cluster.md).
+veths and a bridge, not a wire (docs/realcluster.md).
 """
 
 from __future__ import annotations
@@ -244,12 +244,6 @@ def test_ingress_flood_from_two_nodes_to_a_target_on_the_third(rc: RealCluster) 
         assert sorted(lines.values()) in want, (lines, sent)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the nodes here share one kernel and PID namespace: every probe finds every worker's "
-    "receiving namespace (flow_count.netns_path) and attaches XDP there; the first wins, the "
-    "others' windows fail, so one node of three is counted (docs/cluster.md, 'Flow storm')",
-)
 def test_flow_storm_one_worker_per_node(rc: RealCluster) -> None:
     names = sorted(n.name for n in rc.nodes)
     rel = Release(rc, "rck-flow", "rkf")

@@ -170,7 +170,12 @@ class ProbeWindows:
     def _configure(self, w: _Window, name: str, prog: Program, options: dict[str, Any]) -> bool:
         """Apply this window's options to ``prog`` if they differ from the last ones; False if it failed."""
         configure = getattr(prog, "configure", None)  # Configurable programs (procstat, map_update)
-        if configure is None or self._applied.get(name, {}) == options:
+        # NodeScoped programs (flow_count) act on the targets of this probe's nodes only: the
+        # same options for other nodes are a change too.
+        scope = getattr(prog, "scope", None)
+        nodes = [n for n in w.nodes if n.name not in w.node_errors]
+        key = {**options, "(nodes)": sorted(n.cgroup_id for n in nodes)} if scope else options
+        if configure is None or self._applied.get(name, {}) == key:
             return True
         for other in self._windows.values():
             if name in other.before:
@@ -178,12 +183,14 @@ class ProbeWindows:
                     other.errors.get(name, ""), f"{name}: options changed by window {w.window_id} while open"
                 )
         try:
+            if scope:
+                scope(nodes)
             configure(options)
         except Exception as e:
             self._applied[name] = None
             w.errors[name] = f"{name}: applying options failed: {e}"
             return False
-        self._applied[name] = options
+        self._applied[name] = key
         return True
 
     def close(self, cmd: pb.CloseWindow) -> list[pb.Reading]:

@@ -2,6 +2,7 @@
 
     prog = FlowCount()
     prog.load()
+    prog.scope(nodes)    # the window's own nodes: only their targets are attached (else: all)
     prog.configure({"flow_count.targets": ["4242:ss-fs-ab12-dst:fsab12d"], "flow_count.max_flows": 2**18})
     prog.snapshot()      # {4242: {"flow.packets": n, "flow.bytes": b, "flow.flows", ".drops", ".other",
                          #         "flow.dev.fsab12cdd.packets": n, ...}}
@@ -16,9 +17,14 @@ it (the worker's), so the agent maps them to nodes like every other program; eve
 gauge is also given per interface (``flow.dev.<ifname>.<name>``), since workers on one
 machine may share a cgroup. Targets are set
 per window (the flow storm's workers make their namespaces at set-up) and attached once; a
-window with other targets detaches the old ones. A target whose namespace is not on this
-machine is skipped (in a distributed run each probe sees every worker's targets); one in a
-pod's own namespace directory is entered through a process of its cgroup (``netns_path``).
+window with other targets detaches the old ones. Every probe of a distributed run gets every
+worker's targets; the window scopes it (``scope``, the nodes the controller gave this probe) and
+only targets keyed by one of those nodes' cgroups are attached, so on one kernel shared by
+several nodes (tests/realcluster.py) no probe touches another's interfaces. A scoped target whose
+namespace is gone is skipped; one in a pod's own namespace directory is entered through a
+process of its cgroup (``netns_path``). An interface that already has an XDP program fails the
+window with the holder's name (``xdp_holder``: the probe whose pins hold it), never counts
+nothing.
 
 The flow table is drained at every window's close (``window_gauges``), so each window's flows
 are its own; the totals (``snapshot``) are cumulative, as counters must be. Caveats: XDP sees
@@ -30,22 +36,26 @@ next start-up sweep).
 
 from __future__ import annotations
 
+import glob
+import json
 import logging
 import os
 import re
 import socket
 import struct
+import subprocess
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swarmscope.core.config import Field, list_of
 from swarmscope.core.errors import ProbeError, SetupError
+from swarmscope.core.sys import bpf
 from swarmscope.core.sys.cgroups import cgroup2_mount, cgroup_paths, resolve_cgroup_id
 from swarmscope.probes import pinned
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.probes.programs.base import NodeLike, Snapshot
 from swarmscope.probes.programs.params import startup_values
-from swarmscope.probes.programs.pkt_count import XDP_FLAGS_SKB_MODE
+from swarmscope.probes.programs.pkt_count import XDP_FLAGS_SKB_MODE, in_netns
 
 TOTALS = ("packets", "bytes", "flows", "drops", "other")
 COUNTERS = tuple(f"flow.{f}" for f in TOTALS)
@@ -151,6 +161,9 @@ class _Attached:
 
     def __init__(self, cgroup: int, netns: str, dev: str, max_flows: int) -> None:
         self.cgroup, self.netns, self.dev = cgroup, netns, dev
+        holder = xdp_holder(netns, dev)
+        if holder:
+            raise ProbeError(f"flow_count: {netns or '(host)'}/{dev} already has an XDP program: {holder}")
         args = ["--xdp", "flow_count_xdp", "--ifaces", dev, "--xdp-flags", str(XDP_FLAGS_SKB_MODE)]
         if netns:
             args += ["--netns", netns]
@@ -181,6 +194,31 @@ class _Attached:
         self.bpf.cleanup()  # the link pin goes: XDP detaches
 
 
+def xdp_holder(netns: str, dev: str) -> str | None:
+    """Who holds the XDP hook of ``dev`` in ``netns`` (None: free): the probe whose pin
+    directory has the attached program (its pid is in the name, pinned.py), else the program's
+    id and name. Checked before the compile, so a second probe fails in milliseconds."""
+    with in_netns(netns):  # `ip` forked from this thread runs in the namespace
+        out = subprocess.run(["ip", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ProbeError(f"flow_count: attaching XDP to {netns or '(host)'}/{dev} failed: no such interface")
+    prog = (json.loads(out.stdout)[0].get("xdp") or {}).get("prog") or {}
+    if not prog.get("id"):
+        return None
+    pid = int(prog["id"])
+    for pin in sorted(glob.glob(f"{pinned.PIN_ROOT}/ss-probe-*/prog_*")):
+        try:
+            fd = bpf.obj_get(pin)
+        except ProbeError:
+            continue  # removed since listed
+        try:
+            if bpf.prog_info(fd).id == pid:
+                return f"program {pid} pinned by probe pid {pin.split('-')[2]} ({os.path.dirname(pin)})"
+        finally:
+            os.close(fd)
+    return f"program {pid} ({prog.get('name', '?')}), not pinned by a swarmscope probe"
+
+
 def _ip(v: int) -> str:
     return socket.inet_ntoa(struct.pack("<I", int(v)))  # stored as the wire's bytes
 
@@ -192,7 +230,9 @@ class FlowCount:
     def __init__(self, targets: Iterable[str] = (), max_flows: int = DEFAULT_MAX_FLOWS) -> None:
         self._startup = (tuple(targets), int(max_flows))
         self._want = self._startup
-        self._have: tuple[tuple[str, ...], int] | None = None
+        # cgroups of the window's nodes (None: unscoped, every target; standalone use)
+        self._scope: frozenset[int] | None = None
+        self._have: tuple[tuple[tuple[int, str, str], ...], int] | None = None
         self._attached: list[_Attached] = []
         self._loaded = False
         self._last: dict[FlowKey, tuple[int, int]] = {}
@@ -214,20 +254,32 @@ class FlowCount:
         if self._loaded:
             self._apply()
 
+    def scope(self, nodes: Iterable[NodeLike]) -> None:
+        """Attach only the targets of these nodes (by cgroup) from the next ``configure`` on;
+        a node with cgroup 0 (the probe's default node) scopes nothing out."""
+        ids = frozenset(int(n.cgroup_id) for n in nodes)
+        self._scope = None if 0 in ids else ids
+
     def _apply(self) -> None:
-        if self._have == self._want:
-            return
-        self._detach()
         targets, max_flows = self._want
         parsed = [parse_target(t) for t in targets]
+        mine = [t for t in parsed if self._scope is None or t[0] in self._scope]
+        # What is attached, not what was asked: a window scoping to the same targets (its
+        # nodes named, where the last had none) costs no detach and no compile.
+        want = (tuple(mine), max_flows)
+        if self._have == want:
+            return
+        self._detach()
+        if len(mine) < len(parsed):
+            log.info("flow_count: %d of %d targets are other nodes'", len(parsed) - len(mine), len(parsed))
         try:
-            for cg, ns, dev in parsed:
+            for cg, ns, dev in mine:
                 if (path := netns_path(cg, ns)) is not None:
                     self._attached.append(_Attached(cg, path, dev, max_flows))
         except BaseException:
             self._detach()
             raise
-        self._have = self._want
+        self._have = want
 
     def load(self) -> None:
         if not self._loaded:
