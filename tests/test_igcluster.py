@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from igcluster import deploy_ig
 from imagebuild import find_swarmscope_image
-from realcluster import RealCluster, controller_report, pods_wide
+from realcluster import RealCluster, all_ready, controller_report, pods_in, pods_wide
 from realnode import wait_for
-from test_realcluster import IMAGE_REPO, JAEGER_REPO, RUNNING_TIMEOUT, _all_ready, _pods_in
+from test_realcluster import IMAGE_REPO, JAEGER_REPO, RUNNING_TIMEOUT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -39,7 +39,7 @@ def test_exec_storm_reported_by_ig_in_the_cluster(real_cluster: RealCluster) -> 
     assert real_cluster.import_image(nodes[0].tools.jaeger_tar, JAEGER_REPO) == f"{JAEGER_REPO}:2.13.0"
     with deploy_ig(real_cluster) as ig:
         assert sorted(ig.pods) == names
-        print(pods_wide(_pods_in(api, "gadget")), flush=True)
+        print(pods_wide(pods_in(api, "gadget")), flush=True)
         t = time.monotonic()
         c.helm(
             "install", release, str(ROOT / "charts" / "swarmscope"), "-n", ns, "--create-namespace",
@@ -56,11 +56,11 @@ def test_exec_storm_reported_by_ig_in_the_cluster(real_cluster: RealCluster) -> 
         finally:
             c.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s")
             api.request("DELETE", f"/api/v1/namespaces/{ns}")
-            wait_for(f"the pods of {ns} gone", lambda: not _pods_in(api, ns), RUNNING_TIMEOUT)
+            wait_for(f"the pods of {ns} gone", lambda: not pods_in(api, ns), RUNNING_TIMEOUT)
 
 
 def _check_run(api: Any, rc: RealCluster, ns: str, names: list[str], t: float) -> None:
-    pods = wait_for("8 pods Running and ready", lambda: _all_ready(api, ns, 8), RUNNING_TIMEOUT)
+    pods = wait_for("8 pods Running and ready", lambda: all_ready(api, ns, 8), RUNNING_TIMEOUT)
     print(f"helm install -> all Running in {time.monotonic() - t:.1f} s", flush=True)
     print(pods_wide(pods), flush=True)
     workers = {
