@@ -66,7 +66,7 @@ def test_a_problem_names_the_option_it_came_from() -> None:
     assert f"{said}, not 'x'\n" in p.stderr
     p = run_cli("tracer-check", "--tracer", "nope", "--set", "tracer_stall_s=x")
     assert p.returncode == 2
-    choices = "'none', 'bpftrace', 'command', 'ig', 'prometheus', 'stream'"
+    choices = "'none', 'bpftrace', 'command', 'ig', 'ig-cluster', 'prometheus', 'stream'"
     assert p.stderr == (
         "swarmscope: 2 problem(s) in the configuration:\n"
         "  - --set: tracer_stall_s: must be a number, not 'x'\n"
