@@ -170,7 +170,7 @@ def test_agent_names_the_pod_it_counts(tmp_path: Path, caplog: pytest.LogCapture
             run = AgentThread(agent)
             try:
                 ctl.wait_for("heartbeat", timeout=60)  # BCC compile + load first
-                with caplog.at_level(logging.INFO, logger="swarmscope.probes.agent"):
+                with caplog.at_level(logging.INFO, logger="swarmscope.probes.windows"):
                     ctl.send(open=pb.OpenWindow(run_id="r", window_id="w", nodes=[
                         pb.NodeInfo(name="rn", cgroup_path=path),
                         pb.NodeInfo(name="plain", cgroup_path=f"/{root.name}/plain"),
