@@ -230,9 +230,10 @@ def _agent(args: argparse.Namespace, programs: list[str]) -> int:
         pods=pod_index(args),
         node_key=key,
     )
-    # A daemon says what it does (registered, which pod a node is) without -v.
-    agent_log = logging.getLogger("swarmscope.probes.agent")
-    agent_log.setLevel(min(agent_log.getEffectiveLevel(), logging.INFO))
+    # A daemon says what it does (registered: the agent; which pod a node is: its windows) without -v.
+    for name in ("swarmscope.probes.agent", "swarmscope.probes.windows"):
+        said = logging.getLogger(name)
+        said.setLevel(min(said.getEffectiveLevel(), logging.INFO))
     if metrics is not None:
         metrics.set_programs(lambda: agent.programs)
     for sig in (signal.SIGTERM, signal.SIGINT):
