@@ -145,6 +145,7 @@ def test_the_tab_page_escapes_every_cell() -> None:
         "run_id": XSS, "kind": XSS, "trace_id": XSS, "windows": 1,
         "columns": [{"key": "node", "title": XSS}, {"key": "kernel", "title": "kernel"}],
         "rows": [{"node": XSS, "kernel": 4096}],
+        "so_far": {"note": XSS, "points": []},  # the live chart: no readings yet
     }  # fmt: skip
     page = _page(data)
     assert "<ss-x" not in page
