@@ -177,12 +177,12 @@ def test_a_kill_cut_log_is_named_only_within_the_in_flight_bound() -> None:
     closed = SimpleNamespace(model="closed", steps=[10.0, 30.0], open_users=50)
     opened = SimpleNamespace(model="open", steps=[100.0], open_users=50)
     pt = PointInfo(index=0, params={"users": 10}, iterations=1)
-    kill = [{"name": "kill-lb-local"}]
+    kill = ["kill-lb-local"]  # the faults that struck in the window, by name
     assert _cut_by_kill(closed, pt, kill, 5284, 5283, 1) == 1  # type: ignore[arg-type]
     assert _cut_by_kill(closed, pt, kill, 5293, 5283, 1) == 10  # type: ignore[arg-type]
     assert _cut_by_kill(closed, pt, kill, 5294, 5283, 1) == 0  # type: ignore[arg-type]
     assert _cut_by_kill(closed, pt, kill, 5283, 5284, 1) == 0  # type: ignore[arg-type]
-    assert _cut_by_kill(closed, pt, [{"name": "kill-pod"}], 5284, 5283, 1) == 0  # type: ignore[arg-type]
+    assert _cut_by_kill(closed, pt, ["kill-pod"], 5284, 5283, 1) == 0  # type: ignore[arg-type]
     assert _cut_by_kill(closed, pt, kill, 5284, None, 1) == 0  # type: ignore[arg-type]
     free = PointInfo(index=0, params={}, iterations=1)  # locust -f: one window, every step
     assert _cut_by_kill(closed, free, kill, 130, 100, 1) == 30  # type: ignore[arg-type]

@@ -225,13 +225,14 @@ def _check_run(
         want |= {(svc, node, pod) for node, pod in by[comp].items()}
     services = {w[0] for w in want}
     deadline = time.monotonic() + 60
-    while True:  # spans arrive in batches, each pod's on its own
+    while True:  # spans arrive in batches, each pod's on its own; the root span (it ends last)
         spans = fetch_trace(base, rep["trace_id"], services)
         have = {
             (s["service"], s["resource"].get("k8s.node.name"), s["resource"].get("k8s.pod.name"))
             for s in spans
         }
-        if have >= want or time.monotonic() > deadline:
+        rooted = any(not s["parent"] and s["name"] == "run exec_storm" for s in spans)
+        if (have >= want and rooted) or time.monotonic() > deadline:
             break
         time.sleep(1.0)
     print(f"trace {rep['trace_id']} from the chart's Jaeger, {len(spans)} spans:", flush=True)

@@ -67,6 +67,7 @@ class IngressDriver:
         self._by_step: dict[str, dict[str, int]] = {}
         self._fault: Any = None
         self._fault_sent = 0
+        self._fault_struck = 0  # records already named as struck in a window's results
         self._timeline: list[tuple[float, bool]] = []
         # Requests sent to the target outside any window (the preflight): in the report, so
         # that its total equals the server's access log (issue 18, finding 12).
@@ -393,6 +394,10 @@ class IngressDriver:
         if self._fault is not None:
             self._timeline.extend(rec.timeline)
             out["faults"] = self._fault_records(last)
+            # The faults that struck in this window, whether or not their record (which waits
+            # for the recovery) goes with it: a kill's unlogged replies belong to this window.
+            struck, self._fault_struck = self._fault.records[self._fault_struck :], len(self._fault.records)
+            out["faults_struck"] = [r["name"] for r in struck if "error" not in r]
         rec.timeline = []  # downtime is computed here: the timeline stays on the worker
         requests = sum(s.requests for s in rec.steps.values())
         failures = sum(sum(s.failures.values()) for s in rec.steps.values())

@@ -137,7 +137,8 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
     servers = [int(r["server_requests"]) for r in got if r.get("server_requests") is not None]
     server = sum(servers) if servers else None
     faults = [f for r in got for f in r.get("faults", [])]
-    cut = _cut_by_kill(cfg, point, faults, successes, server, len(got))
+    struck = [n for r in got for n in r.get("faults_struck", [])]
+    cut = _cut_by_kill(cfg, point, struck, successes, server, len(got))
     if cut:
         flags.append(f"server-log-cut-by-kill:{cut} answered requests unlogged (SIGKILL after the reply)")
     elif server is not None and server != successes:
@@ -159,6 +160,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         "server_log_cut_by_kill": cut,
         "proxy": proxy,
         "faults": faults,
+        "faults_struck": struck,
         "fault_spans": [fault_span(f) for f in faults if fault_span(f) is not None],
         "restarts": target.get("restarts", []),
         "url": target.get("url"),
@@ -176,7 +178,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
 def _cut_by_kill(
     cfg: IngressConfig,
     point: PointInfo,
-    faults: list[dict[str, Any]],
+    struck: list[str],
     successes: int,
     server: int | None,
     workers: int,
@@ -186,9 +188,10 @@ def _cut_by_kill(
     nginx writes a request's log line after it has sent the reply, so a SIGKILL between the two
     leaves a request answered and never logged. Only requests in flight at the kill can be lost
     that way: at most one per user (closed model) or per VU (open model). A shortfall within
-    that bound, in a window where ``kill-lb-local`` struck, is named as such; anything else
-    stays a ``server-mismatch``."""
-    if server is None or not any(f.get("name") == "kill-lb-local" for f in faults):
+    that bound, in a window where ``kill-lb-local`` struck (``struck``: the faults' names that
+    struck in it; their records may follow with a later window, once recovered), is named as
+    such; anything else stays a ``server-mismatch``."""
+    if server is None or "kill-lb-local" not in struck:
         return 0
     if cfg.model == "open":
         bound = cfg.open_users * max(workers, 1)
