@@ -185,6 +185,29 @@ def test_failing_check_changes_the_exit_code_of_a_real_run(tmp_path: pathlib.Pat
     assert "checks: 2 passed, 0 failed" in p.stdout
 
 
+@pytest.mark.slow
+@root
+@pytest.mark.root
+@pytest.mark.bpf
+def test_a_run_with_worker_errors_exits_5_before_its_failed_checks(tmp_path: pathlib.Path) -> None:
+    """A worker that cannot make the load (here its own bounds: 4 exec children need 2*4+1 = 9
+    tasks, the node's cgroup allows pids.max=8, which the file's validation lets through) flags
+    each window ``worker-error``; the run exited 0. It exits 5, ahead of a failed check (99)."""
+    out = tmp_path / "out"
+    p = run_cli(
+        "run", "scenarios/exec_storm.yaml", "--set", "nodes=1", "--set", "iterations=2",
+        "--set", "burst_s=0.3", "--set", "concurrency=4", "--set", "pids_max=8", "--set", "tracer=none",
+        "--out", str(out), "--check", "kernel.max > 10",
+    )  # fmt: skip
+    assert p.returncode == 5, p.stderr[-3000:]
+    why = "exec storm out of bounds: concurrency=4 needs 9 tasks but node n1 allows pids.max=8"
+    rep = load_report(only_run_dir(out))
+    assert [it["flags"] for it in rep["points"][0]["iterations"]] == [[f"worker-error:n1:{why}"]] * 2
+    assert f"swarmscope: worker-error:n1:{why} at point(s) 0 — a worker could not make the load" in p.stderr
+    assert "FAIL  kernel.max > 10" in p.stdout  # the check is still evaluated and shown
+    assert "Traceback" not in p.stderr  # the burst's refusal is the flag, not a greenlet's traceback
+
+
 def _locust(out: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [str(BIN / "locust"), "-f", "scenarios/exec_storm.py", "--headless", "-u", "2", "-r", "2",
            "-t", "3s", "--ss-out", str(out), "--ss-burst-s", "0.3", *args]  # fmt: skip

@@ -11,7 +11,9 @@ group, on `swarmscope run` (every kind), `locust -f scenarios/<kind>.py --headle
 `swarmscope controller` + a hand-started worker and probe in its process group (every kind with a
 locustfile), once a window is in flight: status ``interrupted``, the report written with what was measured, no
 traceback, and nothing left (processes, network namespaces, cgroups, BPF programs, pins, owner
-claims under /run/swarmscope/owners), audited without the next run's start-of-run sweep.
+claims under /run/swarmscope/owners), audited without the next run's start-of-run sweep. SIGTERM
+(a pod stop) goes to one process, not the group: `swarmscope run` embedded (every kind) and
+distributed, and the controller (its worker exits with it; the probe gets its own SIGTERM after).
 """
 
 from __future__ import annotations
@@ -217,8 +219,12 @@ LOCUST = {"exec_storm": ["-u", "2", "-r", "2", "-t", "120s"], "ingress_flood": [
 CELLS = [("run", k, signal.SIGINT) for k in VALUES] + [
     (d, k, signal.SIGINT) for d in ("distributed", "locust", "controller") for k in LOCUST
 ]
-# SIGTERM (a pod stop): the headless shape, which Locust leaves without a SIGTERM handler
+# SIGTERM (a pod stop): the headless shape, which Locust leaves without a SIGTERM handler; and
+# `swarmscope run` (every kind embedded, distributed) and the controller (each kind with a locustfile)
 CELLS += [("locust", "ingress_flood", signal.SIGTERM)]
+CELLS += [("run", k, signal.SIGTERM) for k in VALUES] + [
+    (d, k, signal.SIGTERM) for d in ("distributed", "controller") for k in LOCUST
+]
 
 
 def _iterations(out: pathlib.Path) -> int:
@@ -275,7 +281,7 @@ def _start_door(door: str, kind: str, tmp: pathlib.Path, metrics_port: int) -> d
     return started
 
 
-@pytest.mark.slow  # 18 real runs, 23-61 s each
+@pytest.mark.slow  # 31 real runs, 23-61 s each
 @pytest.mark.parametrize(
     "door,kind,sig", CELLS, ids=[f"{d}-{k}{'-sigterm' if g == signal.SIGTERM else ''}" for d, k, g in CELLS]
 )
@@ -300,8 +306,14 @@ def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: s
             w.sample()
             w.sample_progs()
         stored = _iterations(out)
-        os.killpg(first.pid, sig)
-        for p in procs.values():
+        if sig == signal.SIGINT:  # a terminal's Ctrl-C: the whole process group
+            os.killpg(first.pid, sig)
+        else:  # a pod stop: the one process; what it started must go with it
+            first.send_signal(sig)
+        for role, p in procs.items():
+            if role == "probe" and sig == signal.SIGTERM:
+                procs["controller"].wait(120)  # the probe serves the next run: its own pod's stop
+                p.send_signal(sig)
             p.wait(120)
     finally:
         for p in procs.values():

@@ -4,8 +4,8 @@
 
 The chart's two-machine topology (workers.neighbors.controlPlane, docs/cluster.md) on one
 machine: one control plane server started here, the run's agent and writer reach it by address
-over gRPC, from a worker process as in the chart (embedded, transport grpc hung here with or
-without a control plane elsewhere, on main too). Checked: every window exact (the datapath
+over gRPC, from a worker process as in the chart (the embedded run of transport grpc:
+test_run_e2e.py). Checked: every window exact (the datapath
 recounted from outside by bpftool), the store empty again after each window (the next one lists
 only its own entries), the agent's round trip to it measured and reported, and the options that
 cannot go together refused by name.

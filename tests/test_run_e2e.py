@@ -201,6 +201,25 @@ def test_neighbor_writes_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.slow
+def test_neighbor_writes_over_grpc_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
+    """Embedded, transport grpc: the driver's agent and writer talk gRPC inside the gevent-patched
+    run. Without grpc's gevent init the first call blocked for ever, deaf to Ctrl-C (issue 28)."""
+    out, recount = tmp_path / "results", str(tmp_path / "recount.json")
+    modes = ("list_program", "write_watch_program")  # watch_only is ipc only (refused by name)
+    p = run_with_recount(
+        recount, "scenarios/neighbor_writes.yaml", "--set", "neighbors=1000",
+        "--set", f"modes={','.join(modes)}", "--set", "transport=grpc", "--set", "batch_size=100",
+        "--set", "plot=false", "--out", str(out), timeout=180,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = load_report(only_run_dir(out))
+    assert rep["status"] == "ok" and rep["config"]["transport"] == "grpc"
+    check_recount(recount, rep)  # bpftool's dump of the map, not the code's "verified"
+    pts = check_neighbor_points(rep, [1000], workers=1, page=65536, batch=100, modes=modes)
+    assert all(q["rtt_grpc_p50_us"] > 0 for q in pts)  # the agent's gRPC round trips, measured
+
+
+@pytest.mark.slow
 def test_neighbor_writes_distributed(tmp_path: pathlib.Path) -> None:
     """Two worker processes, each its own agent, XDP map and namespace; timings pooled exactly."""
     out, recount = tmp_path / "results", str(tmp_path / "recount.json")

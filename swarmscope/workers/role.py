@@ -56,6 +56,15 @@ class NodeTally:
         }
 
 
+def _caught(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, LoadGenError | None]:
+    """``fn``'s result or its LoadGenError, returned: a greenlet that dies of one has gevent
+    print a traceback, for a failure the window already reports (``worker-error``)."""
+    try:
+        return fn(*args, **kwargs), None
+    except LoadGenError as e:
+        return None, e
+
+
 class WorkerRole:
     """Owns this process's nodes, running bursts and the per-window tallies."""
 
@@ -158,6 +167,7 @@ class WorkerRole:
         # running burst nobody tracks, whose execs the kernel counts and the tally misses.
         if self._stress_ng is not None:
             spawn = gevent.spawn(
+                _caught,
                 self._stress_ng.start_burst,
                 node,
                 duration_s=duration_s,
@@ -168,6 +178,7 @@ class WorkerRole:
             )
         else:
             spawn = gevent.spawn(
+                _caught,
                 exec_storm.start_burst,
                 self.tools,
                 node,
@@ -178,13 +189,16 @@ class WorkerRole:
                 rate=rate,
             )
         try:
-            handle = spawn.get()
+            handle, err = spawn.get()
         except gevent.GreenletExit:
-            handle = spawn.get()  # it exists (or failed): track it so test stop counts it
-            with self._lock:
-                self._inflight[id(handle)] = (window_id, node.name, handle)
-            handle.stop()
+            handle, _ = spawn.get()  # it exists (or failed): track it so test stop counts it
+            if handle is not None:
+                with self._lock:
+                    self._inflight[id(handle)] = (window_id, node.name, handle)
+                handle.stop()
             raise
+        if err is not None:
+            raise err
         with self._lock:
             self._inflight[id(handle)] = (window_id, node.name, handle)
         return handle

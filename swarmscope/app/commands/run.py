@@ -14,6 +14,10 @@ import argparse
 import sys
 from typing import Any
 
+# Exit codes (docs/checks.md, "Exit codes"): 4 harness mismatch, 1 failed, 5 worker errors, 99
+# failed checks, in that order; 2 and 3 are configuration and set-up errors, 130 a signal.
+WORKER_ERROR_EXIT = 5
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -79,6 +83,16 @@ def _run(args: argparse.Namespace) -> int:
     if report.get("status") == "failed":  # e.g. no kernel count anywhere: what was kept is reported
         print("swarmscope: the run failed (status failed): see the report's flags", file=sys.stderr)
         return 1
+    # A window whose worker failed to make its load measured something else than the scenario
+    # asked for: its figures (and any check over them) cannot be read as the system's.
+    worker_errors = [f for f in report.get("flags", []) if f["flag"].startswith("worker-error:")]
+    if worker_errors:
+        print(
+            f"swarmscope: {worker_errors[0]['message']} — a worker could not make the load the "
+            f"scenario asked for ({len(worker_errors)} worker error(s), see the report's flags)",
+            file=sys.stderr,
+        )
+        return WORKER_ERROR_EXIT
     bad_checks = failed(report.get("checks"))
     if bad_checks:
         names = "; ".join(c["check"] for c in bad_checks)

@@ -17,8 +17,10 @@ carries the map read back (== written?) and an XDP packet check in the namespace
 ``locust -f``: NeighborWriterUser users (workers/neighbor_user.py) write into a control plane
 this driver starts when Locust has no ``--host``, and record each batch here for the current
 window; ``take`` returns the entries written and the batches' HdrHistogram (encoded).
-Caveat: runs in a gevent-patched Locust process; grpc must have ``init_gevent`` (the locustfile
-and the controller's fleet do that).
+Caveat: runs in a gevent-patched Locust process, where grpc needs ``init_gevent`` before its first
+channel: the driver does it (``grpc_for_gevent``). Without it the embedded ``swarmscope run`` of
+``transport: grpc``, which never imports the locustfile, blocked in grpc's first call, deaf to
+Ctrl-C and SIGTERM.
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ class _FreeTally:
 
 class NeighborDriver:
     def __init__(self, cfg: NeighborConfig, prefix: str):
+        from swarmscope.controller.fleet_loop import grpc_for_gevent
         from swarmscope.workers.nodes import own_cgroup_node
 
+        grpc_for_gevent()  # before any channel: the agent's and the writer's (transport grpc)
         self.cfg = cfg
         self.name = f"{prefix}n1"
         # Locust users of different workers must write disjoint blocks: the worker's number
