@@ -9,7 +9,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stop_procs(procs: Iterable[subprocess.Popen[Any]], grace_s: float) -> None:
+    """SIGTERM every process still running, then SIGKILL each one not gone within ``grace_s``
+    (all are told first, so they shut down side by side)."""
+    ps = list(procs)
+    for p in ps:
+        if p.poll() is None:
+            p.terminate()
+    for p in ps:
+        try:
+            p.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 class Logged(subprocess.Popen[str]):

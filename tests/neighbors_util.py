@@ -102,7 +102,7 @@ def check_neighbor_points(
     (list_program), one per put-batch transaction of it (write_watch_program), none at all
     (watch_only: received, not programmed); only the probe's map_update samples of the agents'
     pids and maps can produce that count."""
-    from swarmscope.kinds.neighbor_writes.results import shares
+    from swarmscope.kinds.base import shares
 
     pts = rep["neighbors"]["points"]
     assert [(p["neighbors"], p["mode"]) for p in pts] == [(n, m) for n in ns for m in modes]

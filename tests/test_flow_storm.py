@@ -17,8 +17,9 @@ from helpers import free_port, load_report, only_run_dir, run_cli
 
 from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo, WindowOutcome
 from swarmscope.kinds import load_scenario
+from swarmscope.kinds.base import shares
 from swarmscope.kinds.flow_storm.perflow import sent_digest
-from swarmscope.kinds.flow_storm.results import expected_hist, reconcile, shares
+from swarmscope.kinds.flow_storm.results import expected_hist, reconcile
 from swarmscope.probes.flowdigest import flow_digest
 from swarmscope.workers.flow_gen import flow_key
 

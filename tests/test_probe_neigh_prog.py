@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from net_helpers import ip
 from probe_helpers import temp_cgroup
 
 from swarmscope.core.errors import ProbeError
@@ -31,21 +32,17 @@ WRITER = (
 )
 
 
-def sh(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
 @contextlib.contextmanager
 def netns_with_veth() -> Iterator[tuple[str, str]]:
     tag = secrets.token_hex(3)
     ns, dev = f"ss-test-nb-{tag}", f"ssn{tag}"
     try:
-        sh("netns", "add", ns)
-        sh("-n", ns, "link", "add", dev, "type", "veth", "peer", "name", f"ssp{tag}")
+        ip("netns", "add", ns)
+        ip("-n", ns, "link", "add", dev, "type", "veth", "peer", "name", f"ssp{tag}")
         for d in (dev, f"ssp{tag}"):
-            sh("netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{d}.disable_ipv6=1")
-            sh("-n", ns, "link", "set", d, "up")
-        sh("-n", ns, "addr", "add", "10.77.0.1/24", "dev", dev)
+            ip("netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{d}.disable_ipv6=1")
+            ip("-n", ns, "link", "set", d, "up")
+        ip("-n", ns, "addr", "add", "10.77.0.1/24", "dev", dev)
         yield ns, dev
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import yaml
-from helpers import BIN, ROOT, free_port, load_report, only_run_dir
+from helpers import BIN, ROOT, free_port, load_report, only_run_dir, stop_procs
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf]
 
@@ -50,18 +50,6 @@ def _start(tmp_path: pathlib.Path, kind: str, values: dict, locust: list[str], w
     return procs
 
 
-def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    for p in procs.values():
-        if p.poll() is None:
-            p.terminate()
-    for p in procs.values():
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
-
-
 def _log(tmp_path: pathlib.Path, name: str) -> str:
     return (tmp_path / f"{name}.log").read_text(errors="replace")
 
@@ -79,7 +67,7 @@ def test_a_worker_without_kind_takes_the_controllers(tmp_path: pathlib.Path, kin
     try:
         rc = procs["controller"].wait(180)
     finally:
-        _stop(procs)
+        stop_procs(procs.values(), 30)
     assert rc == 0, _log(tmp_path, "controller")[-3000:]
     worker_log = _log(tmp_path, "worker")
     assert "unknown key" not in worker_log and "Traceback" not in worker_log, worker_log[-3000:]
@@ -106,7 +94,7 @@ def test_a_worker_without_kind_runs_counted_ingress_steps_exactly(tmp_path: path
     try:
         rc = procs["controller"].wait(180)
     finally:
-        _stop(procs)
+        stop_procs(procs.values(), 30)
     assert rc == 0, _log(tmp_path, "controller")[-3000:]
     assert "Traceback" not in _log(tmp_path, "worker"), _log(tmp_path, "worker")[-3000:]
     rep = load_report(only_run_dir(tmp_path / "results"))
@@ -126,7 +114,7 @@ def test_a_worker_started_for_another_kind_is_refused_at_once(tmp_path: pathlib.
         crc = procs["controller"].wait(60)
         took = time.monotonic() - t0
     finally:
-        _stop(procs)
+        stop_procs(procs.values(), 30)
     worker_log, controller_log = _log(tmp_path, "worker"), _log(tmp_path, "controller")
     why = (
         "this worker was started for the exec_storm kind and the controller runs ingress_flood: start "

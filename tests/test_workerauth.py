@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import zmq
-from helpers import ROOT, free_port
+from helpers import ROOT, free_port, stop_procs
 
 from swarmscope.app import workerauth
 
@@ -78,18 +78,6 @@ def _wait_listening(port: int, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"the master did not listen on {port} in {timeout_s:.0f} s")
 
 
-def _stop(*procs: subprocess.Popen[bytes]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("token", "leaked"),
@@ -126,7 +114,7 @@ def test_worker_without_the_token_cannot_join(tmp_path: Path, token: str | None,
             pass  # the master already dropped the connection at the handshake: nothing to queue
         master.wait(60)
     finally:
-        _stop(worker, master)
+        stop_procs([worker, master], 15)
         rogue.close()
         ctx.term()
     log = (tmp_path / "master.log").read_text()
@@ -150,7 +138,7 @@ def test_worker_with_the_token_joins(tmp_path: Path) -> None:
     try:
         master.wait(60)
     finally:
-        _stop(worker, master)
+        stop_procs([worker, master], 15)
     log = (tmp_path / "master.log").read_text()
     assert master.returncode == 0, log
     assert "refused a peer" not in log
@@ -193,7 +181,7 @@ def test_a_worker_token_holder_cannot_act_as_the_master(tmp_path: Path) -> None:
                 impostor.send_multipart([ident, msgpack.dumps(["swarmscope:setup", setup, ident.decode()])])
         time.sleep(1.0)  # a setup sent last has time to arrive
     finally:
-        _stop(worker)
+        stop_procs([worker], 15)
         impostor.close()
         ctx.term()
     log = (tmp_path / "worker.log").read_text()
@@ -221,7 +209,7 @@ def test_a_worker_cannot_send_as_another(tmp_path: Path) -> None:
         peer.send(msgpack.dumps(["swarmscope:nodes", {"nodes": []}, "victim-worker"]))
         master.wait(60)
     finally:
-        _stop(master)
+        stop_procs([master], 15)
         peer.close()
         ctx.term()
     log = (tmp_path / "master.log").read_text()

@@ -18,7 +18,7 @@ import pathlib
 import subprocess
 import time
 
-from helpers import BIN, ROOT, free_port
+from helpers import BIN, ROOT, free_port, stop_procs
 
 HOSTS = ("hA", "hB")
 
@@ -85,15 +85,7 @@ def wait_iterations(run: subprocess.Popen[str], n: int, lines: list[str], timeou
 
 
 def stop_all(run: subprocess.Popen[str], procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    for p in procs.values():
-        if p.poll() is None:
-            p.terminate()
-    for p in procs.values():
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
+    stop_procs(procs.values(), 20)
     if run.poll() is None:
         run.kill()
         run.wait(10)

@@ -18,9 +18,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from swarmscope.controller import fleet_live, relay_routes
+from swarmscope.controller import relay_routes
 from swarmscope.controller.fleet_gc import gc_held
 from swarmscope.controller.fleet_loop import AioServerThread
 from swarmscope.controller.fleet_state import ProbeState, SoFar, Window, poll_s, put_all, to_reading
@@ -153,13 +154,7 @@ class FleetWindows:
 
     def wait_acks(self, win: Window, pids: set[str], deadline: float) -> dict[str, str]:
         """Wait (lock held) for the acks of ``pids``; return {probe id: problem} of those not open."""
-        while True:
-            # Woken by the last ack, or every 0.25 s to drop gone probes from the wait.
-            pending = relay_routes.not_gone(self, pids - win.acks.keys())
-            left = deadline - time.monotonic()
-            if not pending or left <= 0 or win.closing:
-                break
-            self._lock.wait(min(left, poll_s(len(pending))))
+        self._wait_answers(win, win.acks.keys(), deadline, pids)
         if win.closing:  # widened while closing (a relay): the close accounts for every probe
             return {}
         problems = {}
@@ -193,15 +188,7 @@ class FleetWindows:
     def finish_close(self, win: Window, deadline: float) -> list[str]:
         """Wait (lock held) until every probe is done, gone, or lost below a relay, or the
         deadline; forget the window; return the names of the probes that did not finish."""
-        while not win.expected <= win.done:
-            pending = win.expected - win.done
-            if all(fleet_live.gone(self, pid) or pid in win.lost for pid in pending):
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._lock.wait(min(left, poll_s(len(pending))))
-        missing = sorted(self._probe_name(pid) for pid in win.expected - win.done)
+        missing = sorted(map(self._probe_name, self._wait_answers(win, win.done, deadline)))
         if self._windows.get(win.window_id) is win:
             del self._windows[win.window_id]
         if win.reconnects:
@@ -228,15 +215,28 @@ class FleetWindows:
             pids = {pid for pid, ack in win.acks.items() if ack.ok} & win.expected
             so_far = win.reads[read_id] = SoFar()
             self._aio.post(put_all, relay_routes.close_items(self, win, cmd, pids))
-            deadline = time.monotonic() + timeout_s
-            while not pids <= so_far.answered | win.lost.keys() and not win.closing:
-                left = deadline - time.monotonic()
-                if left <= 0 or not relay_routes.not_gone(self, pids - so_far.answered):
-                    break
-                self._lock.wait(min(left, poll_s(len(pids))))
+            unanswered = self._wait_answers(win, so_far.answered, time.monotonic() + timeout_s, pids)
             win.reads.pop(read_id, None)
-            missing = sorted(self._probe_name(pid) for pid in pids - so_far.answered)
-            return list(so_far.readings.values()), missing
+            return list(so_far.readings.values()), sorted(map(self._probe_name, unanswered))
+
+    def _wait_answers(
+        self, win: Window, answered: AbstractSet[str], deadline: float, pids: set[str] | None = None
+    ) -> set[str]:
+        """Wait (lock held) until each of ``pids`` is in ``answered``, lost below a relay or gone,
+        or the deadline; return those not in ``answered``. The wait of the open's acks, a read's
+        answers and (``pids`` None: every probe the window waits for, as a relay widens it) the
+        close's readings; the first two end when the window starts closing."""
+        while True:
+            # Woken by the last answer, or every poll_s to drop gone probes from the wait.
+            want = win.expected if pids is None else pids
+            pending = want - answered - win.lost.keys()
+            left = deadline - time.monotonic()
+            if not pending or left <= 0 or (pids is not None and win.closing):
+                break
+            if not relay_routes.not_gone(self, pending):  # none of them will answer
+                break
+            self._lock.wait(min(left, poll_s(len(pending))))
+        return set(want - answered)
 
     def take_spans(self, window_id: str) -> list[bytes]:
         """The spans probes sent with a window's readings (OTLP request bytes), removed here."""

@@ -191,6 +191,18 @@ class Kind(Generic[C]):
         return 1
 
 
+def shares(n: int, nodes: list[str]) -> dict[str, list[int]]:
+    """Split N (flows, neighbors) over the nodes in name order: {node: [first, count]},
+    disjoint blocks, the first ``n % len(nodes)`` one larger; a kind's payload sends it to every
+    worker, and each driver takes its own node's block."""
+    out, at = {}, 0
+    for i, node in enumerate(sorted(nodes)):
+        c = n // len(nodes) + (1 if i < n % len(nodes) else 0)
+        out[node] = [at, c]
+        at += c
+    return out
+
+
 class _Open(dict[str, Any]):
     """A section whose content is known only once windows ran: every name is in it."""
 

@@ -24,9 +24,13 @@ struct ne_total {
 
 BPF_PERCPU_HASH(ne_totals, struct ne_key, struct ne_total, 4096);
 
-/* One write of (tgid, kind, cgroup, dev): count it and stamp its first/last time. */
-static inline void ne_count(struct ne_key *k, u64 now)
+/* One write of `kind` on k->dev (the tracepoint's, read by the caller) by the current task:
+ * count it under (tgid, kind, cgroup, dev) and stamp its first/last time. */
+static inline int ne_count(struct ne_key *k, u32 kind, u64 now)
 {
+    k->tgid = bpf_get_current_pid_tgid() >> 32;
+    k->kind = kind;
+    k->cgroup = bpf_get_current_cgroup_id();
     struct ne_total zero = {}, *t = ne_totals.lookup_or_try_init(k, &zero);
     if (t) {
         t->count += 1;
@@ -34,6 +38,7 @@ static inline void ne_count(struct ne_key *k, u64 now)
             t->first_ns = now;
         t->last_ns = now;
     }
+    return 0;
 }
 
 TRACEPOINT_PROBE(neigh, neigh_create)
@@ -44,12 +49,8 @@ TRACEPOINT_PROBE(neigh, neigh_create)
 #endif
     u64 now = bpf_ktime_get_ns();
     struct ne_key k = {};
-    k.tgid = bpf_get_current_pid_tgid() >> 32;
-    k.kind = 0;
-    k.cgroup = bpf_get_current_cgroup_id();
     TP_DATA_LOC_READ_STR(k.dev, dev, sizeof(k.dev));
-    ne_count(&k, now);
-    return 0;
+    return ne_count(&k, 0, now);
 }
 
 TRACEPOINT_PROBE(neigh, neigh_update)
@@ -60,10 +61,6 @@ TRACEPOINT_PROBE(neigh, neigh_update)
 #endif
     u64 now = bpf_ktime_get_ns();
     struct ne_key k = {};
-    k.tgid = bpf_get_current_pid_tgid() >> 32;
-    k.kind = 1;
-    k.cgroup = bpf_get_current_cgroup_id();
     TP_DATA_LOC_READ_STR(k.dev, dev, sizeof(k.dev));
-    ne_count(&k, now);
-    return 0;
+    return ne_count(&k, 1, now);
 }

@@ -28,7 +28,7 @@ from typing import Any
 from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcome
 from swarmscope.controller.options import RunConfig
 from swarmscope.core.config import Field, list_of
-from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.base import CrossCheck, Kind, shares
 from swarmscope.targets.flow_agent import AGENT_CHOICES
 
 FLOW_FIELDS: list[Field] = [
@@ -170,8 +170,6 @@ class FlowStorm(Kind[FlowStormConfig]):
     def payload(
         self, cfg: FlowStormConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
     ) -> dict[str, Any]:
-        from swarmscope.kinds.flow_storm.results import shares
-
         return {
             "shares": shares(int(point.params["flows"]), list(shared.get("nodes", []))),
             "packets_per_flow": cfg.packets_per_flow,

@@ -34,17 +34,6 @@ GEN_FIELDS = ("generated", "bytes", "flows", "flows_asked", "rounds", "partial",
               "elapsed_s", "retries", "veth_dropped", "dev", "digest", "free", "bursts")  # fmt: skip
 
 
-def shares(n: int, nodes: list[str]) -> dict[str, list[int]]:
-    """Split N flows over the nodes in name order: {node: [first flow, count]}, disjoint."""
-    k = max(1, len(nodes))
-    out, at = {}, 0
-    for i, node in enumerate(sorted(nodes)):
-        c = n // k + (1 if i < n % k else 0)
-        out[node] = [at, c]
-        at += c
-    return out
-
-
 def expected_hist(gen: Mapping[str, Any]) -> dict[int, int]:
     """Flows per packet count the generator sent: every flow ``rounds``, the first ``partial``
     one more (a generator stopped by max_s)."""

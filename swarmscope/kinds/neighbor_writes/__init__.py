@@ -28,7 +28,7 @@ from swarmscope.controller.model import IterationResult, PointInfo, WindowOutcom
 from swarmscope.controller.options import RunConfig
 from swarmscope.controller.tables import Rows
 from swarmscope.core.config import Field, list_of
-from swarmscope.kinds.base import CrossCheck, Kind
+from swarmscope.kinds.base import CrossCheck, Kind, shares
 from swarmscope.kinds.neighbor_writes import live
 
 MODES = ("list_program", "watch_only", "write_watch_program")
@@ -202,8 +202,6 @@ class NeighborWrites(Kind[NeighborConfig]):
     def payload(
         self, cfg: NeighborConfig, point: PointInfo, iteration: int, shared: Mapping[str, Any]
     ) -> dict[str, Any]:
-        from swarmscope.kinds.neighbor_writes.results import shares
-
         n = int(point.params["neighbors"])
         return {
             "n": n,

@@ -1,6 +1,5 @@
 """Controller side of neighbor writes: reconcile a window, build the ``neighbors`` section.
 
-    shares(10001, ["w1-n1", "w2-n1"])    # {"w1-n1": [0, 5001], "w2-n1": [5001, 5000]}
     reconcile(cfg, outcome)   # WindowOutcome -> IterationResult
     sections(cfg, results, run_dir)      # {"neighbors": {"points": [...], "plot": "neighbors.png"}}
 
@@ -37,17 +36,6 @@ if TYPE_CHECKING:
     from swarmscope.kinds.neighbor_writes import NeighborConfig
 
 SERIES = "map_update.call"
-
-
-def shares(n: int, nodes: list[str]) -> dict[str, list[int]]:
-    """Split N over the nodes in name order: {node: [first index, count]}, disjoint blocks."""
-    k = len(nodes)
-    out, at = {}, 0
-    for i, node in enumerate(sorted(nodes)):
-        c = n // k + (1 if i < n % k else 0)
-        out[node] = [at, c]
-        at += c
-    return out
 
 
 def entry_latencies(starts: Sequence[Sequence[int]], ends: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
