@@ -256,7 +256,11 @@ def test_swarmscope_run_worker_token_rules(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(workerauth, "_installed", {})
     for var in (workerauth.ENV_TOKEN, workerauth.ENV_TOKEN_FILE, workerauth.ENV_MASTER_KEY_FILE,
                 workerauth.ENV_MASTER_PUBLIC, workerauth.ENV_MASTER_PUBLIC_FILE):  # fmt: skip
-        monkeypatch.delenv(var, raising=False)
+        # set, then deleted: monkeypatch records the delete and so removes what run._worker_token
+        # sets below at the test's end (a bare delenv of an unset var records nothing, and the
+        # token leaked into later tests' workers)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     with pytest.raises(SetupError, match="needs a worker token"):
         run._worker_token(SimpleNamespace(spawn_workers=False, master_bind="0.0.0.0:5557"), "0.0.0.0")
     assert workerauth.ENV_TOKEN not in os.environ
