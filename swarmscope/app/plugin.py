@@ -71,10 +71,30 @@ def install(kind_name: str | None) -> None:
         locust_checks.install()
         webui.install(kind_name)
         events.init_command_line_parser.add_listener(_add_options)
+    _stop_until_init()
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
     events.test_stop.add_listener(_on_test_stop)
     events.quitting.add_listener(_on_quitting)
+
+
+def _stop_until_init() -> None:
+    """SIGTERM before Locust's init (a worker waiting for its master: Locust tries 60 times, 5 s
+    each) exits 0 at once. Locust has no SIGTERM handler yet there, and a pod's PID 1 does not
+    get the signals it has no handler for: the worker pod ignored its stop and lived out its
+    grace period (30 s). Nothing of the run exists yet, so there is nothing to keep; init
+    cancels this (_on_init) and the run's own stop takes over (_install_ctrl_c)."""
+    import signal
+
+    import gevent
+
+    main = gevent.getcurrent()
+
+    def _exit() -> None:
+        print("swarmscope: SIGTERM before the run's set-up: exiting", file=sys.stderr)
+        gevent.kill(main, SystemExit(0))  # out of Locust's connect, in the main greenlet
+
+    _INSTALLED["until_init"] = gevent.signal_handler(signal.SIGTERM, _exit)
 
 
 def _add_options(parser: Any, **_: Any) -> None:
@@ -239,6 +259,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
     if runner is None:
         return
+    _INSTALLED.pop("until_init").cancel()
     kind = _INSTALLED["kind"]
     role = (
         "local"

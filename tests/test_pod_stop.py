@@ -1,0 +1,165 @@
+"""A chart pod's stop (issue 29): SIGTERM ends the chart's worker and controller at once.
+
+    .venv/bin/python -m pytest tests/test_pod_stop.py -v -s    # -s: the measured stop times
+
+Each is started with the command and args of its container in the rendered chart (default
+values; hosts, ports and paths pointed at this machine) as PID 1 of a PID namespace of its own,
+as in a pod: the kernel does not deliver to a PID 1 a signal it has no handler for, so a
+process that has none ignores the kubelet's SIGTERM and lives out the pod's grace period (30 s).
+SIGTERM must end it within STOP_S, exit 0, with nothing of its process tree left.
+
+The worker waiting for its master is the chart's worker after a run: the run-once controller
+idles without Locust's port and the restarted worker retries its connect (60 tries, 5 s apart),
+before Locust's init, where Locust has no SIGTERM handler yet. It ignored SIGTERM there until
+swarmscope.app.plugin handled it from the locustfile's import on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import BIN, ROOT, Logged, free_port
+from test_chart import docs, helm_template, one, tools  # noqa: F401  (tools: the fixture)
+
+from swarmscope.app.workerauth import new_master_key
+
+sys.path.insert(0, str(ROOT / "bench"))
+from fault_harness import _wait_tree_gone, _Watch, leftovers  # bench/: shared with bench/faults.py
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+STOP_S = 10.0  # a third of the chart's grace period; measured 0.5-4.5 s here (printed with -s)
+CONTROLLER_HOST = "t-swarmscope-controller.t.svc"  # how the render (release t, namespace t) names it
+
+
+class Pod:
+    """One container's process as PID 1 of a new PID namespace (``unshare --fork``: its child)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]):
+        self.name = name
+        self.proc = Logged(["unshare", "--pid", "--fork", "--kill-child", *argv], cwd=ROOT, env=env)
+        deadline = time.monotonic() + 10
+        while not (kids := Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()):
+            assert time.monotonic() < deadline, f"{name}: unshare started nothing"
+            time.sleep(0.02)
+        self.pid1 = int(kids[0])  # its host pid
+        self.watch = _Watch(self.pid1)
+
+    def wait_for(self, text: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in "".join(self.proc.output()):
+            assert self.proc.poll() is None, f"{self.name} exited: {self.proc.output()[1][-3000:]}"
+            assert time.monotonic() < deadline, f"{self.name}: no {text!r} in {timeout:.0f} s"
+            self.watch.sample()
+            time.sleep(0.2)
+
+    def stopped(self, t0: float) -> float:
+        """SIGTERM was sent at ``t0``: its exit, checked (code 0 in time, no traceback, nothing left)."""
+        try:
+            self.proc.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"{self.name} ignored SIGTERM for {STOP_S:.0f} s: {err[-2000:]}") from None
+        took = time.monotonic() - t0
+        _, err = self.proc.communicate(timeout=30)
+        print(f"{self.name}: exit {self.proc.returncode} {took:.2f} s after SIGTERM", flush=True)
+        assert self.proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+        _wait_tree_gone(self.watch, 15.0)
+        assert leftovers(self.watch) == [], err[-3000:]
+        return took
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def _chart(helm: Any, tmp: Path) -> tuple[dict[str, list[str]], str]:
+    """The rendered worker's and controller's command + args, and the scenario file's text."""
+    objs = docs(helm_template(helm, tmp).stdout)
+    argv = {}
+    for kind, role in (("Deployment", "workers"), ("Deployment", "controller")):
+        (c, *_) = one(objs, kind, f"-{role}")["spec"]["template"]["spec"]["containers"]
+        argv[role] = [*c["command"], *c["args"]]
+    scenario = one(objs, "ConfigMap", "-scenario")["data"]["scenario.yaml"]
+    return argv, scenario
+
+
+def _here(argv: list[str], tmp: Path, ports: dict[str, int]) -> list[str]:
+    """A rendered command line pointed at this machine: the venv's binary, loopback, free ports."""
+    out = [str(BIN / argv[0])]
+    swap = {CONTROLLER_HOST: "127.0.0.1", "/etc/swarmscope/scenario.yaml": str(tmp / "scenario.yaml")}
+    for prev, a in itertools.pairwise(argv):
+        if prev.startswith("--") and prev.endswith("-port"):
+            a = str(ports[prev[2:-5]])
+        out.append(swap.get(a, a))
+    return out
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    """The chart's secrets and addresses as the container's environment has them (here: files in tmp)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SWARMSCOPE_"))}
+    return {
+        **env,
+        "POD_IP": "127.0.0.1",
+        "SWARMSCOPE_OUT": str(tmp / "results"),  # the scenario file's is the pod's volume
+        "SWARMSCOPE_TOKEN": "t" * 24,
+        "SWARMSCOPE_WORKER_TOKEN": "w" * 24,
+        "SWARMSCOPE_MASTER_KEY_FILE": str(tmp / "master.key"),  # made by the controller
+        "SWARMSCOPE_MASTER_PUBLIC_KEY_FILE": str(tmp / "master.key.pub"),
+        "SWARMSCOPE_WEB_PASSWORD": "p" * 16,  # webLogin: true
+    }
+
+
+@pytest.fixture
+def chart(tools: Any, tmp_path: Path) -> dict[str, list[str]]:  # noqa: F811
+    """The worker's and controller's command lines, here; the scenario file in tmp_path."""
+    argv, scenario = _chart(tools, tmp_path)
+    (tmp_path / "scenario.yaml").write_text(scenario)
+    ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
+    return {role: _here(a, tmp_path, ports) for role, a in argv.items()}
+
+
+def test_worker_waiting_for_its_master_stops_at_once(chart: dict[str, list[str]], tmp_path: Path) -> None:
+    argv = chart  # nothing listens on the Locust port: the controller idles after its run
+    (tmp_path / "master.key.pub").write_bytes(new_master_key()[0] + b"\n")  # the chart's Secret
+    worker = Pod("worker", argv["workers"], _env(tmp_path))
+    try:
+        worker.wait_for("Starting Locust")  # the locustfile is loaded; the connect is under way
+        time.sleep(2.0)
+        assert worker.proc.poll() is None
+        t0 = time.monotonic()
+        os.kill(worker.pid1, signal.SIGTERM)
+        worker.stopped(t0)
+    finally:
+        worker.kill()
+    assert "SIGTERM before the run's set-up: exiting" in worker.proc.output()[1]
+
+
+def test_controller_and_its_worker_stop_together(chart: dict[str, list[str]], tmp_path: Path) -> None:
+    """As `helm uninstall` stops them: the web UI's controller and its connected worker at once."""
+    argv = chart
+    env = _env(tmp_path)
+    pods = [Pod("controller", argv["controller"], env)]
+    try:
+        pods[0].wait_for("probe fleet listening")  # the master key is made before it
+        pods.append(Pod("worker", argv["workers"], env))
+        pods[0].wait_for("1 workers connected")
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        for p in pods:
+            os.kill(p.pid1, signal.SIGTERM)
+        took = [p.stopped(t0) for p in pods]
+    finally:
+        for p in pods:
+            p.kill()
+    assert max(took) < STOP_S
