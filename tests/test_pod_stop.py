@@ -8,15 +8,18 @@ as in a pod: the kernel does not deliver to a PID 1 a signal it has no handler f
 process that has none ignores the kubelet's SIGTERM and lives out the pod's grace period (30 s).
 SIGTERM must end it within STOP_S, exit 0, with nothing of its process tree left.
 
-The worker waiting for its master is the chart's worker after a run: the run-once controller
-idles without Locust's port and the restarted worker retries its connect (60 tries, 5 s apart),
-before Locust's init, where Locust has no SIGTERM handler yet. It ignored SIGTERM there until
-swarmscope.app.plugin handled it from the locustfile's import on.
+Two ways they ignored it, both ended here: the worker waiting for its master (the chart's worker
+after a run: the run-once controller idles without Locust's port and the restarted worker
+retries its connect, 60 tries 5 s apart) had no SIGTERM handler before Locust's init (now the
+CLI's: swarmscope.app.cli); a run-once controller stopped during its run ended the run in order,
+then exec'd into its idle, as after a run's own end, and waited there for a second SIGTERM.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -36,7 +39,7 @@ from fault_harness import _wait_tree_gone, _Watch, leftovers  # bench/: shared w
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-STOP_S = 10.0  # a third of the chart's grace period; measured 0.5-4.5 s here (printed with -s)
+STOP_S = 10.0  # a third of the chart's grace period; measured 0.1-5.1 s here (printed with -s)
 CONTROLLER_HOST = "t-swarmscope-controller.t.svc"  # how the render (release t, namespace t) names it
 
 
@@ -83,9 +86,9 @@ class Pod:
             self.proc.wait(30)
 
 
-def _chart(helm: Any, tmp: Path) -> tuple[dict[str, list[str]], str]:
+def _chart(helm: Any, tmp: Path, *sets: str) -> tuple[dict[str, list[str]], str]:
     """The rendered worker's and controller's command + args, and the scenario file's text."""
-    objs = docs(helm_template(helm, tmp).stdout)
+    objs = docs(helm_template(helm, tmp, *sets).stdout)
     argv = {}
     for kind, role in (("Deployment", "workers"), ("Deployment", "controller")):
         (c, *_) = one(objs, kind, f"-{role}")["spec"]["template"]["spec"]["containers"]
@@ -120,17 +123,19 @@ def _env(tmp: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def chart(tools: Any, tmp_path: Path) -> dict[str, list[str]]:  # noqa: F811
-    """The worker's and controller's command lines, here; the scenario file in tmp_path."""
-    argv, scenario = _chart(tools, tmp_path)
-    (tmp_path / "scenario.yaml").write_text(scenario)
+def _here_all(helm: Any, tmp: Path, *sets: str) -> dict[str, list[str]]:
+    """The worker's and controller's command lines rendered with ``sets``, pointed here; the
+    scenario file written to tmp."""
+    argv, scenario = _chart(helm, tmp, *sets)
+    (tmp / "scenario.yaml").write_text(scenario)
     ports = {k: free_port() for k in ("locust", "grpc", "metrics", "web")}
-    return {role: _here(a, tmp_path, ports) for role, a in argv.items()}
+    return {role: _here(a, tmp, ports) for role, a in argv.items()}
 
 
-def test_worker_waiting_for_its_master_stops_at_once(chart: dict[str, list[str]], tmp_path: Path) -> None:
-    argv = chart  # nothing listens on the Locust port: the controller idles after its run
+def test_worker_waiting_for_its_master_stops_at_once(tools: Any, tmp_path: Path) -> None:  # noqa: F811
+    argv = _here_all(
+        tools, tmp_path
+    )  # nothing listens on the Locust port: the controller idles after its run
     (tmp_path / "master.key.pub").write_bytes(new_master_key()[0] + b"\n")  # the chart's Secret
     worker = Pod("worker", argv["workers"], _env(tmp_path))
     try:
@@ -142,12 +147,12 @@ def test_worker_waiting_for_its_master_stops_at_once(chart: dict[str, list[str]]
         worker.stopped(t0)
     finally:
         worker.kill()
-    assert "SIGTERM before the run's set-up: exiting" in worker.proc.output()[1]
+    assert "swarmscope: SIGTERM while starting: exiting" in worker.proc.output()[1]
 
 
-def test_controller_and_its_worker_stop_together(chart: dict[str, list[str]], tmp_path: Path) -> None:
+def test_controller_and_its_worker_stop_together(tools: Any, tmp_path: Path) -> None:  # noqa: F811
     """As `helm uninstall` stops them: the web UI's controller and its connected worker at once."""
-    argv = chart
+    argv = _here_all(tools, tmp_path)
     env = _env(tmp_path)
     pods = [Pod("controller", argv["controller"], env)]
     try:
@@ -163,3 +168,40 @@ def test_controller_and_its_worker_stop_together(chart: dict[str, list[str]], tm
         for p in pods:
             p.kill()
     assert max(took) < STOP_S
+
+
+HEADLESS = ["--", "--headless", "-u", "1", "-r", "1", "-t", "120s", "--expect-workers", "1"]
+
+
+@pytest.mark.bpf
+def test_a_run_once_controller_stopped_mid_run_exits(tools: Any, tmp_path: Path) -> None:  # noqa: F811
+    """The chart's headless controller (--run-once <release>-r<revision>) stopped during its run
+    (its worker and a probe stopped after it): the run ends in order (status interrupted) and the
+    controller exits. It used to exec into its idle after the run, as after a run's own end, and wait there
+    for a second SIGTERM that a pod's stop never sends."""
+    argv = _here_all(tools, tmp_path, "--set-json", f"controller.extraArgs={json.dumps(HEADLESS)}")
+    assert "--run-once" in argv["controller"], argv["controller"]
+    env = {**_env(tmp_path), "SWARMSCOPE_NODE_HOST": "hA"}  # the worker's and the probe's node
+    (tmp_path / "token").write_text(env["SWARMSCOPE_TOKEN"])
+    grpc = argv["controller"][argv["controller"].index("--grpc-port") + 1]
+    pods = [Pod("controller", argv["controller"], env)]
+    try:
+        pods[0].wait_for("probe fleet listening")
+        pods.append(Pod("probe", [str(BIN / "swarmscope"), "probe", "--controller", f"127.0.0.1:{grpc}",
+                                  "--token-file", str(tmp_path / "token"), "--node", "hA"], env))  # fmt: skip
+        pods.append(Pod("worker", argv["workers"], env))
+        pods[0].wait_for("EXEC", timeout=180)  # Locust's stats table: a burst is done
+        t0 = time.monotonic()
+        os.kill(pods[0].pid1, signal.SIGTERM)  # the controller's pod (its window closes in order)
+        pods[0].stopped(t0)
+        t0 = time.monotonic()
+        for p in pods[1:]:  # then theirs (the worker may be gone already: the master's quit)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid1, signal.SIGTERM)
+        for p in pods[1:]:
+            p.stopped(t0)
+    finally:
+        for p in pods:
+            p.kill()
+    out = "".join(pods[0].proc.output())
+    assert "status=interrupted" in out and "was claimed here" not in out, out[-3000:]

@@ -71,30 +71,10 @@ def install(kind_name: str | None) -> None:
         locust_checks.install()
         webui.install(kind_name)
         events.init_command_line_parser.add_listener(_add_options)
-    _stop_until_init()
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
     events.test_stop.add_listener(_on_test_stop)
     events.quitting.add_listener(_on_quitting)
-
-
-def _stop_until_init() -> None:
-    """SIGTERM before Locust's init (a worker waiting for its master: Locust tries 60 times, 5 s
-    each) exits 0 at once. Locust has no SIGTERM handler yet there, and a pod's PID 1 does not
-    get the signals it has no handler for: the worker pod ignored its stop and lived out its
-    grace period (30 s). Nothing of the run exists yet, so there is nothing to keep; init
-    cancels this (_on_init) and the run's own stop takes over (_install_ctrl_c)."""
-    import signal
-
-    import gevent
-
-    main = gevent.getcurrent()
-
-    def _exit() -> None:
-        print("swarmscope: SIGTERM before the run's set-up: exiting", file=sys.stderr)
-        gevent.kill(main, SystemExit(0))  # out of Locust's connect, in the main greenlet
-
-    _INSTALLED["until_init"] = gevent.signal_handler(signal.SIGTERM, _exit)
 
 
 def _add_options(parser: Any, **_: Any) -> None:
@@ -259,7 +239,6 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
 
     if runner is None:
         return
-    _INSTALLED.pop("until_init").cancel()
     kind = _INSTALLED["kind"]
     role = (
         "local"
@@ -340,7 +319,10 @@ def _install_ctrl_c(environment: Any, runner: Any) -> None:
 
     main = greenlet.getcurrent()
 
-    def _on_sigint() -> None:  # and SIGTERM
+    def _on_sigint(sig: int) -> None:  # and SIGTERM
+        from swarmscope.app.lifecycle import STOPS
+
+        STOPS.append(sig)
         free = getattr(environment, "swarmscope_free", None)
         if free is not None and (free.window is not None or free.opening):  # one in flight
             free.status = "interrupted"
@@ -355,12 +337,12 @@ def _install_ctrl_c(environment: Any, runner: Any) -> None:
         if not main.dead:
             gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
 
-    gevent.signal_handler(signal.SIGINT, _on_sigint)
+    gevent.signal_handler(signal.SIGINT, _on_sigint, signal.SIGINT)
     # SIGTERM the same way. Locust installs its own SIGTERM handler later (once a headless
     # shape is done; before, SIGTERM killed the process outright, leaving the target's nginx
     # and namespace); both then run, and _on_quitting_first ends Locust's shutdown in its
     # signal greenlet, which would otherwise run alongside the main greenlet's.
-    gevent.signal_handler(signal.SIGTERM, _on_sigint)
+    gevent.signal_handler(signal.SIGTERM, _on_sigint, signal.SIGTERM)
     environment.swarmscope_main = main
 
 

@@ -192,6 +192,10 @@ def _controller(args: argparse.Namespace) -> int:
     argv = list(sys.orig_argv)  # before Locust rewrites sys.argv
     rc = run()
     gate.finish(rc)
+    from swarmscope.app.lifecycle import STOPS
+
+    if STOPS:  # the run was stopped (a pod's stop sends SIGTERM once): exit, as asked, not idle
+        return rc
     # Idle in a fresh process (Locust's servers may still hold the metrics port in this one):
     # it finds the claim. Not an exit: the Deployment would restart the container.
     sys.stdout.flush()
