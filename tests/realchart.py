@@ -177,6 +177,14 @@ class Release:
         ours = node_pid_namespaces(self.node)  # the release's pods are the node's only ones
         self.c.helm("uninstall", self.name, "-n", self.ns, "--wait", "--timeout", "120s", check=False)
         uninstalled = time.monotonic() - t
+        # Each pod's stop, timed from the uninstall (one that ignores SIGTERM lasts its grace period).
+        stops, running = {}, {p["metadata"]["name"] for p in self.all_pods()}
+        deadline = time.monotonic() + GONE_TIMEOUT
+        while running and time.monotonic() < deadline:
+            now = {p["metadata"]["name"] for p in self.all_pods()}
+            stops.update({n: round(time.monotonic() - t, 1) for n in running - now})
+            running &= now
+            time.sleep(0.5)
         with contextlib.suppress(ApiError):  # already gone
             self.c.api.request("DELETE", f"/api/v1/namespaces/{self.ns}")
 
@@ -197,7 +205,7 @@ class Release:
                 shutil.rmtree(path, ignore_errors=True)
                 owners.release("pindir", claim)
         print(f"realchart: release {self.name} removed in {time.monotonic() - t:.1f} s "
-              f"(helm uninstall --wait {uninstalled:.1f} s)", flush=True)  # fmt: skip
+              f"(helm uninstall --wait {uninstalled:.1f} s; pods gone at {stops} s)", flush=True)  # fmt: skip
         return left
 
 

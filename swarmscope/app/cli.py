@@ -67,9 +67,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 GEVENT_COMMANDS = {"run", "controller", "worker"}
 
 
+def _exit_starting(sig: int, _frame: object) -> None:
+    from swarmscope.app.lifecycle import STOPS
+
+    STOPS.append(sig)
+    print(f"swarmscope: {signal.Signals(sig).name} while starting: exiting", file=sys.stderr)
+    sys.exit(0)  # in the main greenlet: gevent's hub passes SystemExit on to it
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if GEVENT_COMMANDS & set(words[:3]):  # every kind runs its windows through Locust
+        # Until the run's own stop takes over (Locust's init: swarmscope.app.plugin; `run`'s
+        # stop_on_signals), SIGTERM exits: nothing of the run exists yet. Python's default would
+        # not do for a pod's PID 1, which the kernel spares the signals it has no handler for: the
+        # chart's worker, retrying its connect to an idle controller (60 tries, 5 s apart),
+        # ignored the kubelet's stop and lived out the pod's grace period (30 s).
+        signal.signal(signal.SIGTERM, _exit_starting)
         from gevent import monkey
 
         monkey.patch_all()

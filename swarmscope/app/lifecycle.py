@@ -98,6 +98,12 @@ def sweep_stale() -> dict[str, list[str]]:
     return found
 
 
+# Every stop signal this process took, whichever door's handler took it (stop_on_signals,
+# swarmscope.app.plugin's, the CLI's before either): a run-once controller whose run one ended
+# exits after it instead of idling (swarmscope.app.commands.roles), since a pod is stopped once.
+STOPS: list[int] = []
+
+
 class Signals:
     """What ``stop_on_signals`` received; ``disarm()`` before teardown so a late signal cannot
     cut it short (it is then only recorded)."""
@@ -122,6 +128,7 @@ def stop_on_signals(sigs: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> 
 
     def handler(sig: int) -> None:
         state.received.append(sig)
+        STOPS.append(sig)
         if state.armed and len(state.received) == 1:
             print(f"swarmscope: {signal.Signals(sig).name}: stopping in order", file=sys.stderr)
             gevent.kill(main, KeyboardInterrupt)  # delivered in the main greenlet, not the hub

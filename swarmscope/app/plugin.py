@@ -319,7 +319,10 @@ def _install_ctrl_c(environment: Any, runner: Any) -> None:
 
     main = greenlet.getcurrent()
 
-    def _on_sigint() -> None:  # and SIGTERM
+    def _on_sigint(sig: int) -> None:  # and SIGTERM
+        from swarmscope.app.lifecycle import STOPS
+
+        STOPS.append(sig)
         free = getattr(environment, "swarmscope_free", None)
         if free is not None and (free.window is not None or free.opening):  # one in flight
             free.status = "interrupted"
@@ -334,12 +337,12 @@ def _install_ctrl_c(environment: Any, runner: Any) -> None:
         if not main.dead:
             gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
 
-    gevent.signal_handler(signal.SIGINT, _on_sigint)
+    gevent.signal_handler(signal.SIGINT, _on_sigint, signal.SIGINT)
     # SIGTERM the same way. Locust installs its own SIGTERM handler later (once a headless
     # shape is done; before, SIGTERM killed the process outright, leaving the target's nginx
     # and namespace); both then run, and _on_quitting_first ends Locust's shutdown in its
     # signal greenlet, which would otherwise run alongside the main greenlet's.
-    gevent.signal_handler(signal.SIGTERM, _on_sigint)
+    gevent.signal_handler(signal.SIGTERM, _on_sigint, signal.SIGTERM)
     environment.swarmscope_main = main
 
 

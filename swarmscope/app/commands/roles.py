@@ -191,6 +191,10 @@ def _controller(args: argparse.Namespace) -> int:
             stop()
     argv = list(sys.orig_argv)  # before Locust rewrites sys.argv
     rc = run()
+    from swarmscope.app.lifecycle import STOPS
+
+    if STOPS:  # stopped (a pod's stop sends SIGTERM once): exit, as asked, not idle; a restart
+        return rc  # finds the run cut short, as after a kill
     gate.finish(rc)
     # Idle in a fresh process (Locust's servers may still hold the metrics port in this one):
     # it finds the claim. Not an exit: the Deployment would restart the container.
