@@ -30,7 +30,7 @@ def rows(results: Sequence[Any]) -> Rows:
     for r in results:
         for s in r.extra.get("steps", []):
             lat = s.get("latency_ms") or {}
-            proxy = s.get("proxy") or r.extra.get("proxy") or {}
+            proxy = s.get("proxy") or {}  # the step's own (None: missing), never the window's
             load = f"users={s['users']}" if "users" in s else f"rate={s.get('rate')}"
             out.append(
                 {

@@ -44,15 +44,17 @@ def render_steps(name: str, data: Any, report: dict[str, Any]) -> SectionHTML:
         )
     )
     rows = []
+    missing = "<i>missing</i>"  # no procstat tick in the step: not measured, not zero
     for s in steps:
         lat = s.get("latency_ms", {})
+        proxy = s.get("proxy")
         load = s.get("users", s.get("rate"))
         bound = "<b style='color:#b00'>yes</b>" if s.get("generator_bound") else "no"
         cells = [
             _f(s.get("step")), _f(load), _f(s.get("backends")), _f(lat.get("mean"), 2),
             _f(s.get("requests")), _f(s.get("failures")), _f(s.get("rps")),
-            *(_f(lat.get(p), 2) for p in PCTS), _f((s.get("proxy") or {}).get("cpu_pct")),
-            _f((s.get("proxy") or {}).get("rss_kib_max"), 0), bound,
+            *(_f(lat.get(p), 2) for p in PCTS), _f(proxy["cpu_pct"]) if proxy else missing,
+            _f(proxy["rss_kib_max"], 0) if proxy else missing, bound,
         ]  # fmt: skip
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     imgs = "".join(

@@ -55,13 +55,17 @@ def proxy_from(readings: list[ProbeReading]) -> dict[str, float] | None:
 SIZES = ("VSZ", "RSS", "%MEM")  # pidstat's columns that are sizes (the rest are rates)
 
 
-def proxy_per_second(readings: list[ProbeReading], master: int | None) -> list[dict[str, Any]]:
+def proxy_per_second(
+    readings: list[ProbeReading], master: int | None, span: tuple[float, float] | None = None
+) -> list[dict[str, Any]]:
     """pidstat's rows of a window: one per proxy process per second (the probe's procstat
     ticks), in time order, the master first within a second: ``time`` (HH:MM:SS, local, as
-    pidstat prints it), ``t_ns`` (the tick's end), ``pid``, ``role``, ``comm`` and COLUMNS."""
+    pidstat prints it), ``t_ns`` (the tick's end), ``pid``, ``role``, ``comm`` and COLUMNS.
+    With ``span`` (wall seconds), only the ticks whose middle falls in it: one step's of a
+    window holding several (locust -f), each tick in at most one step."""
 
     def ticks(r: ProbeReading) -> list[Any]:
-        return [s for s in r.samples if s.series == PROC_SERIES]
+        return [s for s in r.samples if s.series == PROC_SERIES and _within(s, span)]
 
     # every node reads all chosen processes: the reading with the most rows tells it
     best = max((ticks(r) for r in readings), key=len, default=[])
@@ -74,6 +78,28 @@ def proxy_per_second(readings: list[ProbeReading], master: int | None) -> list[d
         row.update({col: float(s.labels[col]) for col in COLUMNS})
         rows.append(row)
     return sorted(rows, key=lambda r: (r["t_ns"], r["pid"] != master, r["pid"]))
+
+
+def _within(s: Any, span: tuple[float, float] | None) -> bool:
+    return span is None or span[0] <= (s.start_ns + s.end_ns) / 2e9 <= span[1]
+
+
+def proxy_of_rows(per_second: list[dict[str, Any]]) -> dict[str, float] | None:
+    """A step's proxy figures from its rows per second, as the probe's gauges are from its
+    ticks: CPU % the mean over ticks of the per-tick sum, RSS the largest per-tick sum (None:
+    no tick in the step, so the proxy is missing from it, not idle)."""
+    by_tick: dict[int, list[dict[str, Any]]] = {}
+    for r in per_second:
+        by_tick.setdefault(int(r["t_ns"]), []).append(r)
+    if not by_tick:
+        return None
+    n = len(by_tick)
+    out = {k: sum(float(r[col]) for rs in by_tick.values() for r in rs) / n
+           for k, col in (("cpu_pct", "%CPU"), ("usr_pct", "%usr"), ("sys_pct", "%system"))}  # fmt: skip
+    out["rss_kib_max"] = max(sum(float(r["RSS"]) for r in rs) for rs in by_tick.values())
+    out["processes"] = float(len({r["pid"] for r in per_second}))
+    out["ticks"] = float(n)
+    return out
 
 
 def proxy_processes(per_second: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,8 +146,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         rows[0]["step"] = point.index
         rows[0][key] = point.params[key]
         rows[0]["proxy"] = proxy
-        master = next((int(r["lb_pids"][0]) for r in got if r.get("lb_pids")), None)
-        rows[0]["proxy_per_second"] = proxy_per_second(readings, master)
+        rows[0]["proxy_per_second"] = proxy_per_second(readings, _master(got))
         rows[0]["proxy_processes"] = proxy_processes(rows[0]["proxy_per_second"])
         reps = next((int(r["backends"]) for r in got if r.get("backends") is not None), None)
         if reps is not None:  # the local target: the replicas that served this step
@@ -130,6 +155,8 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
             _count_row(cfg, rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
         _free_run_rows(cfg, rows, merged, got, flags)
+        if merged is not None:
+            _free_run_proxy(rows, merged, readings, _master(got), proxy is not None, flags)
     for row in rows:
         if row.get("generator_bound"):
             flags.append(f"generator-bound:step{row['step']}")
@@ -173,6 +200,33 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
     if missing_probes:
         extra["missing_probes"] = list(missing_probes)
     return IterationResult.for_window(window, point, per_node, flags=flags, extra=extra)
+
+
+def _master(got: list[dict[str, Any]]) -> int | None:
+    """The local LB's master pid (nginx's first), None for another target (Traefik: one process)."""
+    return next((int(r["lb_pids"][0]) for r in got if r.get("lb_pids")), None)
+
+
+def _free_run_proxy(
+    rows: list[dict[str, Any]],
+    merged: StepRecorder,
+    readings: list[ProbeReading],
+    master: int | None,
+    read: bool,
+    flags: list[str],
+) -> None:
+    """locust -f: each step's proxy rows are the window's ticks within the step (first send to
+    last answer). A step without one says so: ``proxy`` None and flagged, never left out (a
+    report reading ``proxy`` found no key: KeyError)."""
+    for row in rows:
+        st = merged.steps.get(int(row["step"]))
+        span = (st.first_t, st.last_t) if st is not None and st.first_t <= st.last_t else (0.0, -1.0)
+        per_s = proxy_per_second(readings, master, span)
+        row["proxy"] = proxy_of_rows(per_s)
+        row["proxy_per_second"] = per_s
+        row["proxy_processes"] = proxy_processes(per_s)
+        if row["proxy"] is None and read:  # no reading at all is flagged once, for the window
+            flags.append(f"missing:proxy:step{row['step']}")
 
 
 def _cut_by_kill(
