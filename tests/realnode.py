@@ -60,6 +60,7 @@ START_TIMEOUT = 90.0  # containerd serving / the node turning Ready
 POD_TIMEOUT = 120.0  # a pod being deleted at teardown
 IMPORT_TIMEOUT = 600.0  # `ctr images import` of one archive
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+SHIM_SOCKETS = Path("/run/containerd/s")  # every shim's socket, whatever containerd is told
 # Fixed paths the kubelet and containerd's shims use whatever they are told; removed at teardown
 # (only when empty) if the node created them.
 GLOBAL_DIRS = (
@@ -67,11 +68,9 @@ GLOBAL_DIRS = (
     Path("/var/log/pods"),  # the chart's probe mounts it (DirectoryOrCreate): its kubelet logs elsewhere
     Path("/run/containerd/runc/k8s.io"),
     Path("/run/containerd/runc"),
-    Path("/run/containerd/s"),
+    SHIM_SOCKETS,
     Path("/run/containerd"),
 )
-
-SHIM_SOCKETS = Path("/run/containerd/s")
 
 
 def _remove_dead_sockets(d: Path) -> None:
@@ -457,14 +456,11 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
             self.cluster.api.request("DELETE", f"/api/v1/nodes/{self.name}")
         for link in _container_log_links(self.dir):
             link.unlink(missing_ok=True)
-        # A shim removes its socket in /run/containerd/s as it exits; one killed (_kill_shims, or
-        # a pod's shim that died) leaves the socket file behind, and the dir then stays (CI saw it
-        # after the shared node's last test, two sockets of pods gone minutes before). A socket
-        # nobody listens on any more refuses a connect: those are removed; a live one (another
-        # node's shim) is left, and so the dir, for leftovers() to report.
+        # A killed shim leaves its socket file in /run/containerd/s, so the dir stayed (seen in
+        # CI): dead sockets go; a live one (another node's shim) stays, for leftovers() to report.
         if SHIM_SOCKETS in self.absent:
             _remove_dead_sockets(SHIM_SOCKETS)
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 5.0  # a shim exiting just now removes its own: retried
         for g in self.absent:
             while g.exists():
                 try:
