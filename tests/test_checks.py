@@ -8,6 +8,7 @@ same run with a looser check exits 0.
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -190,18 +191,25 @@ def test_failing_check_changes_the_exit_code_of_a_real_run(tmp_path: pathlib.Pat
 @pytest.mark.root
 @pytest.mark.bpf
 def test_a_run_with_worker_errors_exits_5_before_its_failed_checks(tmp_path: pathlib.Path) -> None:
-    """A worker that cannot make the load (here its own bounds: 4 exec children need 2*4+1 = 9
-    tasks, the node's cgroup allows pids.max=8, which the file's validation lets through) flags
-    each window ``worker-error``; the run exited 0. It exits 5, ahead of a failed check (99)."""
-    out = tmp_path / "out"
+    """A worker that cannot make the load flags each window ``worker-error``; the run exited 0.
+    It exits 5, ahead of a failed check (99). Here the worker's TMPDIR is private to root (0700,
+    as /root is): load stress-ng runs as nobody, who cannot reach the copy of stress-ng the
+    worker keeps there, so the kernel refuses each burst's exec (EACCES)."""
+    out, private = tmp_path / "out", tmp_path / "private"
+    private.mkdir(mode=0o700)
     p = run_cli(
         "run", "scenarios/exec_storm.yaml", "--set", "nodes=1", "--set", "iterations=2",
-        "--set", "burst_s=0.3", "--set", "concurrency=4", "--set", "pids_max=8", "--set", "tracer=none",
-        "--out", str(out), "--check", "kernel.max > 10",
+        "--set", "burst_s=1", "--set", "load=stress-ng", "--set", "tracer=none",
+        "--out", str(out), "--check", "kernel.max > 10", env={"TMPDIR": str(private)},
     )  # fmt: skip
     assert p.returncode == 5, p.stderr[-3000:]
-    why = "exec storm out of bounds: concurrency=4 needs 9 tasks but node n1 allows pids.max=8"
     rep = load_report(only_run_dir(out))
+    # The copy's path is the worker's: its mkdtemp dir and its per-process comm tag (random).
+    m = re.search(r"worker-error:n1:(.*?) at point", p.stderr)
+    assert m is not None, p.stderr[-3000:]
+    why = m.group(1)
+    copy = rf"{re.escape(str(private))}/swarmscope-stressng-\w{{8}}/(s[0-9a-f]{{4}}-n1)/\1"
+    assert re.fullmatch(rf"cannot start stress-ng in node n1: \[Errno 13\] Permission denied: '{copy}'", why)
     assert [it["flags"] for it in rep["points"][0]["iterations"]] == [[f"worker-error:n1:{why}"]] * 2
     assert f"swarmscope: worker-error:n1:{why} at point(s) 0 — a worker could not make the load" in p.stderr
     assert "FAIL  kernel.max > 10" in p.stdout  # the check is still evaluated and shown

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from bpftool_check import check_against_bpftool
 
-from swarmscope.core.errors import LoadGenError
+from swarmscope.core.errors import ConfigError, LoadGenError
 from swarmscope.core.sys import cgroups
 from swarmscope.core.sys.cgroups import cgroup2_mount
+from swarmscope.kinds import get_kind
 from swarmscope.probes.bcc_env import load_program, percpu_sum
 from swarmscope.workers import native, nodes
 from swarmscope.workers.exec_storm import BurstResult, check_bounds, run_burst, start_burst
@@ -180,6 +181,23 @@ def test_sim_nodes_pids_limit_and_cleanup(group: str) -> None:
         assert not n.cgroup_path.exists() and not n.pids_path.exists()
         assert not n.cgroup_path.parent.exists() and not n.pids_path.parent.exists()
     destroy_sim_nodes(group)  # idempotent
+
+
+@pytest.mark.parametrize(("concurrency", "need"), [(4, 9), (64, 129)])
+def test_the_file_is_checked_against_the_workers_own_pids_bound(concurrency: int, need: int) -> None:
+    # The worker refuses a burst whose 1 + concurrency threads + concurrency children exceed the
+    # node's pids.max: a file below that bound is an error at start-up, one at it is a run.
+    kind = get_kind("exec_storm")
+    sets = [f"concurrency={concurrency}", f"pids_max={need - 1}"]
+    with pytest.raises(ConfigError) as e:
+        kind.schema.load(env={}, sets=sets)
+    why = f"must be at least 2 * concurrency + 1 = {need} (the storm's tasks)"
+    assert [(p.source, p.key, p.reason) for p in e.value.problems] == [("--set", "pids_max", why)]
+    cfg = kind.schema.load(env={}, sets=[f"concurrency={concurrency}", f"pids_max={need}"])
+    node = SimNode("n1", None, 0, None, cfg.pids_max)
+    check_bounds(node, 1.0, cfg.concurrency, 1000)  # the worker takes what the file let through
+    with pytest.raises(LoadGenError, match=f"needs {need} tasks"):
+        check_bounds(SimNode("n1", None, 0, None, need - 1), 1.0, concurrency, 1000)
 
 
 def test_pids_limit_is_enforced_by_the_kernel(tools: NativeTools, group: str) -> None:

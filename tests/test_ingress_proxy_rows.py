@@ -1,6 +1,8 @@
-"""The ingress flood's proxy rows in a ``locust -f`` window (the chart's headless controller):
-each step gets the probe's procstat ticks that fall in it, and a step (or a window) without any
-says the proxy is missing: in the rows, the flags, the live table and report.html, never a crash.
+"""The ingress flood's proxy rows: in a ``locust -f`` window (the chart's headless controller)
+each step gets the probe's procstat ticks that fall in it, in a swept window (``swarmscope run``)
+the step gets all of them, and a step's figures come from those rows in both. A step (or a
+window) without any says the proxy is missing: in the rows, the flags, the live table and
+report.html, never a crash, never a zero.
 
 No probe, no Locust: the window's worker results and probe readings are built here, as the
 controller receives them, and go through the kind's real reconcile, sections and renderers.
@@ -22,12 +24,13 @@ T0 = 1_800_000_000.0  # wall seconds of the window's start
 PID = 4242
 
 
-def _recorder() -> dict[str, Any]:
-    """Two count steps: step 0 sends from T0+0.1 to T0+3.0, step 1 from T0+4.1 to T0+6.0."""
-    rec = StepRecorder(60.0, T0, n_steps=2)
+def _recorder(n_steps: int = 2) -> dict[str, Any]:
+    """Two count steps: step 0 sends from T0+0.1 to T0+3.0, step 1 from T0+4.1 to T0+6.0 (one
+    step, a swept window's: step 0 only)."""
+    rec = StepRecorder(60.0, T0, n_steps=n_steps)
     for i in range(30):
         rec.record(T0 + 0.1 + i * 0.1, T0 + 0.1 + i * 0.1 + 0.005, 200, None, step=0)
-    for i in range(20):
+    for i in range(20 if n_steps == 2 else 0):
         rec.record(T0 + 4.1 + i * 0.1, T0 + 4.1 + i * 0.1 + 0.005, 200, None, step=1)
     return rec.encode()
 
@@ -41,11 +44,13 @@ def _tick(end_s: float, cpu: float, rss: float) -> ReadingSample:
     return ReadingSample(SERIES, end - 1_000_000_000, end, round(100 * cpu), labels)
 
 
-def _outcome(readings: list[ProbeReading]) -> WindowOutcome:
+def _outcome(readings: list[ProbeReading], point: PointInfo) -> WindowOutcome:
     # The headless chart run: one worker, the target a Service it did not start (no lb_pids).
-    result = {"generated": 50, "requests": 50, "failures": 0, "recorder": _recorder(), "url": "http://t:8080"}
-    window = WindowInfo(run_id="r", window_id="w", point=0, iteration=1, nodes=["w1-n1"])
-    return WindowOutcome(window, PointInfo(0, {}, 1), {"w1-n1": result}, readings)
+    # A swept point (users in its params) is one step: the worker's recorder holds that one.
+    rec = _recorder(1 if point.params else 2)
+    result = {"generated": 50, "requests": 50, "failures": 0, "recorder": rec, "url": "http://t:8080"}
+    window = WindowInfo(run_id="r", window_id="w", point=point.index, iteration=1, nodes=["w1-n1"])
+    return WindowOutcome(window, point, {"w1-n1": result}, readings)
 
 
 def _reading(ticks: list[ReadingSample]) -> ProbeReading:
@@ -53,13 +58,17 @@ def _reading(ticks: list[ReadingSample]) -> ProbeReading:
     return ProbeReading("p0", "w1-n1", {}, gauges, samples=ticks)
 
 
-def _run(readings: list[ProbeReading], tmp: pathlib.Path) -> tuple[Any, dict[str, Any]]:
+FREE = PointInfo(0, {}, 1)  # locust -f: one window, every step
+SWEPT = PointInfo(1, {"users": 40}, 1)  # swarmscope run / --sweep: point 1, users=40
+
+
+def _run(readings: list[ProbeReading], tmp: pathlib.Path, point: PointInfo = FREE) -> tuple[Any, Any]:
     _kind, cfg = load_scenario(
         "scenarios/ingress_flood.yaml",
         ["steps=10,40", "requests=30,20", "host=http://t:8080", "allow_hosts=t", "proxy_processes=traefik"],
         env={},
     )
-    res = reconcile_window(cfg, _outcome(readings))
+    res = reconcile_window(cfg, _outcome(readings, point))
     return res, build_sections(cfg, [res], str(tmp))
 
 
@@ -98,3 +107,31 @@ def test_a_step_or_a_window_without_a_proxy_reading_says_it_is_missing(tmp_path:
     html = report.render_steps("steps", sec["steps"], {"ingress": sec["ingress"]}).html
     assert html.count("<td><i>missing</i></td>") == 4  # CPU and RSS of both steps
     assert "proxy_cpu_rss.png" not in sec["ingress"]["plots"].values()
+
+
+def test_a_swept_step_has_its_figures_from_its_rows(tmp_path: pathlib.Path) -> None:
+    # The window is the step, so every tick of the window is the step's, and its figures come
+    # from those rows as a locust -f step's do: CPU the mean of the 5 per-tick sums,
+    # (10+20+30+99+50)/5, RSS the largest tick.
+    ticks = [_tick(1.0, 10.0, 30000.0), _tick(2.0, 20.0, 31000.0), _tick(3.0, 30.0, 32000.0),
+             _tick(4.0, 99.0, 99999.0), _tick(5.5, 50.0, 33000.0)]  # fmt: skip
+    res, sec = _run([_reading(ticks)], tmp_path, SWEPT)
+    (s,) = sec["steps"]
+    assert (s["step"], s["users"], len(s["proxy_per_second"])) == (1, 40, 5)
+    assert s["proxy"] == res.extra["proxy"]
+    assert s["proxy"] == {"cpu_pct": 41.8, "usr_pct": 40.8, "sys_pct": 1.0, "rss_kib_max": 99999.0,
+                          "processes": 1.0, "ticks": 5.0}  # fmt: skip
+    assert not [f for f in res.flags if f.startswith("missing")]
+
+
+def test_a_swept_step_without_a_proxy_process_says_it_is_missing(tmp_path: pathlib.Path) -> None:
+    # procstat read the window but matched no process (the LB gone, a wrong name): the proxy is
+    # missing from the step, not idle at 0 % and 0 KiB, and named as a locust -f step's is.
+    res, sec = _run([_reading([])], tmp_path, SWEPT)
+    (s,) = sec["steps"]
+    assert (s["proxy"], s["proxy_per_second"], s["proxy_processes"]) == (None, [], [])
+    assert res.extra["proxy"] is None
+    assert [f for f in res.flags if f.startswith("missing")] == ["missing:proxy:step1"]
+    assert [(row["cpu"], row["rss"]) for row in live.rows([res])] == [("-", "-")]
+    html = report.render_steps("steps", sec["steps"], {"ingress": sec["ingress"]}).html
+    assert html.count("<td><i>missing</i></td>") == 2  # its CPU and RSS

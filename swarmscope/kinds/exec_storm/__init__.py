@@ -65,9 +65,12 @@ STREAM_MODEL = (
 
 
 def _exec_checks(v: dict[str, Any]) -> list[tuple[str, str]]:
+    from swarmscope.workers.exec_storm import pids_needed  # the worker's own bound, checked up front
+
     out = []
-    if v["pids_max"] < v["concurrency"] + 2:
-        out.append(("pids_max", f"must be at least concurrency + 2 = {v['concurrency'] + 2}"))
+    need = pids_needed(v["concurrency"])
+    if v["pids_max"] < need:
+        out.append(("pids_max", f"must be at least 2 * concurrency + 1 = {need} (the storm's tasks)"))
     if v["load"] == "stress-ng":
         if v["rate_per_node"]:
             out.append(("rate_per_node", "stress-ng cannot pace its execs: use 0 with load stress-ng"))

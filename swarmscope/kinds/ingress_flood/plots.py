@@ -4,7 +4,7 @@
 
 latency percentiles vs concurrency (or rate), the published benchmark's plot; latency
 histogram per step; req/s per step (generator-bound steps in red); the proxy's CPU % and RSS
-per step (the probe's procstat gauges); the mean latency vs load, one line per backend replica
+per step (from the probe's procstat rows); the mean latency vs load, one line per backend replica
 count (the write-up's "average response time … with replicas"); the outage around each fault.
 """
 

@@ -7,9 +7,9 @@
 Per node: generated = the worker's successful requests (kernel: none, this kind counts no
 kernel events; reported: none per node). Per window: the workers' HdrHistograms merged exactly
 (added, never averaged), the target's access-log lines (``server_requests``, None for a remote
-host) and ``server-mismatch`` when they differ from the successes, the proxy's CPU/RSS from the
-probe's ``procstat`` gauges, pidstat's rows of each proxy process per second (``procstat``'s
-samples, ``proxy_per_second``) with the step's row per process from them (``proxy_processes``),
+host) and ``server-mismatch`` when they differ from the successes, pidstat's rows of each proxy
+process per second (the probe's ``procstat`` samples, ``proxy_per_second``), and from those
+rows alone each step's proxy CPU/RSS (``proxy``) and row per process (``proxy_processes``),
 and the fault records the target worker sent back.
 """
 
@@ -31,26 +31,6 @@ from swarmscope.kinds.ingress_flood.config import IngressConfig
 from swarmscope.probes.programs.procstat import COLUMNS
 from swarmscope.probes.programs.procstat import SERIES as PROC_SERIES
 from swarmscope.workers.http_stats import StepRecorder
-
-PROXY_GAUGES = {
-    "cpu_pct": "proc.cpu_pct",
-    "usr_pct": "proc.usr_pct",
-    "sys_pct": "proc.sys_pct",
-    "rss_kib_max": "proc.rss_max_kib",
-    "processes": "proc.processes",
-    "ticks": "proc.ticks",
-}
-
-
-def proxy_from(readings: list[ProbeReading]) -> dict[str, float] | None:
-    """The proxy's figures of a window: every node reads all chosen processes, so one reading
-    that sampled some tells it (None: no procstat reading)."""
-    rs = [r for r in readings if "proc.processes" in r.gauges]
-    if not rs:
-        return None
-    best = max(rs, key=lambda r: r.gauges["proc.processes"])
-    return {k: float(best.gauges.get(g, 0.0)) for k, g in PROXY_GAUGES.items()}
-
 
 SIZES = ("VSZ", "RSS", "%MEM")  # pidstat's columns that are sizes (the rest are rates)
 
@@ -85,9 +65,9 @@ def _within(s: Any, span: tuple[float, float] | None) -> bool:
 
 
 def proxy_of_rows(per_second: list[dict[str, Any]]) -> dict[str, float] | None:
-    """A step's proxy figures from its rows per second, as the probe's gauges are from its
-    ticks: CPU % the mean over ticks of the per-tick sum, RSS the largest per-tick sum (None:
-    no tick in the step, so the proxy is missing from it, not idle)."""
+    """A step's proxy figures from its rows per second: CPU % the mean over ticks of the
+    per-tick sum, RSS the largest per-tick sum, ``processes`` the pids seen (None: no tick in
+    the step, so the proxy is missing from it, not idle)."""
     by_tick: dict[int, list[dict[str, Any]]] = {}
     for r in per_second:
         by_tick.setdefault(int(r["t_ns"]), []).append(r)
@@ -134,7 +114,10 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
     got = [results[n] for n in window.nodes if n in results]
     blobs = {n: results[n]["recorder"] for n in window.nodes if n in results}
     key = "rate" if cfg.model == "open" else "users"
-    proxy = proxy_from(readings)
+    master = _master(got)
+    # procstat answered for the window (its gauges come with every reading it makes, even one
+    # that matched no process): without it the proxy is missing once, for the window.
+    read = any("proc.ticks" in r.gauges for r in readings)
     rows: list[dict[str, Any]] = []
     merged = StepRecorder.merge(blobs.values()) if blobs else None
     if merged is not None:
@@ -145,9 +128,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
             rows = [{"step": 0, "requests": 0, "failures": 0, "rps": 0.0, "generator_bound": False}]
         rows[0]["step"] = point.index
         rows[0][key] = point.params[key]
-        rows[0]["proxy"] = proxy
-        rows[0]["proxy_per_second"] = proxy_per_second(readings, _master(got))
-        rows[0]["proxy_processes"] = proxy_processes(rows[0]["proxy_per_second"])
+        _step_proxy(rows[0], readings, master, None, read, flags)
         reps = next((int(r["backends"]) for r in got if r.get("backends") is not None), None)
         if reps is not None:  # the local target: the replicas that served this step
             rows[0]["backends"] = reps
@@ -155,8 +136,10 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
             _count_row(cfg, rows[0], int(point.params["request_count"]), got, flags)
     else:  # locust -f: one window holds every step StepShape ran
         _free_run_rows(cfg, rows, merged, got, flags)
-        if merged is not None:
-            _free_run_proxy(rows, merged, readings, _master(got), proxy is not None, flags)
+        for row in rows:  # each step's proxy: the window's ticks within it
+            st = merged.steps.get(int(row["step"])) if merged is not None else None
+            span = (st.first_t, st.last_t) if st is not None and st.first_t <= st.last_t else (0.0, -1.0)
+            _step_proxy(row, readings, master, span, read, flags)
     for row in rows:
         if row.get("generator_bound"):
             flags.append(f"generator-bound:step{row['step']}")
@@ -170,7 +153,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         flags.append(f"server-log-cut-by-kill:{cut} answered requests unlogged (SIGKILL after the reply)")
     elif server is not None and server != successes:
         flags.append(f"server-mismatch:client {successes} != server {server}")
-    if proxy is None:
+    if not read:
         flags.append("missing:proxy:probe")
     for rd in readings:
         if rd.error:
@@ -185,7 +168,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         "successes": successes,
         "server_requests": server,
         "server_log_cut_by_kill": cut,
-        "proxy": proxy,
+        "proxy": proxy_of_rows(proxy_per_second(readings, master)),  # the whole window's
         "faults": faults,
         "faults_struck": struck,
         "fault_spans": [fault_span(f) for f in faults if fault_span(f) is not None],
@@ -207,26 +190,24 @@ def _master(got: list[dict[str, Any]]) -> int | None:
     return next((int(r["lb_pids"][0]) for r in got if r.get("lb_pids")), None)
 
 
-def _free_run_proxy(
-    rows: list[dict[str, Any]],
-    merged: StepRecorder,
+def _step_proxy(
+    row: dict[str, Any],
     readings: list[ProbeReading],
     master: int | None,
+    span: tuple[float, float] | None,
     read: bool,
     flags: list[str],
 ) -> None:
-    """locust -f: each step's proxy rows are the window's ticks within the step (first send to
-    last answer). A step without one says so: ``proxy`` None and flagged, never left out (a
-    report reading ``proxy`` found no key: KeyError)."""
-    for row in rows:
-        st = merged.steps.get(int(row["step"]))
-        span = (st.first_t, st.last_t) if st is not None and st.first_t <= st.last_t else (0.0, -1.0)
-        per_s = proxy_per_second(readings, master, span)
-        row["proxy"] = proxy_of_rows(per_s)
-        row["proxy_per_second"] = per_s
-        row["proxy_processes"] = proxy_processes(per_s)
-        if row["proxy"] is None and read:  # no reading at all is flagged once, for the window
-            flags.append(f"missing:proxy:step{row['step']}")
+    """A step's proxy rows (the window's ticks within ``span``: a ``locust -f`` step's first send
+    to last answer; None: the window is the step) and its figures from them. A step without a
+    tick says so: ``proxy`` None and flagged, never left out (a report reading ``proxy`` found
+    no key: KeyError) nor zero (no process sampled is not an idle proxy)."""
+    per_s = proxy_per_second(readings, master, span)
+    row["proxy"] = proxy_of_rows(per_s)
+    row["proxy_per_second"] = per_s
+    row["proxy_processes"] = proxy_processes(per_s)
+    if row["proxy"] is None and read:  # no reading at all is flagged once, for the window
+        flags.append(f"missing:proxy:step{row['step']}")
 
 
 def _cut_by_kill(
