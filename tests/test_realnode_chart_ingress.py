@@ -57,6 +57,10 @@ KILL = [
     "--set", "scenario.ingress_flood.step_duration=75", "--set", "scenario.ingress_flood.steps={4}",
     "--set", "scenario.ingress_flood.requests=null",
 ]  # fmt: skip
+# Without the seed settings the outage is the replacement's start (a few seconds) and part 3
+# asserts the first success within GRACE_S of the fault: a step that ends GRACE_S after the
+# fault holds that, 40 s shorter than the seed run's.
+KILL_PLAIN = [*KILL, "--set", f"scenario.ingress_flood.step_duration={5 + GRACE_S}"]
 
 
 def test_ingress_flood_and_kill_pod_through_the_chart_on_the_real_node(
@@ -110,7 +114,7 @@ def _runs(r: Release, tmp_path: Path, values: Path, seed: dict[str, Any], t: flo
     # grace period no longer forces anything; the outage is the replacement's start.
     before = {p["metadata"]["uid"] for p in r.pods("target")}
     values = _values(tmp_path / "plain.json", {**seed, "hostPort": None, "backendsHoldSigterm": False})
-    r.upgrade("-f", str(values), *KILL)
+    r.upgrade("-f", str(values), *KILL_PLAIN)
 
     def new_target() -> dict[str, Any] | None:
         ps = r.pods("target")  # Recreate: the old pods go first
@@ -118,7 +122,7 @@ def _runs(r: Release, tmp_path: Path, values: Path, seed: dict[str, Any], t: flo
         return up[0] if len(ps) == 1 and up and up[0]["metadata"]["uid"] not in before else None
 
     victim = wait_for("the target without our ~30 s settings", new_target, TIMEOUT)["metadata"]["name"]
-    f, seen = _kill_run(r, values, victim, "exits on SIGTERM, no node port")
+    f, seen = _kill_run(r, values, victim, "exits on SIGTERM, no node port", KILL_PLAIN)
     # The pod left well before its grace period and its replacement ran at once, and the
     # client saw it: a connect the Service still sent to the gone pod gives up after the
     # scenario's connect_timeout_s (2 s), not Locust's 60 s (before: replacement Running 2.8 s
@@ -137,14 +141,16 @@ def _values(path: Path, target: dict[str, Any]) -> Path:
     return path
 
 
-def _kill_run(r: Release, values: Path, victim: str, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _kill_run(
+    r: Release, values: Path, victim: str, what: str, sets: list[str] = KILL
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One headless run whose kill-pod fault deletes ``victim``; its fault record (with the
     worker's downtime) and what the API server showed of the victim and its replacement."""
     t = time.monotonic()
     watch = _PodWatch(r)
     watch.start()
     try:
-        rep = _run_headless(r, values, KILL)
+        rep = _run_headless(r, values, sets)
     finally:
         watch.stop()
     print(f"kill-pod run ({what}): report in {time.monotonic() - t:.1f} s", flush=True)
