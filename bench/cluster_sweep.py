@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import tempfile
 import time
@@ -38,6 +39,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=3, help="real nodes; the sweep is 1..N")
     ap.add_argument("--iterations", type=int, default=30, help="windows per node count (the write-up: 30)")
     ap.add_argument("--burst", type=float, default=1.0, help="burst_s of each window")
+    ap.add_argument("--report", type=Path, help="write the sweep's report.json here too")
     ap.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="scenario.exec_storm value"
     )
@@ -68,6 +70,8 @@ def main() -> int:
                                    a.burst, tracer, 3600.0, sets)  # fmt: skip
             print(f"\nexec storm node sweep, burst {a.burst} s, tracer {tracer['tracer']}, "
                   f"exit code {rep['exit_code']}, trace {rep.get('trace_id')}:")  # fmt: skip
+            if a.report:
+                a.report.write_text(json.dumps(rep, indent=1))
             print(sweep_table(rep))
             print(f"\nper node count and node, summed over the iterations:\n{node_table(rep)}")
             print("\nper node (start-up, memory of containerd + kubelet + kube-proxy):")
