@@ -2,6 +2,7 @@
 
     rep, pods = run_sweep(rc, "rc-sweep", "rs", nodes=[1, 2, 3], iterations=3)
     print(sweep_table(rep))   # per node count: generated / kernel / reported p99, the write-up's rows
+    print(node_table(rep))    # per node count and node: the sums, IG's loss records by node
 
 The chart runs with one worker and one probe per node (workers.mode=daemonset) and its
 controller in sweep mode (controller.sweep, controller.sweepWorkers = the node count): one run,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ def run_sweep(
     burst_s: float = 0.3,
     tracer: Mapping[str, Any] | None = None,
     timeout_s: float = 600.0,
+    sets: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Install the chart once, wait for the sweep's end (the run-once claim's exit code), return
-    its report.json (with "exit_code" added) and the release's pods; uninstalls in every case."""
+    """Install the chart once (`sets`: more `--set KEY=VALUE`), wait for the sweep's end (the
+    run-once claim's exit code), return its report.json (with "exit_code" added) and the
+    release's pods; uninstalls in every case."""
     c, api, n = rc.cluster, rc.cluster.api, len(rc.nodes)
     t = time.monotonic()
     rc.import_image(find_swarmscope_image(), IMAGE_REPO)
@@ -61,6 +64,7 @@ def run_sweep(
         "--set", "workers.mode=daemonset", "--set", "controller.sweep=true",
         "--set", f"controller.sweepWorkers={n}", "--set", f"scenario.config.expect_probes={n}",
         "--set-json", f"scenario.exec_storm={json.dumps(exec_storm)}",
+        *(x for kv in sets for x in ("--set", kv)),
     )  # fmt: skip
     try:
         pods = wait_for(
@@ -116,6 +120,27 @@ def sweep_table(rep: dict[str, Any]) -> str:
     for nodes, w in WRITEUP_P99.items():
         rows.append((f"{nodes} (write-up)", "30", f(w["generated_p99"]), "-", f(w["reported_p99"]),
                      f(w["difference"]), f"{w['loss_vs_reported_pct']:g} %"))  # fmt: skip
+    return table(rows)
+
+
+def node_table(rep: dict[str, Any]) -> str:
+    """Per node count and node, summed over the iterations: generated, kernel, reported and what
+    the tracer's loss records named that node for (reported_lost; "-" when they name none)."""
+
+    def total(rows: list[dict[str, Any]], key: str) -> str:
+        vals = [r[key] for r in rows]
+        return "-" if any(v is None for v in vals) else f"{sum(vals):,}"
+
+    rows = [("NODES", "NODE", "POD", "GENERATED", "KERNEL", "REPORTED", "REPORTED LOST")]
+    for p in rep["points"]:
+        by: dict[str, list[dict[str, Any]]] = {}
+        for it in p["iterations"]:
+            for r in it["per_node"]:
+                by.setdefault(r["node"], []).append(r)
+        for node, rs in sorted(by.items()):
+            pod = rs[0]["pod"].split("/")[1] if rs[0]["pod"] else "-"
+            rows.append((str(p["params"]["nodes"]), node, pod, *(total(rs, k) for k in
+                         ("generated", "kernel", "reported", "reported_lost"))))  # fmt: skip
     return table(rows)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from realcluster import RealCluster
-from realsweep import component, run_sweep, sweep_table
+from realsweep import component, node_table, run_sweep, sweep_table
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -38,7 +38,7 @@ def test_node_sweep_from_one_install(real_cluster: RealCluster) -> None:
             for r in sorted(it["per_node"], key=lambda r: r["node"]):
                 where = f"{p['params']['nodes']} node(s), window {it['iteration']}: {r['node']} {r['pod']}"
                 print(f"  {where} generated {r['generated']} kernel {r['kernel']} reported {r['reported']}")
-    print(sweep_table(rep), flush=True)
+    print(sweep_table(rep), node_table(rep), sep="\n", flush=True)
 
     assert (rep["exit_code"], rep["status"], rep["flags"]) == (0, "ok", [])
     assert [p["params"]["nodes"] for p in rep["points"]] == NODES

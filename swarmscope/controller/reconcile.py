@@ -38,16 +38,20 @@ def reconcile(outcome: WindowOutcome, metric: str, expected_per_node: float | No
             missing.append("probe")
         errs = [r.error for r in by_node.get(node, []) if r.error]
         rep: int | None = None
+        rep_lost: int | None = None
         if tracer is not None:
             if tracer.error:
                 missing.append("tracer")
             else:
                 rep = int(tracer.per_node.get(node, 0))
+                if tracer.lost_by_node is not None:  # the tracer's loss records name their node
+                    rep_lost = int(tracer.lost_by_node.get(node, 0))
         nc = NodeCount(
             node=node,
             generated=g,
             kernel=k,
             reported=rep,
+            reported_lost=rep_lost,
             missing=missing,
             rate=float(gen["rate"]) if gen is not None and gen.get("rate") is not None else None,
         )
@@ -70,6 +74,7 @@ def reconcile(outcome: WindowOutcome, metric: str, expected_per_node: float | No
         extra["tracer"] = {
             "lost": tracer.lost,
             "sentinels_lost": tracer.sentinels_lost,
+            "lost_by_node": tracer.lost_by_node,
             "other": tracer.other,
             "lines": tracer.lines,
             "unattributed": tracer.unattributed,

@@ -10,8 +10,10 @@ the losses it admitted to ("Lost N events", ig's "lost N samples").
         ...                               # the load runs
         res = tracer.stop()               # res.per_node == {"n1": 4000}, res.lost == 0
 
-Caveats: ``lost`` is what the tracer printed and is host-wide (a tracer cannot say whose
-events it lost), so it is not split per node. ``None`` means the tracer has no way to say.
+Caveats: ``lost`` is what the tracer printed, host-wide for a tracer on one host (it cannot
+say whose events it lost). ``None`` means the tracer has no way to say. A tracer whose loss
+records name their node (Inspektor Gadget in the cluster: one gadget per node) also gives
+``lost_by_node``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class TracerResult:
     # End-of-window sentinels the tracer dropped: they are part of ``lost``, not of any node,
     # so "reported + lost - sentinels_lost" is what to set against the kernel count.
     sentinels_lost: int = 0
+    # The loss records that named a node, summed by that node (as printed; the rest of ``lost``
+    # named none). None: this tracer's loss records name no node.
+    lost_by_node: dict[str, int] | None = None
 
     @property
     def reported(self) -> int:

@@ -137,6 +137,8 @@ class CommandTracer:
         self._nodes: list[NodeKey] = []
         self._per_node: dict[str, int] = {}
         self._lost = 0
+        self._lost_by_node: dict[str, int] = {}
+        self._splits_lost = False
         self._unattributed = 0
         self._other = 0
         self._lines = 0
@@ -188,6 +190,8 @@ class CommandTracer:
                             stall_until = time.monotonic() + self.stall_s
                 elif res.kind == "lost":
                     self._lost += res.lost
+                    if res.node is not None:
+                        self._lost_by_node[res.node] = self._lost_by_node.get(res.node, 0) + res.lost
                     self._warn(text[:300])
                 elif res.kind == "event":
                     assert res.node is not None
@@ -263,6 +267,7 @@ class CommandTracer:
             lost_regex=self.lost_regex,
             sentinel_prefix=self._prefix,
         )
+        self._splits_lost = parser.lost is not None and "node" in parser.lost.groupindex
         bad = parser.unattributable(nodes)
         if bad:
             raise TracerError(
@@ -445,6 +450,7 @@ class CommandTracer:
                 error=error,
                 other=self._other,
                 sentinels_lost=self._sentinels_lost(),
+                lost_by_node=dict(self._lost_by_node) if self._splits_lost else None,
             )
 
 

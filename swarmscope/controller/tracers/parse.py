@@ -3,6 +3,7 @@
     p = LineParser(nodes, match=r"^(?P<comm>.*) (?P<cgroup>\\d+)$", sentinel_prefix="ss-sync-a3f")
     p.feed("ss-n1 4711")        # -> Line("event", node="n1")
     p.feed("Lost 12 events")    # -> Line("lost", lost=12)
+    # with a lost regex that has a (?P<node>...) group: Line("lost", lost=12, node="rn-1")
     p.feed("ss-sync-a3f7 1")    # -> Line("sentinel", sentinel=7)
 
 Order matters and is fixed: a sentinel is recognised first (anywhere in the line, so it works
@@ -31,7 +32,7 @@ TASK_COMM_LEN = 15  # characters of comm the kernel keeps (16 bytes with the NUL
 @dataclass(frozen=True)
 class Line:
     kind: str  # "sentinel" | "lost" | "event" | "other" | "noise"
-    node: str | None = None
+    node: str | None = None  # "lost": the node the loss record named, as printed (maybe none)
     lost: int = 0
     sentinel: int | None = None
 
@@ -110,7 +111,8 @@ class LineParser:
             m = self.lost.search(line)
             if m:
                 n = m.group("n") if "n" in self.lost.groupindex else m.group(1)
-                return Line("lost", lost=int(n))
+                node = (m.group("node") or "").strip() if "node" in self.lost.groupindex else ""
+                return Line("lost", lost=int(n), node=node or None)
         if self.match is not None:
             m = self.match.search(line)
             if not m:

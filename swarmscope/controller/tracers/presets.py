@@ -52,8 +52,15 @@ IG_CLUSTER_MATCH = (
 )
 # Its losses: a gadget's perf ring ("lost N samples", a warn event) and the gadget service's
 # per-client event buffer, whose gaps the client prints as "expected seq A, got B, N messages
-# dropped" (per node). Both are counted.
-IG_CLUSTER_LOST_REGEX = r"(?i)(?:\blost |, )(?P<n>\d+) (?:events?|samples?|messages dropped)\b"
+# dropped". Both are counted, each for the node it names (`node`): the warn event's
+# {"k8s":{"node":"X"},...}, the client's log line msg="X<padding> | expected seq ..." (the `(?(json)`
+# conditional ends the name at the quote or at the bar). A record in another form is still counted,
+# for no node. The lookahead at ^ rejects an event line in one pass: the regex runs on every line.
+_IG_LOST = r"(?:\blost |, )(?P<n>\d+) (?:events?|samples?|messages dropped)\b"
+IG_CLUSTER_LOST_REGEX = (
+    r"(?i)^(?=.*?" + _IG_LOST.replace("(?P<n>", "(?:") + r")"
+    r'(?:.*?(?:(?P<json>"node":")|msg=")(?P<node>[^"|]*?)(?(json)"|\s*\|))?.*?' + _IG_LOST
+)
 # After the drain, the stream must be quiet this long before the client is stopped: the drain's
 # sentinels pass through the controller's node's stream only, the other nodes' may lag behind.
 IG_CLUSTER_QUIET_S = 3.0
