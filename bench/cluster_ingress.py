@@ -94,7 +94,7 @@ def main() -> int:
 
 def grid_table(runs: dict[int, dict[str, Any] | str], table: dict[str, tuple[float, ...]]) -> str:
     head = (f"{'backends':>8} {'users':>5} {'-n':>5} {'req/s':>6} {'p50 ms':>7} {'p75 ms':>7} {'p99 ms':>7} "
-            f"{'fail':>4} {'%CPU med':>8} {'%CPU max':>8} {'RSS MiB':>7}  served by backend")  # fmt: skip
+            f"{'fail':>4} {'%CPU med':>8} {'%CPU max':>8} {'RSS MiB':>7}  per backend")  # fmt: skip
     out = ["\ningress grid through Traefik (every step exact: requests == -n == Traefik's log lines):", head]
     for r, rep in runs.items():
         if isinstance(rep, str):
