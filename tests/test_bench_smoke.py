@@ -7,8 +7,9 @@ The figures are not checked here (a loaded 2-core machine moves them); the table
 and a row of it are. bench/http_flood.py and bench/probes.py have their own tests
 (test_bench_http.py, test_bench_probes.py), bench/fuzz.py's campaigns test_fuzz.py; here they
 run as a user runs them. Not here: bench/cold_tools.sh (a cold `make tools` of ≈ 35 min in a
-private cache: there is no small form of it), bench/cluster_sweep.py (it starts its own real
-nodes; tests/test_realcluster_sweep.py runs the same install and sweep on the session's).
+private cache: there is no small form of it), bench/cluster_sweep.py and bench/cluster_ingress.py
+(they start their own real nodes; tests/test_realcluster_sweep.py and
+tests/test_realcluster_traefik.py run the same install and runs on the session's).
 """
 
 from __future__ import annotations
