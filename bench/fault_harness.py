@@ -67,7 +67,7 @@ def _neigh_args(extra: tuple[str, ...] = ()) -> list[str]:
 def _ingress_args(extra: tuple[str, ...] = ()) -> list[str]:
     return [
         "scenarios/ingress_flood.yaml", "--set", "steps=5,5,5,5,5,5", "--set", "step_duration=2",
-        "--set", "restart_delay_s=0.5", *extra,
+        "--set", "restart_delay_s=0.5", "--set", "network_baseline_s=0", *extra,
     ]  # fmt: skip
 
 
