@@ -193,7 +193,8 @@ class _Watch:
                     if json.loads(f.read_text()).get("pid") in pids:
                         self.claims.add((kind, f.name))
         for f in SIMNODES.iterdir() if SIMNODES.is_dir() else []:
-            with contextlib.suppress(OSError, ValueError):
+            # IndexError: a file read while its writer is still writing it (empty); the next sample reads it
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 if int(f.read_text().split()[0]) in pids:
                     self.groups.add(f.name.removesuffix(".owner"))
 
