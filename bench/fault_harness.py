@@ -67,7 +67,7 @@ def _neigh_args(extra: tuple[str, ...] = ()) -> list[str]:
 def _ingress_args(extra: tuple[str, ...] = ()) -> list[str]:
     return [
         "scenarios/ingress_flood.yaml", "--set", "steps=5,5,5,5,5,5", "--set", "step_duration=2",
-        "--set", "restart_delay_s=0.5", *extra,
+        "--set", "restart_delay_s=0.5", "--set", "network_baseline_s=0", *extra,
     ]  # fmt: skip
 
 
@@ -193,7 +193,8 @@ class _Watch:
                     if json.loads(f.read_text()).get("pid") in pids:
                         self.claims.add((kind, f.name))
         for f in SIMNODES.iterdir() if SIMNODES.is_dir() else []:
-            with contextlib.suppress(OSError, ValueError):
+            # IndexError: a file read while its writer is still writing it (empty); the next sample reads it
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 if int(f.read_text().split()[0]) in pids:
                     self.groups.add(f.name.removesuffix(".owner"))
 

@@ -79,7 +79,7 @@ def test_kind_summary_from_report_sections() -> None:
 def test_ingress_run_prints_progress_and_summary(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
     p = run_cli("run", "scenarios/ingress_flood.yaml", "--set", "steps=5,10", "--set", "step_duration=1",
-                "--out", str(out))  # fmt: skip
+                "--set", "network_baseline_s=0", "--out", str(out))  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     steps = json.loads((only_run_dir(out) / "report.json").read_text())["sections"]["steps"]
     lines = re.findall(

@@ -35,9 +35,16 @@ SCENARIO = ROOT / "scenarios" / "ingress_flood.yaml"
 needs_root = pytest.mark.root  # conftest skips it with "not root" (CI is root)
 
 
+# The iperf3 network baseline (2 s and its set-up before the first step) only where a test
+# asks for it (test_network_baseline_iperf3_beside_the_http_figures): the rest never read it.
+NO_BASELINE = "network_baseline_s=0"
+
+
 def flood(tmp: pathlib.Path, *sets: str, expect_rc: int = 0) -> dict:
-    """``swarmscope run scenarios/ingress_flood.yaml --set ...``; its report (run_dir added)."""
+    """``swarmscope run scenarios/ingress_flood.yaml --set ...`` (no network baseline unless
+    ``sets`` ask: the last --set wins); its report (run_dir added)."""
     out = tmp / "results"
+    sets = (NO_BASELINE, *sets)
     p = run_cli(
         "run", str(SCENARIO), "--out", str(out), *(a for s in sets for a in ("--set", s)), timeout=180
     )
@@ -50,7 +57,7 @@ def flood(tmp: pathlib.Path, *sets: str, expect_rc: int = 0) -> dict:
 
 def locust_f(tmp: pathlib.Path, *opts: str, workers: int = 0) -> dict:
     """``locust -f scenarios/ingress_flood.py --headless``, alone or as a master with
-    ``workers`` worker processes; its report (with run_dir)."""
+    ``workers`` worker processes, no network baseline; its report (with run_dir)."""
     locust = str(pathlib.Path(sys.executable).parent / "locust")
     common = [locust, "-f", str(ROOT / "scenarios" / "ingress_flood.py")]
     out = tmp / "results"
@@ -58,7 +65,8 @@ def locust_f(tmp: pathlib.Path, *opts: str, workers: int = 0) -> dict:
     dist = ["--master", "--expect-workers", str(workers), "--master-bind-host", "127.0.0.1",
             "--master-bind-port", port] if workers else []  # fmt: skip
     main = subprocess.Popen(
-        [*common, "--headless", *dist, "--ss-out", str(out), "--only-summary", "--stop-timeout", "5", *opts],
+        [*common, "--headless", *dist, "--ss-out", str(out), "--only-summary", "--stop-timeout", "5",
+         "--ss-network-baseline-s", "0", *opts],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     procs = [
@@ -459,7 +467,7 @@ def test_first_k6_run_builds_before_the_first_window(tmp_path: pathlib.Path, k6_
     env = {"SWARMSCOPE_BUILD_K6": str(script), "DIR": str(tmp_path), "REAL_K6": k6_bin, "BUILD_S": "4"}
     out = tmp_path / "results"
     p = run_cli("run", str(SCENARIO), "--out", str(out), "--set", "engine=k6", "--set", "steps=5",
-                "--set", "step_duration=2", timeout=180, env=env)  # fmt: skip
+                "--set", "step_duration=2", "--set", NO_BASELINE, timeout=180, env=env)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     said = [ln for ln in p.stderr.splitlines() if ln.startswith("swarmscope: ") and "k6" in ln]
     assert said[0] == (

@@ -72,7 +72,7 @@ def test_locustfile_request_counts_and_backends_per_step(tmp_path: pathlib.Path,
     step sends exactly its count, nginx logs exactly that many lines for it (counted at the
     step's end, before the next starts), on the step's replicas; an odd count splits 501/500."""
     r = locust_f(tmp_path, "--ss-steps", "5,20", "--ss-requests", "300,1001", "--ss-backends", "1,2",
-                 "--ss-step-duration", "30", "--ss-network-baseline-s", "0", workers=workers)  # fmt: skip
+                 "--ss-step-duration", "30", workers=workers)  # fmt: skip
     (w,) = windows(r)  # one test start/stop: one window holding both steps
     steps = r["steps"]
     assert [s["users"] for s in steps] == [5, 20]
@@ -96,8 +96,7 @@ def test_locustfile_request_counts_and_backends_per_step(tmp_path: pathlib.Path,
 def test_locustfile_timed_steps_reload_onto_each_steps_backends(tmp_path: pathlib.Path) -> None:
     """locust -f with timed steps and --ss-backends 2,1: the target's worker reloads the LB at
     the step boundary; the replicas in each row are the ones the LB was reloaded onto."""
-    r = locust_f(tmp_path, "--ss-steps", "5,5", "--ss-backends", "2,1", "--ss-step-duration", "2",
-                 "--ss-network-baseline-s", "0")  # fmt: skip
+    r = locust_f(tmp_path, "--ss-steps", "5,5", "--ss-backends", "2,1", "--ss-step-duration", "2")
     assert [s["backends"] for s in r["steps"]] == [2, 1]
     assert all(s["requests"] > 50 and s["failures"] == 0 for s in r["steps"])
     (w,) = windows(r)
@@ -130,7 +129,7 @@ def test_locustfile_request_counts_against_a_host_it_did_not_start(tmp_path: pat
     with LocalIngress() as target:  # started here: to the worker, a host like any other
         before = target.access_log_count()
         r = locust_f(tmp_path, "--ss-host", target.url, "--ss-steps", "1,2", "--ss-requests", "50,80",
-                     "--ss-step-duration", "60", "--ss-network-baseline-s", "0")  # fmt: skip
+                     "--ss-step-duration", "60")  # fmt: skip
         served = target.access_log_count() - before
     assert [s["requests"] for s in r["steps"]] == [50, 80]
     assert r["ingress"]["server_requests"] is None  # not the worker's log to count

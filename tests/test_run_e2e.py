@@ -248,7 +248,7 @@ def test_ingress_flood_through_swarmscope_run(tmp_path: pathlib.Path) -> None:
     p = run_cli(
         "run", "scenarios/ingress_flood.yaml", "--set", "steps=10,30", "--set", "step_duration=4",
         "--set", "fault=kill-lb-local", "--set", "fault_at=2.5", "--set", "restart_delay_s=1.0",
-        "--out", str(out),
+        "--set", "network_baseline_s=0", "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = only_run_dir(out)

@@ -184,7 +184,7 @@ def test_exec_storm_tab_equals_report(tmp_path: pathlib.Path) -> None:
 @pytest.mark.slow
 def test_ingress_flood_tab_equals_report(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    with Locust("scenarios/ingress_flood.py", out) as loc:
+    with Locust("scenarios/ingress_flood.py", out, "--ss-network-baseline-s", "0") as loc:
         assert get(loc.base + "/swarm", {"user_count": 5, "spawn_rate": 5})["success"] is True
         loc.wait_requests(50)  # Locust's own counter: the load is flowing
         png, tab = loc.stop_and_look(tmp_path, "webui-ingress.png")
