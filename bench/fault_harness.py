@@ -192,9 +192,8 @@ class _Watch:
                 with contextlib.suppress(OSError, ValueError):
                     if json.loads(f.read_text()).get("pid") in pids:
                         self.claims.add((kind, f.name))
-        for f in SIMNODES.iterdir() if SIMNODES.is_dir() else []:
-            # IndexError: a file read while its writer is still writing it (empty); the next sample reads it
-            with contextlib.suppress(OSError, ValueError, IndexError):
+        for f in SIMNODES.glob("*.owner"):  # not a writer's temporary file (renamed over it whole)
+            with contextlib.suppress(OSError, ValueError):
                 if int(f.read_text().split()[0]) in pids:
                     self.groups.add(f.name.removesuffix(".owner"))
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from swarmscope.core.errors import LoadGenError, SetupError
 from swarmscope.core.sys import cgroups
+from swarmscope.core.sys.trust import atomic_write
 
 ROOT_NAME = "swarmscope"
 OWNER_DIR = pathlib.Path("/run/swarmscope/simnodes")
@@ -141,7 +142,8 @@ def create_sim_nodes(group: str, names: list[str], pids_max: int) -> list[SimNod
         destroy_sim_nodes(group)
     try:
         OWNER_DIR.mkdir(parents=True, exist_ok=True)
-        _owner_file(group).write_text(f"{os.getpid()} {_proc_start(os.getpid())}\n")
+        # renamed into place whole: the start-of-run sweep and audits read it at any moment
+        atomic_write(_owner_file(group), f"{os.getpid()} {_proc_start(os.getpid())}\n".encode())
         gdir.mkdir(parents=True, exist_ok=True)
         pids_root = cgroups.pids_v1_mount()
         v2_pids = False
