@@ -99,7 +99,9 @@ def kernel_ends(
 def reconcile(cfg: NeighborConfig, outcome: WindowOutcome) -> IterationResult:
     window, point, results = outcome.window, outcome.point, outcome.results
     readings = outcome.readings
-    if any(r.get("free") for r in results.values()):
+    # A locust -f window's point carries no sweep parameters (app/plugin.py); its workers may all
+    # be gone before sending (a Ctrl-C to the whole group), so no result may say "free".
+    if "neighbors" not in point.params or any(r.get("free") for r in results.values()):
         return _reconcile_free(window, point, results)
     n, mode = int(point.params["neighbors"]), str(point.params["mode"])
     per_node: list[NodeCount] = []
