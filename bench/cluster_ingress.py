@@ -50,8 +50,8 @@ def main() -> int:
     from imagebuild import find_swarmscope_image
     from realcluster import RealCluster
     from realnode import find_node_tools
+    from realrelease import IMAGE_REPO, Release
     from realtraefik import TRAEFIK_REPO, find_traefik_image, kill_run, steps_run, traefik_pod, traefik_values
-    from test_realcluster_kinds import IMAGE_REPO, Release
     from test_seed_figures import TABLE
 
     counts = a.requests * len(a.steps) if len(a.requests) == 1 else a.requests

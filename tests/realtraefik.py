@@ -26,7 +26,7 @@ import prebuilt
 from cluster import BUILD
 from realcluster import RealCluster
 from realnode import wait_for
-from test_realcluster_kinds import HOST, TIMEOUT, Release, _base
+from realrelease import HOST, TIMEOUT, Release, base_values
 
 TRAEFIK_REPO = "docker.io/library/traefik"
 GRACE_S = 30  # kubectl delete pod's default (the write-up's pod was Terminating ~30 s)
@@ -46,7 +46,7 @@ def traefik_values(
 ) -> tuple[dict[str, Any], int]:
     """The chart's values (target.controller=traefik, an idle controller) and its pod count."""
     n0 = rc.nodes[0].name
-    values = _base("ingress_flood", steps=steps, requests=counts, step_duration=600)
+    values = base_values("ingress_flood", steps=steps, requests=counts, step_duration=600)
     values["target"] = {"enabled": True, "controller": "traefik", "backends": backends,
                         "terminationGracePeriodSeconds": GRACE_S, "nodeSelector": {HOST: n0}}  # fmt: skip
     values["workers"] = {"replicas": 1, "nodeSelector": {HOST: n0}}

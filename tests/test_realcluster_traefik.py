@@ -32,8 +32,8 @@ import time
 import pytest
 from imagebuild import find_swarmscope_image
 from realcluster import RealCluster
+from realrelease import Release
 from realtraefik import TRAEFIK_REPO, find_traefik_image, kill_run, steps_run, traefik_pod, traefik_values
-from test_realcluster_kinds import Release
 
 pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
 
