@@ -115,6 +115,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
     blobs = {n: results[n]["recorder"] for n in window.nodes if n in results}
     key = "rate" if cfg.model == "open" else "users"
     master = _master(got)
+    whole = proxy_per_second(readings, master)  # the window's rows: a swept step's are these
     # procstat answered for the window (its gauges come with every reading it makes, even one
     # that matched no process): without it the proxy is missing once, for the window.
     read = any("proc.ticks" in r.gauges for r in readings)
@@ -128,7 +129,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
             rows = [{"step": 0, "requests": 0, "failures": 0, "rps": 0.0, "generator_bound": False}]
         rows[0]["step"] = point.index
         rows[0][key] = point.params[key]
-        _step_proxy(rows[0], readings, master, None, read, flags)
+        _step_proxy(rows[0], whole, read, flags)
         reps = next((int(r["backends"]) for r in got if r.get("backends") is not None), None)
         if reps is not None:  # the local target: the replicas that served this step
             rows[0]["backends"] = reps
@@ -139,7 +140,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         for row in rows:  # each step's proxy: the window's ticks within it
             st = merged.steps.get(int(row["step"])) if merged is not None else None
             span = (st.first_t, st.last_t) if st is not None and st.first_t <= st.last_t else (0.0, -1.0)
-            _step_proxy(row, readings, master, span, read, flags)
+            _step_proxy(row, proxy_per_second(readings, master, span), read, flags)
     for row in rows:
         if row.get("generator_bound"):
             flags.append(f"generator-bound:step{row['step']}")
@@ -168,7 +169,7 @@ def reconcile_window(cfg: IngressConfig, outcome: WindowOutcome) -> IterationRes
         "successes": successes,
         "server_requests": server,
         "server_log_cut_by_kill": cut,
-        "proxy": proxy_of_rows(proxy_per_second(readings, master)),  # the whole window's
+        "proxy": proxy_of_rows(whole),
         "faults": faults,
         "faults_struck": struck,
         "fault_spans": [fault_span(f) for f in faults if fault_span(f) is not None],
@@ -190,19 +191,11 @@ def _master(got: list[dict[str, Any]]) -> int | None:
     return next((int(r["lb_pids"][0]) for r in got if r.get("lb_pids")), None)
 
 
-def _step_proxy(
-    row: dict[str, Any],
-    readings: list[ProbeReading],
-    master: int | None,
-    span: tuple[float, float] | None,
-    read: bool,
-    flags: list[str],
-) -> None:
-    """A step's proxy rows (the window's ticks within ``span``: a ``locust -f`` step's first send
-    to last answer; None: the window is the step) and its figures from them. A step without a
+def _step_proxy(row: dict[str, Any], per_s: list[dict[str, Any]], read: bool, flags: list[str]) -> None:
+    """A step's proxy rows (the window's ticks within a ``locust -f`` step, from its first send to
+    its last answer; a swept step's: all of them) and its figures from them. A step without a
     tick says so: ``proxy`` None and flagged, never left out (a report reading ``proxy`` found
     no key: KeyError) nor zero (no process sampled is not an idle proxy)."""
-    per_s = proxy_per_second(readings, master, span)
     row["proxy"] = proxy_of_rows(per_s)
     row["proxy_per_second"] = per_s
     row["proxy_processes"] = proxy_processes(per_s)
