@@ -103,3 +103,37 @@ def test_scraped_dropped_flows_equal_the_agents_over_two_windows() -> None:
         finally:
             agent.close()
     assert all(d > 0 for d in dropped), dropped
+
+
+def test_a_scraper_that_hangs_up_leaves_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """A scraper that resets its connection right after asking (as the run does when stopped
+    mid-scrape) is dropped quietly: the agent writes on the run's terminal, where a traceback
+    reads as a crash (CI: BrokenPipeError from the agent's /metrics under a SIGTERM'd run)."""
+    import socket
+    import struct
+    import urllib.request
+    from types import SimpleNamespace
+
+    from swarmscope.targets.flow_agent.metrics import listening_socket, serve
+
+    totals = {"evictions": dict.fromkeys(("hashmap", "accounter", "exporter"), 0), "dropped": 0}
+    totals["evicted_flows"] = dict(totals["evictions"])
+    win = SimpleNamespace(
+        buffer_sizes={"hashmap-unique": 2000.0}, summary=lambda: {"ringbuf_hashmap_ratio": None}
+    )
+    sock = listening_socket()
+    server = serve(SimpleNamespace(totals=totals, win=win), sock.fileno())
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/metrics"
+    try:
+        for _ in range(20):
+            c = socket.create_connection(sock.getsockname())
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()  # an RST: the reply, or the read of the request, meets a reset connection
+        with urllib.request.urlopen(url, timeout=10) as r:  # and the server still answers
+            body = r.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 'netobserv_agent_buffer_size{name="hashmap-unique"} 2000.0' in body
+    assert "Traceback" not in capfd.readouterr().err

@@ -29,11 +29,11 @@ import signal
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from swarmscope.core.errors import SetupError
+from swarmscope.probes import selfmetrics
 
 log = logging.getLogger("swarmscope.controller")
 
@@ -83,8 +83,8 @@ class RunOnce:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        server = ThreadingHTTPServer((bind, health_port), _Health)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # The probe's bounded server (one /healthz and /metrics server); /metrics is empty here.
+        server = selfmetrics.serve(selfmetrics.TextRegistry(), health_port, bind)
         rec = self.record()
         if "exit_code" in rec:
             how = f"it ended with exit code {rec['exit_code']}"
@@ -104,19 +104,3 @@ class RunOnce:
             server.shutdown()
             server.server_close()
         return 0
-
-
-class _Health(BaseHTTPRequestHandler):
-    """/healthz as the controller's metrics port answers it; nothing else while idle."""
-
-    def do_GET(self) -> None:
-        ok = self.path == "/healthz"
-        body = b"ok\n" if ok else b"idle: this run id already ran\n"
-        self.send_response(200 if ok else 404)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # the kubelet probes every few seconds: no line per probe

@@ -33,6 +33,7 @@ probe's RSS for header parsing a scraper does not need.
 from __future__ import annotations
 
 import errno
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from socketserver import StreamRequestHandler, ThreadingTCPServer
@@ -131,9 +132,10 @@ def _read_request(rfile: Any) -> tuple[str, str]:
     return (words[0], words[1].split("?", 1)[0]) if len(words) >= 2 else ("", "")
 
 
-def serve(registry: Any, port: int, host: str = "127.0.0.1") -> BoundedHTTPServer:
+def serve(registry: Any, port: int, host: str = "127.0.0.1", fd: int | None = None) -> BoundedHTTPServer:
     """Serve ``/metrics`` (a TextRegistry, or a prometheus_client registry) and ``/healthz`` on a
-    daemon thread; port 0 picks one."""
+    daemon thread; port 0 picks one. With ``fd``, on that inherited listening socket instead (the
+    flow agent's, made outside its network namespace)."""
     if isinstance(registry, TextRegistry):
         render, ctype_metrics = registry.render, CONTENT_TYPE
     else:
@@ -159,7 +161,12 @@ def serve(registry: Any, port: int, host: str = "127.0.0.1") -> BoundedHTTPServe
             except OSError:
                 pass
 
-    server = BoundedHTTPServer((host, port), Handler)
+    if fd is None:
+        server = BoundedHTTPServer((host, port), Handler)
+    else:
+        server = BoundedHTTPServer((host, port), Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=fd)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 

@@ -22,12 +22,13 @@ agent's counters from another thread, unlocked; a scrape taken between ``flush``
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client.registry import Collector
+
+from swarmscope.probes import selfmetrics
+from swarmscope.probes.selfmetrics import BoundedHTTPServer
 
 PREFIX = "netobserv_agent_"
 COMPONENTS = ("hashmap", "accounter", "exporter")
@@ -72,16 +73,12 @@ class AgentCollector(Collector):
             yield GaugeMetricFamily(PREFIX + "ringbuf_hashmap_ratio", doc, value=ratio)
 
 
-def serve(agent: Any, fd: int) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` on the inherited listening socket ``fd``, from a daemon thread."""
+def serve(agent: Any, fd: int) -> BoundedHTTPServer:
+    """Serve ``/metrics`` on the inherited listening socket ``fd``, from a daemon thread (the
+    probe's bounded server: a scraper that hangs up mid-reply is dropped quietly, not a traceback
+    on the run's terminal)."""
     from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import MetricsHandler
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), MetricsHandler.factory(registry), bind_and_activate=False)
-    httpd.socket.close()
-    httpd.socket = socket.socket(fileno=fd)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
-    return httpd
+    return selfmetrics.serve(registry, 0, fd=fd)
