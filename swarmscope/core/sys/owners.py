@@ -146,10 +146,11 @@ def dying_with_us(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> l
 
     util-linux ``setpriv --pdeathsig KILL`` sets PR_SET_PDEATHSIG and execs ``cmd`` in place
     (same pid, the command's own argv; the signal survives an exec that does not raise
-    privileges, so ``ip netns exec`` and ``nsenter`` keep it). No Python runs in the forked
-    child, unlike a ``preexec_fn``, which is unsafe in a threaded process (a lock another
-    thread held at the fork stays held) and forces fork() over vfork(). PR_SET_PDEATHSIG
-    follows the spawning *thread*: spawn from a long-lived one.
+    privileges, so ``ip netns exec`` and ``nsenter`` keep it). Unlike a ``preexec_fn``, which
+    is unsafe in a threaded process (a lock another thread held at the fork stays held) and
+    forces fork() over vfork(), the stdlib Popen then runs no Python in the child. (gevent's
+    Popen, in a monkey-patched Locust process, forks and execs in Python whatever we pass.)
+    PR_SET_PDEATHSIG follows the spawning *thread*: spawn from a long-lived one.
 
     ``env`` is the child's environment if it is not ours: ``cmd[0]`` is looked up on its PATH
     here, so a missing command still raises FileNotFoundError from Popen's caller rather than
