@@ -1,9 +1,12 @@
 """The real probe (BCC, exec_count) against the real fleet: a reconnect mid-window keeps the
-exact count, and the fleet over mTLS admits only a probe with a certificate its CA signed.
+exact count, a close that asks for a drain gets one sentinel exec on each CPU (seen by bpftrace,
+never counted), and the fleet over mTLS admits only a probe with a certificate its CA signed.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -16,6 +19,7 @@ from tls_helpers import make_pki
 from swarmscope.controller.fleet import Fleet
 from swarmscope.core.errors import FleetError
 from swarmscope.core.sys.cgroups import cgroup_id
+from swarmscope.core.sys.sentinel import new_prefix, online_cpus
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.v1 import probe_pb2 as pb
@@ -70,6 +74,49 @@ def test_real_probe_reconnect_mid_window_keeps_exact_count() -> None:
         assert r.node == "n1" and r.error == "" and r.counters["exec"] == 100
         assert fleet.take_reconnects("w-rc") == {"real-1@real-node": 1}
     finally:
+        run.stop()
+        fleet.stop()
+    assert run.error is None
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.bpf
+def test_a_close_with_a_drain_runs_a_sentinel_on_each_cpu_of_the_probes_node() -> None:
+    prefix, first = new_prefix(), 7
+    prog = (
+        f'tracepoint:sched:sched_process_exec /strncmp(comm, "{prefix}", {len(prefix)}) == 0/ '
+        '{ printf("%s %d\\n", comm, cpu); }'
+    )
+    bpftrace = shutil.which("bpftrace")
+    assert bpftrace, "bpftrace is installed by tools/setup.sh"
+    tracer = subprocess.Popen([bpftrace, "-B", "line", "-e", prog], stdout=subprocess.PIPE, text=True)
+    fleet = Fleet(TOKEN, liveness_s=3.0)
+    fleet.start()
+    run = Running(ProbeAgent(fleet.address, TOKEN, "real-node", ["exec_count"], probe_id="real-d"))
+    try:
+        assert tracer.stdout is not None
+        assert "Attaching" in tracer.stdout.readline()
+        fleet.wait_for_probes(hosts={"real-node"}, timeout_s=60)  # BCC compiles first
+        with temp_cgroup("dr") as cg:
+            node = [pb.NodeInfo(name="real-node", cgroup_id=cgroup_id(cg), cgroup_path=str(cg))]
+            assert fleet.open_window("run", "w-dr", {"real-node": node}, programs=["exec_count"]) == {}
+            exec_in_cgroup(cg, 30)
+            readings, missing = fleet.close_window("run", "w-dr", timeout_s=20, drain=(prefix, first))
+        cpus = online_cpus()
+        assert missing == []
+        (r,) = readings
+        # The sentinels ran in the probe's own cgroup: the node's count is the storm's only.
+        assert r.error == "" and r.counters["exec"] == 30
+        assert r.drained == [first + i for i in range(len(cpus))]
+        tracer.terminate()
+        out, _ = tracer.communicate(timeout=30)
+        seen = dict(line.split() for line in out.splitlines() if line.startswith(prefix))
+        assert seen == {f"{prefix}{first + i}": str(cpu) for i, cpu in enumerate(cpus)}, out
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+        tracer.wait()
         run.stop()
         fleet.stop()
     assert run.error is None

@@ -4,17 +4,22 @@ kubectl-gadget's output as recorded on the real cluster (tests/test_igcluster.py
 shortened) is replayed by a stand-in command; the adapter is the ig-cluster preset's (its match
 and lost regex) and the window is reconciled as the controller does: each row's reported_lost is
 the loss records that named its node; a record naming another node or none is in `lost` only.
+The drain: each node's probe execs its sentinels in its own pod, and the adapter waits for them
+in that node's events, so a node's late loss record is still in its row.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from test_tracers import IG_CLUSTER_LINE
 
 from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo, WindowOutcome
 from swarmscope.controller.reconcile import reconcile
-from swarmscope.controller.tracers import NodeKey, presets
+from swarmscope.controller.tracers import NodeKey, TracerResult, presets
 from swarmscope.controller.tracers.command import CommandTracer
 
 NODES = [NodeKey("rn-0", comm="sab12-rn-0"), NodeKey("rn-1", comm="sab12-rn-1")]
@@ -44,18 +49,41 @@ RECORDED = [
 ]
 
 
-def replay(recorded: Path) -> CommandTracer:
-    """The ig-cluster adapter on a command that prints the recording, then every sentinel a window
-    can exec (the readiness and drain sentinels are real execs; only the tracer is a stand-in)."""
+def sentinel(node: str, comm: str) -> str:
+    """A drain sentinel as IG reports it: an exec in the probe pod on ``node``."""
+    return IG_CLUSTER_LINE.replace("NODE", node).replace("COMPONENT", "probes").replace("COMM", comm)
+
+
+def replay(recorded: Path, drain: Path | None = None) -> CommandTracer:
+    """The ig-cluster adapter on a command that prints the recording, then readiness sentinels
+    (the controller's execs are real; only the tracer is a stand-in), then, once ``drain`` is
+    written, 0.5 s later, the rest of the recording: what came after the window's close."""
 
     def argv(nodes: list[NodeKey], prefix: str) -> list[str]:
         loop = f'i=0; while [ $i -lt 500 ]; do echo "{{\\"comm\\":\\"{prefix}$i\\"}}"; i=$((i+1)); done'
-        return ["sh", "-c", f'cat "$0"; {loop}; exec sleep 60', str(recorded)]
+        late = 'while [ ! -e "$1" ]; do sleep 0.05; done; sleep 0.5; cat "$1"; ' if drain else ""
+        return ["sh", "-c", f'cat "$0"; {loop}; {late}exec sleep 60', str(recorded), str(drain)]
 
     return CommandTracer(
         ["unused"], name="ig-cluster", match=presets.IG_CLUSTER_MATCH,
         lost_regex=presets.IG_CLUSTER_LOST_REGEX, argv_for=argv,
+        sentinel_node=presets.IG_CLUSTER_SENTINEL_NODE, drain_timeout_s=5,
     )  # fmt: skip
+
+
+def close(
+    t: CommandTracer, drain: Path, late: Callable[[str, int], list[str]], sent: dict[str, list[int]]
+) -> TracerResult:
+    """The window's close: each node's probe exec'd ``sent`` (offsets from the drain's first
+    number), and the tracer printed ``late(prefix, first)`` after it."""
+    asked = t.node_drain()
+    assert asked is not None
+    prefix, first = asked
+    tmp = drain.with_suffix(".tmp")
+    tmp.write_text("\n".join(late(prefix, first)) + "\n")
+    os.rename(tmp, drain)
+    t.expect_drained({n: [first + i for i in ks] for n, ks in sent.items()})
+    return t.stop()
 
 
 def test_ig_lost_records_are_split_per_node_into_the_rows(tmp_path: Path) -> None:
@@ -89,3 +117,53 @@ def test_a_tracer_whose_loss_records_name_no_node_leaves_reported_lost_null(tmp_
     win = WindowInfo("r1", "w1", 0, 1, ["rn-0", "rn-1"])
     out = reconcile(WindowOutcome(win, PointInfo(0, {"nodes": 2}, 1), {}, [], [], res), "exec")
     assert [n.reported_lost for n in out.per_node] == [None, None]
+
+
+def test_the_drain_waits_for_each_nodes_sentinels_in_that_nodes_stream(tmp_path: Path) -> None:
+    rec, drain = tmp_path / "kubectl-gadget.out", tmp_path / "drain.out"
+    rec.write_text("\n".join(RECORDED) + "\n")
+
+    # rn-1's stream is behind: its loss record and its sentinels come 0.5 s after the close; on
+    # each CPU the kernel writes the loss record before the next sample (the sentinel).
+    def late(p: str, k: int) -> list[str]:
+        return [sentinel("rn-0", f"{p}{k}"), warn("rn-1", 40), sentinel("rn-1", f"{p}{k}"),
+                sentinel("rn-1", f"{p}{k + 1}")]  # fmt: skip
+
+    t = replay(rec, drain)
+    t.start("w1", NODES)
+    t0 = time.monotonic()
+    res = close(t, drain, late, {"rn-0": [0], "rn-1": [0, 1]})
+    assert time.monotonic() - t0 < 4  # it ended on the sentinels, not on its 5 s timeout
+    assert res.drained == {"rn-0": {"sent": 1, "seen": 1}, "rn-1": {"sent": 2, "seen": 2}}, res.warnings
+    assert not [w for w in res.warnings if w.startswith("swarmscope:")], res.warnings
+    # Stopped without that wait, rn-1's late loss record would be missing from its split.
+    assert res.lost_by_node == {"rn-0": 173 + 1354, "rn-1": 216 + 618 + 40, "rn-2": 9}
+    assert res.per_node == {"rn-0": 6, "rn-1": 3}
+
+
+def test_a_sentinel_counts_only_for_the_node_and_number_its_probe_ran(tmp_path: Path) -> None:
+    rec, drain = tmp_path / "kubectl-gadget.out", tmp_path / "drain.out"
+    rec.write_text("\n".join(RECORDED) + "\n")
+    nodes = [*NODES, NodeKey("rn-3", comm="sab12-rn-3")]
+
+    def late(p: str, k: int) -> list[str]:
+        return [
+            sentinel("rn-0", f"{p}{k}"),
+            sentinel("rn-0", f"{p}{k + 1}"),  # rn-1's number, from rn-0's stream
+            sentinel("rn-1", f"{p}{k - 1}"),  # a readiness number (the controller's), not a drain's
+        ]
+
+    t = replay(rec, drain)
+    t.drain_timeout_s = 1.0
+    t.start("w1", nodes)
+    t0 = time.monotonic()
+    res = close(t, drain, late, {"rn-0": [0], "rn-1": [1]})  # rn-3's probe ran none
+    assert time.monotonic() - t0 >= 1.0  # waited its bound for rn-1, then said so
+    assert res.drained == {
+        "rn-0": {"sent": 1, "seen": 1}, "rn-1": {"sent": 1, "seen": 0}, "rn-3": {"sent": 0, "seen": 0}
+    }  # fmt: skip
+    ours = [w for w in res.warnings if w.startswith("swarmscope:")]
+    assert ours == [
+        "swarmscope: node rn-1: 1 of 1 drain sentinels not seen within 1 s; its last events may be missing",
+        "swarmscope: node rn-3: its probe ran no drain sentinels; its last events may be missing",
+    ]

@@ -293,8 +293,8 @@ class Relay:
             win = fleet._windows.get(cmd.window_id)
             if win is not None and win.closing:
                 return  # a close already under way answers for every probe, widened ones too
-            if win is not None:
-                fleet.begin_close(win)
+            if win is not None:  # a drain asked for goes on to the probes here
+                fleet.begin_close(win, (cmd.drain_prefix, cmd.drain_from) if cmd.drain_prefix else None)
 
         def wait(win: Window | None) -> None:
             missing: list[str] = []

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swarmscope.core.errors import ConfigError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.core.sys import sentinel
 from swarmscope.core.sys.cgroups import resolve_cgroup_id
 from swarmscope.probes import window_span
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node
@@ -212,6 +213,19 @@ class ProbeWindows:
             return [self._not_open(cmd.run_id, cmd.window_id, now, "window is not open on this probe")]
         return self._readings(w, now, at_close=False)
 
+    def _drain(self, cmd: pb.CloseWindow, readings: list[pb.Reading]) -> None:
+        """The tracer under test's drain on this node: a sentinel pinned to each CPU, after the
+        snapshot (this container is no node, so they are never counted); the numbers go in the
+        reading of this probe's own node, where the controller looks for them in that node's stream."""
+        try:
+            done = sentinel.drain(cmd.drain_prefix, cmd.drain_from)
+        except (SwarmscopeError, OSError) as e:  # the controller reports the node as undrained
+            log.warning("probe: window %s: drain sentinels failed: %s", cmd.window_id, e)
+            return
+        for r in readings:
+            if r.node == self.node_name:
+                r.drained.extend(done)
+
     def _not_open(self, run_id: str, window_id: str, now: int, why: str) -> pb.Reading:
         return pb.Reading(
             run_id=run_id,
@@ -228,6 +242,8 @@ class ProbeWindows:
         if w is None:
             return [self._not_open(cmd.run_id, cmd.window_id, end, "window was never opened on this probe")]
         readings = self._readings(w, end, at_close=True)
+        if cmd.drain_prefix:
+            self._drain(cmd, readings)
         window_span.annotate(w.span, readings, end)
         if any(r.error for r in readings):
             w.span.set_error("a reading has an error")

@@ -61,6 +61,9 @@ class TracerResult:
     # The loss records that named a node, summed by that node (as printed; the rest of ``lost``
     # named none). None: this tracer's loss records name no node.
     lost_by_node: dict[str, int] | None = None
+    # A drain run on every node by its probe (ig-cluster): per node, the sentinels its probe
+    # exec'd ("sent") and those that came back in that node's stream ("seen"). None: no such drain.
+    drained: dict[str, dict[str, int]] | None = None
 
     @property
     def reported(self) -> int:

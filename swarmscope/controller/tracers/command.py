@@ -39,7 +39,7 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -103,7 +103,7 @@ class CommandTracer:
         pipe_bytes: int | None = None,
         env: Mapping[str, str] | None = None,
         argv_for: Callable[[list[NodeKey], str], list[str]] | None = None,
-        quiet_s: float = 0.0,
+        sentinel_node: str | None = None,
     ):
         if not argv:
             raise TracerError("the tracer command is empty")
@@ -124,10 +124,10 @@ class CommandTracer:
         # argv_for(nodes, sentinel_prefix): the command for one window, built at start() (a
         # preset filters its program to the window's cgroups); ``argv`` when it is None.
         self.argv_for = argv_for
-        # After the drain, wait until no line came for this long (bounded by ready_timeout_s):
-        # for a tracer that merges streams the sentinels do not all pass through (ig-cluster:
-        # the drain's sentinels reach one node's stream, the other nodes' may still be behind).
-        self.quiet_s = quiet_s
+        # A regex whose `node` group names the node a sentinel line came from: set for a tracer
+        # that merges streams of nodes it traces apart (ig-cluster), whose drain each node's
+        # probe runs (node_drain(), expect_drained()) instead of this process.
+        self.sentinel_node = sentinel_node
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = _original("_thread", "allocate_lock")()  # shared by the reader thread
         self._reset()
@@ -145,7 +145,6 @@ class CommandTracer:
         self._warnings: list[str] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._sentinels_seen: set[int] = set()
-        self._last_line = time.monotonic()
         self._sentinels: Sentinels | None = None
         self._ready = False
         self._eof = False
@@ -153,6 +152,8 @@ class CommandTracer:
         self._reader_done = True
         self._window_id = ""
         self._drain_sent: dict[int, list[int]] = {}
+        self._node_sentinels: set[tuple[str, int]] = set()  # (node, number) seen
+        self._node_drain: dict[str, set[int]] | None = None  # node -> numbers its probe exec'd
         self._rfd = -1
 
     def so_far(self) -> int:
@@ -179,11 +180,12 @@ class CommandTracer:
             res = parser.feed(text)
             with self._lock:
                 self._lines += 1
-                self._last_line = time.monotonic()
                 self._tail.append(text)
                 if res.kind == "sentinel":
                     assert res.sentinel is not None
                     self._sentinels_seen.add(res.sentinel)
+                    if res.node is not None:
+                        self._node_sentinels.add((res.node, res.sentinel))
                     if not self._ready:
                         self._ready = True
                         if self.stall_s > 0:
@@ -266,6 +268,7 @@ class CommandTracer:
             json_field=self.json_field,
             lost_regex=self.lost_regex,
             sentinel_prefix=self._prefix,
+            sentinel_node=self.sentinel_node,
         )
         self._splits_lost = parser.lost is not None and "node" in parser.lost.groupindex
         bad = parser.unattributable(nodes)
@@ -383,6 +386,40 @@ class CommandTracer:
                     ks.append(self._exec_sentinel(cpu))
         return sorted(pending)
 
+    def node_drain(self) -> tuple[str, int] | None:
+        """(prefix, first number) for the probes' drain on every node, asked for at window close;
+        None when this tracer drains from here. Numbers from the next one this process would
+        exec, so a node's drain sentinels are never taken for the readiness ones."""
+        if self.sentinel_node is None or self._sentinels is None:
+            return None
+        return self._prefix, self._sentinels.next
+
+    def expect_drained(self, by_node: Mapping[str, Sequence[int]]) -> None:
+        """The drain sentinels each node's probe exec'd (its reading's ``drained``)."""
+        self._node_drain = {n: set(by_node.get(n, ())) for n in (k.name for k in self._nodes)}
+
+    def _drain_nodes(self) -> dict[str, dict[str, int]]:
+        """Wait until every node's drain sentinels are in that node's stream: each one pinned to
+        a CPU, it follows all that CPU's earlier events and loss records of that node's gadget.
+        Bounded by ``drain_timeout_s``; a node not drained is warned of and shows as seen < sent."""
+        want = self._node_drain or {n.name: set() for n in self._nodes}
+        pending = {(n, k) for n, ks in want.items() for k in ks}
+        self._wait(lambda: self._eof or pending <= self._node_sentinels, self.drain_timeout_s)
+        with self._lock:
+            seen = {n: len({k for k in ks if (n, k) in self._node_sentinels}) for n, ks in want.items()}
+        out = {n: {"sent": len(ks), "seen": seen[n]} for n, ks in want.items()}
+        for n, c in sorted(out.items()):
+            if c["sent"] == 0:
+                self._warn(
+                    f"swarmscope: node {n}: its probe ran no drain sentinels; its last events may be missing"
+                )
+            elif c["seen"] < c["sent"]:
+                self._warn(
+                    f"swarmscope: node {n}: {c['sent'] - c['seen']} of {c['sent']} drain sentinels not seen "
+                    f"within {self.drain_timeout_s:g} s; its last events may be missing"
+                )
+        return out
+
     def _sentinels_lost(self) -> int:
         """Drain sentinels the tracer must have dropped (so they are inside its "lost" count).
 
@@ -423,21 +460,17 @@ class CommandTracer:
         error = ""
         self._pressure_lifted = True  # lift the stall / rate limit: read all the tracer delivered
         exited = self._proc.poll()
+        drained = None
         if exited is not None:
             error = f"tracer {self.name} exited early (status {exited}); counts are partial"
+        elif self.sentinel_node is not None:
+            drained = self._drain_nodes()
         else:
             unseen = self._drain()
             if unseen:
                 self._warn(
                     f"swarmscope: drain sentinels on CPU {unseen} not seen within "
                     f"{self.drain_timeout_s:g} s; the last events may be missing"
-                )
-            if self.quiet_s and not self._wait(
-                lambda: self._eof or time.monotonic() - self._last_line >= self.quiet_s, self.ready_timeout_s
-            ):
-                self._warn(
-                    f"swarmscope: tracer {self.name} still printing {self.ready_timeout_s:g} s after "
-                    "the drain; the last events may be missing"
                 )
         self._terminate()
         with self._lock:
@@ -451,6 +484,7 @@ class CommandTracer:
                 other=self._other,
                 sentinels_lost=self._sentinels_lost(),
                 lost_by_node=dict(self._lost_by_node) if self._splits_lost else None,
+                drained=drained,
             )
 
 

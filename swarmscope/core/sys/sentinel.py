@@ -52,11 +52,18 @@ def online_cpus() -> list[int]:
 class Sentinels:
     """Numbered sentinel execs of ``binary`` for one window; ``close()`` removes the symlinks."""
 
-    def __init__(self, binary: str | os.PathLike[str] = "/bin/true", prefix: str | None = None):
+    def __init__(
+        self, binary: str | os.PathLike[str] = "/bin/true", prefix: str | None = None, first: int = 0
+    ):
         self.binary = Path(binary)
         self.prefix = prefix or new_prefix()
         self._dir: Path | None = Path(tempfile.mkdtemp(prefix="swarmscope-sentinel-"))
-        self._next = 0
+        self._next = first
+
+    @property
+    def next(self) -> int:
+        """The number the next exec will get."""
+        return self._next
 
     def __enter__(self) -> Sentinels:
         return self
@@ -106,6 +113,20 @@ class Sentinels:
         for p in d.iterdir():
             p.unlink()
         d.rmdir()
+
+
+def drain(prefix: str, first: int, binary: str | os.PathLike[str] = "/bin/true") -> list[int]:
+    """One sentinel pinned to each CPU, numbered from ``first`` (a node's drain run by its probe,
+    for a tracer that streams each node apart); the numbers exec'd. A CPU that refuses the pin
+    is skipped: the waiting side then expects no sentinel from it."""
+    with Sentinels(binary, prefix, first) as s:
+        done = []
+        for cpu in online_cpus():
+            try:
+                done.append(s.exec(cpu))
+            except OSError:
+                continue
+        return done
 
 
 def dropped(sent_by_cpu: Mapping[int, Iterable[int]], seen: set[int]) -> int:
