@@ -62,8 +62,9 @@ class TracerResult:
     # named none). None: this tracer's loss records name no node.
     lost_by_node: dict[str, int] | None = None
     # A drain run on every node by its probe (ig-cluster): per node, the sentinels its probe
-    # exec'd ("sent") and those that came back in that node's stream ("seen"). None: no such drain.
-    drained: dict[str, dict[str, int]] | None = None
+    # exec'd ("sent"), those that came back in that node's stream ("seen") and when its last one
+    # did, in seconds from the close ("s"). None: no such drain.
+    drained: dict[str, dict[str, float]] | None = None
 
     @property
     def reported(self) -> int:

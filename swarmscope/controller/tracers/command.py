@@ -152,7 +152,8 @@ class CommandTracer:
         self._reader_done = True
         self._window_id = ""
         self._drain_sent: dict[int, list[int]] = {}
-        self._node_sentinels: set[tuple[str, int]] = set()  # (node, number) seen
+        self._node_sentinels: dict[tuple[str, int], float] = {}  # (node, number) -> when seen
+        self._drain_asked = 0.0
         self._node_drain: dict[str, set[int]] | None = None  # node -> numbers its probe exec'd
         self._rfd = -1
 
@@ -185,7 +186,7 @@ class CommandTracer:
                     assert res.sentinel is not None
                     self._sentinels_seen.add(res.sentinel)
                     if res.node is not None:
-                        self._node_sentinels.add((res.node, res.sentinel))
+                        self._node_sentinels.setdefault((res.node, res.sentinel), time.monotonic())
                     if not self._ready:
                         self._ready = True
                         if self.stall_s > 0:
@@ -392,22 +393,27 @@ class CommandTracer:
         exec, so a node's drain sentinels are never taken for the readiness ones."""
         if self.sentinel_node is None or self._sentinels is None:
             return None
+        self._drain_asked = time.monotonic()
         return self._prefix, self._sentinels.next
 
     def expect_drained(self, by_node: Mapping[str, Sequence[int]]) -> None:
         """The drain sentinels each node's probe exec'd (its reading's ``drained``)."""
         self._node_drain = {n: set(by_node.get(n, ())) for n in (k.name for k in self._nodes)}
 
-    def _drain_nodes(self) -> dict[str, dict[str, int]]:
+    def _drain_nodes(self) -> dict[str, dict[str, float]]:
         """Wait until every node's drain sentinels are in that node's stream: each one pinned to
         a CPU, it follows all that CPU's earlier events and loss records of that node's gadget.
-        Bounded by ``drain_timeout_s``; a node not drained is warned of and shows as seen < sent."""
+        Bounded by ``drain_timeout_s``; a node not drained is warned of and shows as seen < sent.
+        Per node: sent, seen, and ``s``, from asking for the drain to its last sentinel seen."""
         want = self._node_drain or {n.name: set() for n in self._nodes}
         pending = {(n, k) for n, ks in want.items() for k in ks}
-        self._wait(lambda: self._eof or pending <= self._node_sentinels, self.drain_timeout_s)
+        self._wait(lambda: self._eof or pending <= self._node_sentinels.keys(), self.drain_timeout_s)
+        out: dict[str, dict[str, float]] = {}
         with self._lock:
-            seen = {n: len({k for k in ks if (n, k) in self._node_sentinels}) for n, ks in want.items()}
-        out = {n: {"sent": len(ks), "seen": seen[n]} for n, ks in want.items()}
+            for n, ks in want.items():
+                at = [self._node_sentinels[n, k] for k in ks if (n, k) in self._node_sentinels]
+                last = round(max(at) - self._drain_asked, 3) if at else None
+                out[n] = {"sent": len(ks), "seen": len(at), **({"s": last} if last is not None else {})}
         for n, c in sorted(out.items()):
             if c["sent"] == 0:
                 self._warn(
