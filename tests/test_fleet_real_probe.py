@@ -82,8 +82,8 @@ def test_real_probe_reconnect_mid_window_keeps_exact_count() -> None:
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
-def test_a_close_with_a_drain_runs_a_sentinel_on_each_cpu_of_the_probes_node() -> None:
-    prefix, first = new_prefix(), 7
+def test_a_close_with_a_drain_runs_sentinels_on_each_cpu_of_the_probes_node() -> None:
+    prefix, cpus = new_prefix(), online_cpus()
     prog = (
         f'tracepoint:sched:sched_process_exec /strncmp(comm, "{prefix}", {len(prefix)}) == 0/ '
         '{ printf("%s %d\\n", comm, cpu); }'
@@ -100,19 +100,26 @@ def test_a_close_with_a_drain_runs_a_sentinel_on_each_cpu_of_the_probes_node() -
         fleet.wait_for_probes(hosts={"real-node"}, timeout_s=60)  # BCC compiles first
         with temp_cgroup("dr") as cg:
             node = [pb.NodeInfo(name="real-node", cgroup_id=cgroup_id(cg), cgroup_path=str(cg))]
-            assert fleet.open_window("run", "w-dr", {"real-node": node}, programs=["exec_count"]) == {}
+            assert fleet.open_window("run", "w-1", {"real-node": node}, programs=["exec_count"]) == {}
             exec_in_cgroup(cg, 30)
-            readings, missing = fleet.close_window("run", "w-dr", timeout_s=20, drain=(prefix, first))
-        cpus = online_cpus()
-        assert missing == []
-        (r,) = readings
+            (r1,), missing = fleet.close_window("run", "w-1", timeout_s=20, drain=(prefix, 100, 3))
+            time.sleep(1.5)  # its rounds 1 and 2 come 0.5 s, then 1 s later
+            # The next window ends the rounds of a drain: of 7, only the first runs here.
+            assert fleet.open_window("run", "w-2", {"real-node": node}, programs=["exec_count"]) == {}
+            (r2,), missing2 = fleet.close_window("run", "w-2", timeout_s=20, drain=(prefix, 200, 7))
+            assert fleet.open_window("run", "w-3", {"real-node": node}, programs=["exec_count"]) == {}
+            time.sleep(1.5)
+        assert missing == missing2 == []
         # The sentinels ran in the probe's own cgroup: the node's count is the storm's only.
-        assert r.error == "" and r.counters["exec"] == 30
-        assert r.drained == [first + i for i in range(len(cpus))]
+        assert (r1.error, r1.counters["exec"], r2.counters["exec"]) == ("", 30, 0)
+        n = len(cpus)
+        assert r1.drained == list(range(100, 100 + 3 * n)) and r2.drained == list(range(200, 200 + 7 * n))
         tracer.terminate()
         out, _ = tracer.communicate(timeout=30)
         seen = dict(line.split() for line in out.splitlines() if line.startswith(prefix))
-        assert seen == {f"{prefix}{first + i}": str(cpu) for i, cpu in enumerate(cpus)}, out
+        want = {f"{prefix}{100 + r * n + i}": str(cpu) for r in range(3) for i, cpu in enumerate(cpus)}
+        want |= {f"{prefix}{200 + i}": str(cpu) for i, cpu in enumerate(cpus)}
+        assert seen == want, out
     finally:
         if tracer.poll() is None:
             tracer.kill()

@@ -20,7 +20,7 @@ from test_tracers import IG_CLUSTER_LINE
 from swarmscope.controller.model import PointInfo, ProbeReading, WindowInfo, WindowOutcome
 from swarmscope.controller.reconcile import reconcile
 from swarmscope.controller.tracers import NodeKey, TracerResult, presets
-from swarmscope.controller.tracers.command import CommandTracer
+from swarmscope.controller.tracers.command import DRAIN_ROUNDS, CommandTracer
 
 NODES = [NodeKey("rn-0", comm="sab12-rn-0"), NodeKey("rn-1", comm="sab12-rn-1")]
 # The client's log line (logrus, not a terminal) for a gap in one gadget pod's stream: "%-20s | ...".
@@ -72,24 +72,25 @@ def replay(recorded: Path, drain: Path | None = None) -> CommandTracer:
 
 
 def close(
-    t: CommandTracer, drain: Path, late: Callable[[str, int], list[str]], sent: dict[str, list[int]]
+    t: CommandTracer, drain: Path, late: Callable[[str, int], list[str]], cpus: dict[str, int]
 ) -> TracerResult:
-    """The window's close: each node's probe exec'd ``sent`` (offsets from the drain's first
-    number), and the tracer printed ``late(prefix, first)`` after it."""
+    """The window's close: each node's probe ran the drain on its ``cpus`` CPUs (its reading
+    lists every round's numbers), and the tracer printed ``late(prefix, first)`` after it."""
     asked = t.node_drain()
     assert asked is not None
-    prefix, first = asked
+    prefix, first, rounds = asked
+    assert rounds == DRAIN_ROUNDS
     tmp = drain.with_suffix(".tmp")
     tmp.write_text("\n".join(late(prefix, first)) + "\n")
     os.rename(tmp, drain)
-    t.expect_drained({n: [first + i for i in ks] for n, ks in sent.items()})
+    t.expect_drained({n: list(range(first, first + rounds * c)) for n, c in cpus.items()})
     return t.stop()
 
 
-def counts(res: TracerResult) -> dict[str, tuple[float, float]]:
-    """Per node: (sent, seen) of the drain's sentinels."""
+def counts(res: TracerResult) -> dict[str, tuple[float, float, float]]:
+    """Per node: its CPUs, those drained, the drain's sentinels dropped."""
     assert res.drained is not None
-    return {n: (c["sent"], c["seen"]) for n, c in res.drained.items()}
+    return {n: (c["cpus"], c["seen"], c["dropped"]) for n, c in res.drained.items()}
 
 
 def test_ig_lost_records_are_split_per_node_into_the_rows(tmp_path: Path) -> None:
@@ -125,26 +126,35 @@ def test_a_tracer_whose_loss_records_name_no_node_leaves_reported_lost_null(tmp_
     assert [n.reported_lost for n in out.per_node] == [None, None]
 
 
-def test_the_drain_waits_for_each_nodes_sentinels_in_that_nodes_stream(tmp_path: Path) -> None:
+def test_the_drain_waits_for_a_sentinel_of_each_cpu_in_each_nodes_stream(tmp_path: Path) -> None:
     rec, drain = tmp_path / "kubectl-gadget.out", tmp_path / "drain.out"
     rec.write_text("\n".join(RECORDED) + "\n")
 
-    # rn-1's stream is behind: its loss record and its sentinels come 0.5 s after the close; on
-    # each CPU the kernel writes the loss record before the next sample (the sentinel).
+    # rn-1 (2 CPUs: round r, CPU i is number k + 2r + i) is behind: its loss records and its
+    # sentinels come 0.5 s after the close. Its CPU 1 dropped its first sentinel (the record comes
+    # before the CPU's next sample): the second round's is what drains that CPU.
     def late(p: str, k: int) -> list[str]:
-        return [sentinel("rn-0", f"{p}{k}"), warn("rn-1", 40), sentinel("rn-1", f"{p}{k}"),
-                sentinel("rn-1", f"{p}{k + 1}")]  # fmt: skip
+        return [
+            sentinel("rn-0", f"{p}{k}"),
+            warn("rn-1", 40),
+            sentinel("rn-1", f"{p}{k}"),
+            warn("rn-1", 1),
+            sentinel("rn-1", f"{p}{k + 3}"),
+            sentinel("rn-1", f"{p}{k + 2}"),  # CPU 0's second round: no drop of CPU 0
+        ]
 
     t = replay(rec, drain)
     t.start("w1", NODES)
     t0 = time.monotonic()
-    res = close(t, drain, late, {"rn-0": [0], "rn-1": [0, 1]})
+    res = close(t, drain, late, {"rn-0": 1, "rn-1": 2})
     assert time.monotonic() - t0 < 4  # it ended on the sentinels, not on its 5 s timeout
-    assert counts(res) == {"rn-0": (1, 1), "rn-1": (2, 2)}, res.warnings
+    assert counts(res) == {"rn-0": (1, 1, 0), "rn-1": (2, 2, 1)}, res.warnings
     assert res.drained is not None and all(c["s"] >= 0.5 for c in res.drained.values())  # the late lines
     assert not [w for w in res.warnings if w.startswith("swarmscope:")], res.warnings
-    # Stopped without that wait, rn-1's late loss record would be missing from its split.
+    # Stopped without that wait, rn-1's late loss record would be missing from its split; its
+    # dropped sentinel is in `lost` (IG's record) and in sentinels_lost, not in its row's loss.
     assert res.lost_by_node == {"rn-0": 173 + 1354, "rn-1": 216 + 618 + 40, "rn-2": 9}
+    assert (res.lost, res.sentinels_lost) == (173 + 1354 + 216 + 618 + 9 + 4 + 40 + 1, 1)
     assert res.per_node == {"rn-0": 6, "rn-1": 3}
 
 
@@ -156,19 +166,22 @@ def test_a_sentinel_counts_only_for_the_node_and_number_its_probe_ran(tmp_path: 
     def late(p: str, k: int) -> list[str]:
         return [
             sentinel("rn-0", f"{p}{k}"),
-            sentinel("rn-0", f"{p}{k + 1}"),  # rn-1's number, from rn-0's stream
+            sentinel("rn-0", f"{p}{k + 1}"),  # rn-1's CPU 1, from rn-0's stream
             sentinel("rn-1", f"{p}{k - 1}"),  # a readiness number (the controller's), not a drain's
+            sentinel("rn-1", f"{p}{k}"),  # rn-1's CPU 0
         ]
 
     t = replay(rec, drain)
     t.drain_timeout_s = 1.0
     t.start("w1", nodes)
     t0 = time.monotonic()
-    res = close(t, drain, late, {"rn-0": [0], "rn-1": [1]})  # rn-3's probe ran none
+    res = close(t, drain, late, {"rn-0": 1, "rn-1": 2})  # rn-3's probe ran none
     assert time.monotonic() - t0 >= 1.0  # waited its bound for rn-1, then said so
-    assert counts(res) == {"rn-0": (1, 1), "rn-1": (1, 0), "rn-3": (0, 0)}
+    assert counts(res) == {"rn-0": (1, 1, 0), "rn-1": (2, 1, 0), "rn-3": (0, 0, 0)}
+    assert res.drained is not None and "s" not in res.drained["rn-1"]
     ours = [w for w in res.warnings if w.startswith("swarmscope:")]
     assert ours == [
-        "swarmscope: node rn-1: 1 of 1 drain sentinels not seen within 1 s; its last events may be missing",
+        "swarmscope: node rn-1: no drain sentinel back from 1 of its 2 CPUs within 1 s; "
+        "its last events may be missing",
         "swarmscope: node rn-3: its probe ran no drain sentinels; its last events may be missing",
     ]

@@ -294,7 +294,8 @@ class Relay:
             if win is not None and win.closing:
                 return  # a close already under way answers for every probe, widened ones too
             if win is not None:  # a drain asked for goes on to the probes here
-                fleet.begin_close(win, (cmd.drain_prefix, cmd.drain_from) if cmd.drain_prefix else None)
+                drain = (cmd.drain_prefix, cmd.drain_from, cmd.drain_rounds) if cmd.drain_prefix else None
+                fleet.begin_close(win, drain)
 
         def wait(win: Window | None) -> None:
             missing: list[str] = []

@@ -92,16 +92,18 @@ class OpenWindow(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., traceparent: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CloseWindow(_message.Message):
-    __slots__ = ("run_id", "window_id", "drain_prefix", "drain_from")
+    __slots__ = ("run_id", "window_id", "drain_prefix", "drain_from", "drain_rounds")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
     DRAIN_PREFIX_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FROM_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     drain_prefix: str
     drain_from: int
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., drain_prefix: _Optional[str] = ..., drain_from: _Optional[int] = ...) -> None: ...
+    drain_rounds: int
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., drain_prefix: _Optional[str] = ..., drain_from: _Optional[int] = ..., drain_rounds: _Optional[int] = ...) -> None: ...
 
 class ReadWindow(_message.Message):
     __slots__ = ("run_id", "window_id", "read_id")

@@ -55,10 +55,11 @@ from swarmscope.controller.tracers.base import (
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.core.errors import ConfigError, Problem, TracerError
 from swarmscope.core.sys import owners
-from swarmscope.core.sys.sentinel import Sentinels, dropped, online_cpus
+from swarmscope.core.sys.sentinel import DRAIN_GAPS_S, Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
 
+DRAIN_ROUNDS = len(DRAIN_GAPS_S) + 1  # of a node's drain, one each DRAIN_GAPS_S apart
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ exists only from Python 3.10 on some builds
 MAX_WARNINGS = 20
 TAIL_LINES = 30
@@ -154,7 +155,9 @@ class CommandTracer:
         self._drain_sent: dict[int, list[int]] = {}
         self._node_sentinels: dict[tuple[str, int], float] = {}  # (node, number) -> when seen
         self._drain_asked = 0.0
-        self._node_drain: dict[str, set[int]] | None = None  # node -> numbers its probe exec'd
+        # node -> CPU index -> the numbers its probe exec'd on that CPU, round by round
+        self._node_drain: dict[str, dict[int, list[int]]] | None = None
+        self._node_sentinels_lost = 0
         self._rfd = -1
 
     def so_far(self) -> int:
@@ -387,42 +390,67 @@ class CommandTracer:
                     ks.append(self._exec_sentinel(cpu))
         return sorted(pending)
 
-    def node_drain(self) -> tuple[str, int] | None:
-        """(prefix, first number) for the probes' drain on every node, asked for at window close;
+    def node_drain(self) -> tuple[str, int, int] | None:
+        """(prefix, first number, rounds) of the drain every node's probe runs at window close;
         None when this tracer drains from here. Numbers from the next one this process would
         exec, so a node's drain sentinels are never taken for the readiness ones."""
         if self.sentinel_node is None or self._sentinels is None:
             return None
         self._drain_asked = time.monotonic()
-        return self._prefix, self._sentinels.next
+        return self._prefix, self._sentinels.next, DRAIN_ROUNDS
 
     def expect_drained(self, by_node: Mapping[str, Sequence[int]]) -> None:
-        """The drain sentinels each node's probe exec'd (its reading's ``drained``)."""
-        self._node_drain = {n: set(by_node.get(n, ())) for n in (k.name for k in self._nodes)}
+        """The drain sentinels each node's probe exec'd (its reading's ``drained``, round by round)."""
+        self._node_drain = {}
+        for n in (k.name for k in self._nodes):
+            ks = list(by_node.get(n, ()))
+            cpus = len(ks) // DRAIN_ROUNDS
+            self._node_drain[n] = {i: ks[i::cpus] for i in range(cpus)}
 
-    def _drain_nodes(self) -> dict[str, dict[str, float]]:
-        """Wait until every node's drain sentinels are in that node's stream: each one pinned to
-        a CPU, it follows all that CPU's earlier events and loss records of that node's gadget.
-        Bounded by ``drain_timeout_s``; a node not drained is warned of and shows as seen < sent.
-        Per node: sent, seen, and ``s``, from asking for the drain to its last sentinel seen."""
-        want = self._node_drain or {n.name: set() for n in self._nodes}
-        pending = {(n, k) for n, ks in want.items() for k in ks}
-        self._wait(lambda: self._eof or pending <= self._node_sentinels.keys(), self.drain_timeout_s)
+    def _node_drained(self, node: str, numbers: list[int]) -> float | None:
+        """When the first of ``numbers`` came back in ``node``'s stream (lock held); None: none did."""
+        at = [self._node_sentinels[node, k] for k in numbers if (node, k) in self._node_sentinels]
+        return min(at) if at else None
+
+    def _wait_nodes_drained(self) -> None:
+        """Wait until, on every node, one drain sentinel of each CPU is in that node's stream: it
+        follows all that CPU's earlier events and loss records of the node's gadget. Bounded by
+        ``drain_timeout_s``; _drain_result() says which were not."""
+        want = self._node_drain or {}
+
+        def drained() -> bool:
+            return all(
+                self._node_drained(n, ks) is not None for n, cpus in want.items() for ks in cpus.values()
+            )
+
+        self._wait(lambda: self._eof or drained(), self.drain_timeout_s)
+
+    def _drain_result(self) -> dict[str, dict[str, float]]:
+        """Per node (lock held, the output read to its end): its CPUs, those drained (``seen``),
+        the drain's sentinels the node's gadget dropped (taken out of its ``lost_by_node``: they
+        are no events of the window) and ``s``, from asking for the drain until the node's last
+        CPU was drained. A node not drained is warned of."""
+        want = self._node_drain or {n.name: {} for n in self._nodes}
         out: dict[str, dict[str, float]] = {}
-        with self._lock:
-            for n, ks in want.items():
-                at = [self._node_sentinels[n, k] for k in ks if (n, k) in self._node_sentinels]
-                last = round(max(at) - self._drain_asked, 3) if at else None
-                out[n] = {"sent": len(ks), "seen": len(at), **({"s": last} if last is not None else {})}
-        for n, c in sorted(out.items()):
-            if c["sent"] == 0:
+        for n, cpus in sorted(want.items()):
+            at = [self._node_drained(n, ks) for ks in cpus.values()]
+            seen = {k for (node, k) in self._node_sentinels if node == n}
+            lost = dropped(cpus, seen)
+            if lost:
+                self._lost_by_node[n] = self._lost_by_node.get(n, 0) - lost
+                self._node_sentinels_lost += lost
+            c: dict[str, float] = {"cpus": len(cpus), "seen": sum(t is not None for t in at), "dropped": lost}
+            if at and all(t is not None for t in at):
+                c["s"] = round(max(t for t in at if t is not None) - self._drain_asked, 3)
+            out[n] = c
+            if not cpus:
                 self._warn(
                     f"swarmscope: node {n}: its probe ran no drain sentinels; its last events may be missing"
                 )
-            elif c["seen"] < c["sent"]:
+            elif c["seen"] < c["cpus"]:
                 self._warn(
-                    f"swarmscope: node {n}: {c['sent'] - c['seen']} of {c['sent']} drain sentinels not seen "
-                    f"within {self.drain_timeout_s:g} s; its last events may be missing"
+                    f"swarmscope: node {n}: no drain sentinel back from {c['cpus'] - c['seen']} of its "
+                    f"{c['cpus']} CPUs within {self.drain_timeout_s:g} s; its last events may be missing"
                 )
         return out
 
@@ -470,7 +498,7 @@ class CommandTracer:
         if exited is not None:
             error = f"tracer {self.name} exited early (status {exited}); counts are partial"
         elif self.sentinel_node is not None:
-            drained = self._drain_nodes()
+            self._wait_nodes_drained()
         else:
             unseen = self._drain()
             if unseen:
@@ -480,6 +508,8 @@ class CommandTracer:
                 )
         self._terminate()
         with self._lock:
+            if self.sentinel_node is not None and exited is None:
+                drained = self._drain_result()
             return TracerResult(
                 per_node=dict(self._per_node),
                 lost=self._lost if self.lost_regex else None,
@@ -488,7 +518,7 @@ class CommandTracer:
                 warnings=list(self._warnings),
                 error=error,
                 other=self._other,
-                sentinels_lost=self._sentinels_lost(),
+                sentinels_lost=self._sentinels_lost() + self._node_sentinels_lost,
                 lost_by_node=dict(self._lost_by_node) if self._splits_lost else None,
                 drained=drained,
             )

@@ -36,7 +36,13 @@ import os
 import shutil
 from pathlib import Path
 
-from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, NodeKey, TracerConfig, register_tracer
+from swarmscope.controller.tracers.base import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_LOST_REGEX,
+    NodeKey,
+    TracerConfig,
+    register_tracer,
+)
 from swarmscope.controller.tracers.command import CommandTracer, build_command
 from swarmscope.core.errors import SetupError
 from swarmscope.targets.ebpf_tools import ig_binary
@@ -65,6 +71,9 @@ IG_CLUSTER_LOST_REGEX = (
 # The node an event came from, for the drain's sentinels: each node's probe execs them in its own
 # pod (traced, never a worker's), and they are awaited per node (CommandTracer.node_drain).
 IG_CLUSTER_SENTINEL_NODE = r'"k8s":\{"node":"(?P<node>[^"]*)"'
+# Its default bound on that wait: a node's stream can be many seconds behind the others (one
+# client, every node's stream through the API server; 5-7 s seen on this machine).
+IG_CLUSTER_DRAIN_TIMEOUT_S = 30.0
 # Where a pod finds the client: the chart mounts IG's image there (an image volume).
 IG_CLIENT_DIRS = (Path("/opt/inspektor-gadget/bin"),)
 # The client's in-cluster config (or a kubeconfig) is all it takes from the controller's environment.
@@ -166,4 +175,6 @@ def ig_cluster_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
     how = {"match": IG_CLUSTER_MATCH, "env": env, "sentinel_node": IG_CLUSTER_SENTINEL_NODE}
     if cfg.tracer_lost_regex == DEFAULT_LOST_REGEX:  # the scenario's own regex wins
         cfg = cfg.replace(tracer_lost_regex=IG_CLUSTER_LOST_REGEX)
+    if cfg.tracer_drain_timeout_s == DEFAULT_DRAIN_TIMEOUT_S:  # and its own bound
+        cfg = cfg.replace(tracer_drain_timeout_s=IG_CLUSTER_DRAIN_TIMEOUT_S)
     return build_command(cfg, sentinel, name="ig-cluster", argv=argv, **how)
