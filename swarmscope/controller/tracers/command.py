@@ -14,6 +14,10 @@ How it knows the tracer is live and has printed everything:
   This also flushes the per-CPU "lost" records, which the kernel writes only at that CPU's
   next event (docs/platform.md#tracers-and-lost-events); swarmscope.core.sys.sentinel
   makes the execs. Only then is the tracer sent SIGINT (then SIGKILL).
+- **drain on every node** (``sentinel_node``: ig-cluster, one stream per node merged): each
+  node's probe execs the per-CPU sentinels in its own pod at the window's close (node_drain()
+  asks, expect_drained() is told their numbers) and stop() waits for one of each CPU in that
+  node's lines; sentinels dropped before a later one of the same CPU leave that node's loss.
 
 Sentinel lines are never counted. **Transport pressure** (issue 4): the tracer writes into a
 pipe that this adapter reads line by line; ``read_rate`` caps the lines read per second and
