@@ -231,6 +231,7 @@ class _FreeRun:
         self.shared: dict[str, Any] = {}
         self.status = "ok"  # "interrupted" when quitting came with a window in flight
         self.opening = False  # test start: workers being set up, the window being opened
+        self.run_time: float | None = None  # a headless -t, held until the set-up is done
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
@@ -289,6 +290,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         follow(proc.events)  # the tab's readings so far
     locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
+    _hold_run_time(environment, role)
     if proc.printer is not None:
         proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
     _install_ctrl_c(environment, runner)
@@ -300,6 +302,42 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         import atexit
 
         atexit.register(_on_exit_unreported, environment)
+
+
+def _hold_run_time(environment: Any, role: str) -> None:
+    """A headless ``-t`` is that long a load: it counts from the end of test start's set-up.
+    Locust starts its clock as it starts the test, and the set-up (the workers' nodes, the
+    probes' programs compiled: seconds, more on a busy machine) ran inside it, so a short -t
+    ended with no load in the window. Locust reads -t once, after this hook: it is taken from
+    Locust here and started by _start_run_time. A shape counts -t itself (StepShape: from the
+    window's opening too)."""
+    opts = environment.parsed_options
+    if role == "worker" or environment.shape_class is not None or not getattr(opts, "headless", False):
+        return
+    run_time = getattr(opts, "run_time", None)
+    if run_time:
+        environment.swarmscope_free.run_time, opts.run_time = run_time, None
+        # Locust would now say there is no limit; _start_run_time says when it starts.
+        logging.getLogger("locust.main").addFilter(
+            lambda rec: not rec.getMessage().startswith("No run time limit set")
+        )
+
+
+def _start_run_time(environment: Any, free: _FreeRun) -> None:
+    """The held -t, from now on, then quit as Locust's own -t does in a headless run."""
+    import gevent
+
+    run_time, free.run_time = free.run_time, None
+    if not run_time:
+        return
+    environment.parsed_options.run_time = run_time  # for Locust's later readers (--html's {t})
+    log.info("Run time limit set to %s seconds, from now: the set-up is done", run_time)
+
+    def up() -> None:
+        log.info("--run-time limit reached, shutting down")
+        environment.runner.quit()
+
+    gevent.spawn_later(run_time, up)
 
 
 def _install_ctrl_c(environment: Any, runner: Any) -> None:
@@ -422,6 +460,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return
     finally:
         free.opening = False
+        _start_run_time(environment, free)  # also after a failed set-up: the run stays bounded
     if proc.worker is not None:
         proc.worker.current_window = free.window.window_id
         worker_spans.begin(free.window.window_id, free.window.traceparent)
