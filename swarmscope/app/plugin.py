@@ -198,10 +198,9 @@ def register_messages(proc: Any, runner: Any) -> None:
         ctl = proc.controller
 
         def alive(client_id: str) -> bool:  # a node of a worker gone can be taken by another
-            from locust.runners import STATE_MISSING
+            from swarmscope.controller.sweep import worker_alive
 
-            c = getattr(runner, "clients", {}).get(client_id)
-            return local or (c is not None and c.state != STATE_MISSING)
+            return worker_alive(runner, client_id)
 
         def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
             if msg.data.get("error"):
@@ -419,7 +418,7 @@ def _on_quitting_first(environment: Any, **_: Any) -> None:
     environment.runner.stop()  # fires test_stop, which closes the window
     if free.window is not None and free.point is not None:  # no user had started: close it here
         timeout_s = free.proc.cfg.window_timeout_s
-        free.proc.controller.close_window(free.window, free.point, timeout_s=timeout_s)
+        _close(environment, free.proc, free.window, free.point, timeout_s)
         free.window = None
 
 
@@ -522,8 +521,20 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
             # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
             # ask them, so their users stop and they send what they generated.
             runner.send_message(M.STOP, {"window_id": window.window_id})
-        proc.controller.close_window(window, free.point, timeout_s=proc.cfg.window_timeout_s)
+        _close(environment, proc, window, free.point, proc.cfg.window_timeout_s)
         # its line is printed by iteration_done; the report at quitting
+
+
+def _close(environment: Any, proc: Any, window: Any, point: PointInfo, timeout_s: float) -> None:
+    """Close a free run's window, waiting for the results of the workers still connected only:
+    one that quit without sending (a Ctrl-C to the whole process group) is not waited for
+    (the close waited out window_timeout_s for it, 30 s)."""
+    from swarmscope.controller.sweep import worker_alive
+
+    runner = environment.runner
+    proc.controller.close_window(
+        window, point, timeout_s=timeout_s, alive=lambda cid: worker_alive(runner, cid)
+    )
 
 
 def _on_quitting(environment: Any, **_: Any) -> None:
