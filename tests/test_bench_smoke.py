@@ -55,9 +55,11 @@ CASES = [
          ["generated == kernel per flow at every point: True",
           "cacheMaxFlows | timeout s | captured flows/s"], root,
          pytest.mark.bpf, pytest.mark.slow),  # 20 s
-    case("neighbors.py", ["--set", "repeats=1", "--set", "neighbors=1", "--clock-calls", "100"],
-         ["mode                        N rep   total ms  µs/neigh"], root, pytest.mark.bpf,
-         pytest.mark.slow),  # 60-100 s: the disk-sync table and three modes
+    case("neighbors.py", ["--set", "repeats=1", "--set", "neighbors=1", "--clock-calls", "100",
+                          "--os-neighbors", "5"],
+         ["mode                        N rep   total ms  µs/neigh", "\nwrite+watch, durability=os",
+          "write_watch [os]            5   1"], root, pytest.mark.bpf,
+         pytest.mark.slow),  # the disk-sync table, three modes, then the durability=os run at one N
     case("http_flood.py", ["--paths", "locust", "--users", "2", "--warmup", "0.5", "--window", "1",
                            "--tail", "0.5", "--repeat", "1"],
          ["locust_plain", "locust_swarmscope", "median of 1 rounds",

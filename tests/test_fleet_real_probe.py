@@ -1,9 +1,12 @@
 """The real probe (BCC, exec_count) against the real fleet: a reconnect mid-window keeps the
-exact count, and the fleet over mTLS admits only a probe with a certificate its CA signed.
+exact count, a close that asks for a drain gets one sentinel exec on each CPU (seen by bpftrace,
+never counted), and the fleet over mTLS admits only a probe with a certificate its CA signed.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -16,6 +19,7 @@ from tls_helpers import make_pki
 from swarmscope.controller.fleet import Fleet
 from swarmscope.core.errors import FleetError
 from swarmscope.core.sys.cgroups import cgroup_id
+from swarmscope.core.sys.sentinel import new_prefix, online_cpus
 from swarmscope.core.tls import TLSFiles, channel_credentials, channel_options
 from swarmscope.probes.agent import ProbeAgent
 from swarmscope.v1 import probe_pb2 as pb
@@ -70,6 +74,56 @@ def test_real_probe_reconnect_mid_window_keeps_exact_count() -> None:
         assert r.node == "n1" and r.error == "" and r.counters["exec"] == 100
         assert fleet.take_reconnects("w-rc") == {"real-1@real-node": 1}
     finally:
+        run.stop()
+        fleet.stop()
+    assert run.error is None
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.bpf
+def test_a_close_with_a_drain_runs_sentinels_on_each_cpu_of_the_probes_node() -> None:
+    prefix, cpus = new_prefix(), online_cpus()
+    prog = (
+        f'tracepoint:sched:sched_process_exec /strncmp(comm, "{prefix}", {len(prefix)}) == 0/ '
+        '{ printf("%s %d\\n", comm, cpu); }'
+    )
+    bpftrace = shutil.which("bpftrace")
+    assert bpftrace, "bpftrace is installed by tools/setup.sh"
+    tracer = subprocess.Popen([bpftrace, "-B", "line", "-e", prog], stdout=subprocess.PIPE, text=True)
+    fleet = Fleet(TOKEN, liveness_s=3.0)
+    fleet.start()
+    run = Running(ProbeAgent(fleet.address, TOKEN, "real-node", ["exec_count"], probe_id="real-d"))
+    try:
+        assert tracer.stdout is not None
+        assert "Attaching" in tracer.stdout.readline()
+        fleet.wait_for_probes(hosts={"real-node"}, timeout_s=60)  # BCC compiles first
+        with temp_cgroup("dr") as cg:
+            node = [pb.NodeInfo(name="real-node", cgroup_id=cgroup_id(cg), cgroup_path=str(cg))]
+            assert fleet.open_window("run", "w-1", {"real-node": node}, programs=["exec_count"]) == {}
+            exec_in_cgroup(cg, 30)
+            (r1,), missing = fleet.close_window("run", "w-1", timeout_s=20, drain=(prefix, 100, 3))
+            time.sleep(1.5)  # its rounds 1 and 2 come 0.5 s, then 1 s later
+            # The next window ends the rounds of a drain: of 7, only the first runs here.
+            assert fleet.open_window("run", "w-2", {"real-node": node}, programs=["exec_count"]) == {}
+            (r2,), missing2 = fleet.close_window("run", "w-2", timeout_s=20, drain=(prefix, 200, 7))
+            assert fleet.open_window("run", "w-3", {"real-node": node}, programs=["exec_count"]) == {}
+            time.sleep(1.5)
+        assert missing == missing2 == []
+        # The sentinels ran in the probe's own cgroup: the node's count is the storm's only.
+        assert (r1.error, r1.counters["exec"], r2.counters["exec"]) == ("", 30, 0)
+        n = len(cpus)
+        assert r1.drained == list(range(100, 100 + 3 * n)) and r2.drained == list(range(200, 200 + 7 * n))
+        tracer.terminate()
+        out, _ = tracer.communicate(timeout=30)
+        seen = dict(line.split() for line in out.splitlines() if line.startswith(prefix))
+        want = {f"{prefix}{100 + r * n + i}": str(cpu) for r in range(3) for i, cpu in enumerate(cpus)}
+        want |= {f"{prefix}{200 + i}": str(cpu) for i, cpu in enumerate(cpus)}
+        assert seen == want, out
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+        tracer.wait()
         run.stop()
         fleet.stop()
     assert run.error is None

@@ -76,7 +76,7 @@ def test_web_ui(tmp_path: pathlib.Path) -> None:
 @root
 def test_master_and_two_workers(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "results"
-    rc, err = locust_distributed("scenarios/flow_storm.py", 2, "-u", "2", "-r", "2", "-t", "30s",
+    rc, err = locust_distributed("scenarios/flow_storm.py", 2, "-u", "2", "-r", "2", "-t", "8s",
                                  "--stop-timeout", "5", "--ss-out", str(out), *OPTS, timeout=120)  # fmt: skip
     assert rc == 0, err[-3000:]
-    _exact(out, 2)  # one node per worker, each with its own namespace pair (-t counts its set-up too)
+    _exact(out, 2)  # one node per worker, each with its own namespace pair

@@ -7,7 +7,8 @@ On the three real nodes (the `real_cluster` fixture): IG's DaemonSet from the im
 `scenario.exec_storm.tracer=ig-cluster`: its controller runs kubectl-gadget from IG's image (an
 image volume) and streams every node's execs through the API server's port-forward. In every
 window, for every node: generated == kernel, the row named by the worker pod on that node, IG's
-reported count and the loss records IG named that node in (reported_lost).
+reported count and the loss records IG named that node in (reported_lost), and the drain: the
+node's probe exec'd sentinels on each CPU, and one of each CPU came back in that node's events.
 """
 
 from __future__ import annotations
@@ -97,7 +98,13 @@ def _check_run(api: Any, rc: RealCluster, ns: str, names: list[str], t: float) -
             assert r["reported_lost"] == tr["lost_by_node"].get(r["node"], 0), (r, tr["lost_by_node"])
         assert set(tr["lost_by_node"]) <= set(names), tr["lost_by_node"]
         assert sum(r["reported_lost"] for r in rows) <= tr["lost"], tr
+        # Drained on every node: a sentinel of each CPU, exec'd in that node's probe pod, came back
+        # in that node's stream, so every loss record its gadget wrote is in the split above.
+        assert set(tr["drained"]) == set(names), tr["drained"]
+        for n, c in tr["drained"].items():
+            assert c["seen"] == c["cpus"] > 0, (n, tr["drained"], tr["warnings"])
         # Its own loss records (host-wide) do not always account for every missing event: one
         # run here gave 87,577 reported + 73,786 lost = 161,363 of 167,249 (docs/realcluster.md).
         gap = it["kernel"] - (sum(r["reported"] for r in rows) + tr["lost"] - tr["sentinels_lost"])
         print(f"  window {it['iteration']}: not accounted for by IG's loss records: {gap}", flush=True)
+        print(f"  window {it['iteration']}: drained {tr['drained']}", flush=True)

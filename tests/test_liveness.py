@@ -23,7 +23,9 @@ pytestmark = [
 
 @pytest.mark.slow
 def test_killed_worker_and_probe_are_missing_and_the_rest_is_kept(tmp_path: pathlib.Path) -> None:
-    run, procs, out = launch(tmp_path, iterations=8, window_timeout_s=5)
+    # Three windows before the kills, one in flight at them, two after: each after the kills
+    # waits out window_timeout_s for what is missing, so two is what the asserts need.
+    run, procs, out = launch(tmp_path, iterations=6, window_timeout_s=5)
     lines: list[str] = []
     try:
         # Kill worker B and probe A once three iterations are reconciled.
@@ -36,7 +38,7 @@ def test_killed_worker_and_probe_are_missing_and_the_rest_is_kept(tmp_path: path
         stop_all(run, procs)
     rep = load_report(only_run_dir(out))
     its = rep["points"][0]["iterations"]
-    assert len(its) == 8, "every iteration is kept, including the ones after the kills"
+    assert len(its) == 6, "every iteration is kept, including the ones after the kills"
     node_a = next(n["node"] for n in its[0]["per_node"] if n["node"].startswith("w"))  # names are w<index>-n1
     by_host: dict[str, str] = {}
     for n in its[0]["per_node"]:

@@ -209,3 +209,25 @@ def test_per_node_plot_many_nodes() -> None:
     assert plot is not None and plot.filename == "point3_per_node.png"
     assert plot.png[:8] == b"\x89PNG\r\n\x1a\n" and len(plot.png) > 10_000
     assert per_node_plot({"index": 0, "params": {}, "per_node": nodes[:1]}, "exec") is None
+
+
+def test_matplotlib_is_loaded_by_the_first_figure_not_by_the_report() -> None:
+    """One window on one node draws no figure, so the report never imports matplotlib (~0.5 s
+    of every short run); two windows draw the counts plot and load it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from swarmscope.controller.plots import core_plots\n"
+        "its = [{'generated': 7, 'kernel': 7}] * int(sys.argv[1])\n"
+        "point = {'index': 0, 'params': {}, 'iterations': its, 'per_node': [{'node': 'n1', 'kernel': 7}]}\n"
+        "plots = core_plots({'metric': 'exec', 'points': [point]})\n"
+        "print(json.dumps([sorted(plots), 'matplotlib' in sys.modules]))\n"
+    )
+    for windows, want in ((1, [[], False]), (2, [["point0_counts.png"], True])):
+        r = subprocess.run(
+            [sys.executable, "-c", code, str(windows)], capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == want

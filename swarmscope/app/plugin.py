@@ -198,10 +198,9 @@ def register_messages(proc: Any, runner: Any) -> None:
         ctl = proc.controller
 
         def alive(client_id: str) -> bool:  # a node of a worker gone can be taken by another
-            from locust.runners import STATE_MISSING
+            from swarmscope.controller.sweep import worker_alive
 
-            c = getattr(runner, "clients", {}).get(client_id)
-            return local or (c is not None and c.state != STATE_MISSING)
+            return worker_alive(runner, client_id)
 
         def on_nodes(environment: Any, msg: Any, **_: Any) -> None:
             if msg.data.get("error"):
@@ -231,6 +230,7 @@ class _FreeRun:
         self.shared: dict[str, Any] = {}
         self.status = "ok"  # "interrupted" when quitting came with a window in flight
         self.opening = False  # test start: workers being set up, the window being opened
+        self.run_time: float | None = None  # a headless -t, held until the set-up is done
 
 
 def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
@@ -289,6 +289,7 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         follow(proc.events)  # the tab's readings so far
     locust_checks.attach(environment, proc, checks)
     environment.swarmscope_free = _FreeRun(proc)
+    _hold_run_time(environment, role)
     if proc.printer is not None:
         proc.printer.total = 0  # windows follow the user's starts, not the scenario's plan
     _install_ctrl_c(environment, runner)
@@ -300,6 +301,42 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         import atexit
 
         atexit.register(_on_exit_unreported, environment)
+
+
+def _hold_run_time(environment: Any, role: str) -> None:
+    """A headless ``-t`` is that long a load: it counts from the end of test start's set-up.
+    Locust starts its clock as it starts the test, and the set-up (the workers' nodes, the
+    probes' programs compiled: seconds, more on a busy machine) ran inside it, so a short -t
+    ended with no load in the window. Locust reads -t once, after this hook: it is taken from
+    Locust here and started by _start_run_time. A shape counts -t itself (StepShape: from the
+    window's opening too)."""
+    opts = environment.parsed_options
+    if role == "worker" or environment.shape_class is not None or not getattr(opts, "headless", False):
+        return
+    run_time = getattr(opts, "run_time", None)
+    if run_time:
+        environment.swarmscope_free.run_time, opts.run_time = run_time, None
+        # Locust would now say there is no limit; _start_run_time says when it starts.
+        logging.getLogger("locust.main").addFilter(
+            lambda rec: not rec.getMessage().startswith("No run time limit set")
+        )
+
+
+def _start_run_time(environment: Any, free: _FreeRun) -> None:
+    """The held -t, from now on, then quit as Locust's own -t does in a headless run."""
+    import gevent
+
+    run_time, free.run_time = free.run_time, None
+    if not run_time:
+        return
+    environment.parsed_options.run_time = run_time  # for Locust's later readers (--html's {t})
+    log.info("Run time limit set to %s seconds, from now: the set-up is done", run_time)
+
+    def up() -> None:
+        log.info("--run-time limit reached, shutting down")
+        environment.runner.quit()
+
+    gevent.spawn_later(run_time, up)
 
 
 def _install_ctrl_c(environment: Any, runner: Any) -> None:
@@ -381,7 +418,7 @@ def _on_quitting_first(environment: Any, **_: Any) -> None:
     environment.runner.stop()  # fires test_stop, which closes the window
     if free.window is not None and free.point is not None:  # no user had started: close it here
         timeout_s = free.proc.cfg.window_timeout_s
-        free.proc.controller.close_window(free.window, free.point, timeout_s=timeout_s)
+        _close(environment, free.proc, free.window, free.point, timeout_s)
         free.window = None
 
 
@@ -422,6 +459,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return
     finally:
         free.opening = False
+        _start_run_time(environment, free)  # also after a failed set-up: the run stays bounded
     if proc.worker is not None:
         proc.worker.current_window = free.window.window_id
         worker_spans.begin(free.window.window_id, free.window.traceparent)
@@ -483,8 +521,20 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
             # A master that quits (-t, Ctrl-C) stops without telling workers to stop first:
             # ask them, so their users stop and they send what they generated.
             runner.send_message(M.STOP, {"window_id": window.window_id})
-        proc.controller.close_window(window, free.point, timeout_s=proc.cfg.window_timeout_s)
+        _close(environment, proc, window, free.point, proc.cfg.window_timeout_s)
         # its line is printed by iteration_done; the report at quitting
+
+
+def _close(environment: Any, proc: Any, window: Any, point: PointInfo, timeout_s: float) -> None:
+    """Close a free run's window, waiting for the results of the workers still connected only:
+    one that quit without sending (a Ctrl-C to the whole process group) is not waited for
+    (the close waited out window_timeout_s for it, 30 s)."""
+    from swarmscope.controller.sweep import worker_alive
+
+    runner = environment.runner
+    proc.controller.close_window(
+        window, point, timeout_s=timeout_s, alive=lambda cid: worker_alive(runner, cid)
+    )
 
 
 def _on_quitting(environment: Any, **_: Any) -> None:

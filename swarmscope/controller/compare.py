@@ -162,12 +162,10 @@ def render_compare(cmp: Mapping[str, Any]) -> str:
 
 def compare_plot(cmp: Mapping[str, Any], filename: str = "compare.png") -> Any:
     """A PNG: per figure, A and B means per point with min..max bars (controller.plots.Plot)."""
-    from matplotlib.figure import Figure
-
-    from swarmscope.controller.plots import Plot, figure_png
+    from swarmscope.controller.plots import Plot, figure_png, new_figure
 
     names = list(dict.fromkeys(r["figure"] for r in cmp["rows"] if r["a"] or r["b"]))
-    fig = Figure(figsize=(4.2 * max(1, len(names)), 4))
+    fig = new_figure(4.2 * max(1, len(names)), 4)
     for i, name in enumerate(names):
         ax = fig.add_subplot(1, max(1, len(names)), i + 1)
         rows = [r for r in cmp["rows"] if r["figure"] == name]

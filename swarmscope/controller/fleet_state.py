@@ -168,12 +168,14 @@ def to_reading(r: Any, probe_id: str) -> ProbeReading:
         if r.samples
         else [],
         pod=getattr(r, "pod", ""),  # namespace/pod/container (probes/pods.py); "" off Kubernetes
+        drained=list(getattr(r, "drained", ())),
     )
 
 
 def fill_table(done: pb.WindowDone, rows: Iterable[tuple[str, Any]]) -> None:
     """Put a relay's readings (probe id, pb.Reading) into ``done``: by column in ``done.table``,
-    or as they are in ``done.batch`` when they carry gauges or samples (rare, and row-shaped)."""
+    or as they are in ``done.batch`` when they carry gauges, samples or drain sentinels (rare, and
+    row-shaped)."""
     pids: list[str] = []
     nodes: list[str] = []
     starts: list[int] = []
@@ -182,7 +184,7 @@ def fill_table(done: pb.WindowDone, rows: Iterable[tuple[str, Any]]) -> None:
     pods: list[str] = []
     cols: dict[str, tuple[list[int], list[int]]] = {}
     for pid, r in rows:
-        if r.gauges or r.samples:
+        if r.gauges or r.samples or r.drained:
             r.probe_id = pid  # the authenticated session's, not what the probe claimed
             done.batch.append(r)
             continue

@@ -166,23 +166,25 @@ class FleetWindows:
         return problems
 
     def close_window(
-        self, run_id: str, window_id: str, timeout_s: float = 30.0
+        self, run_id: str, window_id: str, timeout_s: float = 30.0, drain: tuple[str, int, int] | None = None
     ) -> tuple[list[ProbeReading], list[str]]:
-        """Send CloseWindow; return (readings, probes that did not finish) after all or timeout."""
+        """Send CloseWindow; return (readings, probes that did not finish) after all or timeout.
+        ``drain`` (prefix, first number, rounds): each probe also runs the tracer's per-CPU sentinels."""
         with self._lock, gc_held():  # a burst of writes and readings: collect after it
             win = self._windows.get(window_id)
             if win is None:
                 raise FleetError(f"close of unknown window {window_id}")
-            self.begin_close(win)
+            self.begin_close(win, drain)
             missing = self.finish_close(win, time.monotonic() + timeout_s)
             return list(win.readings.values()), missing
 
-    def begin_close(self, win: Window) -> None:
+    def begin_close(self, win: Window, drain: tuple[str, int, int] | None = None) -> None:
         """Send CloseWindow to every probe the window waits for (caller holds the lock)."""
         win.closing = True
-        win.close = pb.Command(
-            seq=self._next_seq(), close=pb.CloseWindow(run_id=win.run_id, window_id=win.window_id)
-        )
+        close = pb.CloseWindow(run_id=win.run_id, window_id=win.window_id)
+        if drain is not None:
+            close.drain_prefix, close.drain_from, close.drain_rounds = drain
+        win.close = pb.Command(seq=self._next_seq(), close=close)
         self._aio.post(put_all, relay_routes.close_items(self, win))
 
     def finish_close(self, win: Window, deadline: float) -> list[str]:

@@ -80,6 +80,7 @@ class ProbeReading:
     error: str = ""
     samples: list[ReadingSample] = field(default_factory=list)
     pod: str = ""  # "namespace/pod/container" of the node's cgroup ("" when it is no pod's)
+    drained: list[int] = field(default_factory=list)  # drain sentinels its probe exec'd at close
 
 
 @dataclass

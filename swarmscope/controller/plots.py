@@ -13,18 +13,19 @@ Plots (only those the data supports are made):
   to 16 nodes, marker lines beyond).
 
 Caveat: figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so plotting is
-safe in a long-lived controller and never opens a window; importing matplotlib costs ~0.5 s,
-so callers import this module lazily.
+safe in a long-lived controller and never opens a window. Importing matplotlib costs ~0.5 s of
+a run's wall time, so it is imported by the first figure drawn: a report with nothing to plot
+(one window, one node) never loads it.
 """
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, PercentFormatter
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # One colour per number, the same in every plot and in the HTML.
 COLORS = {"generated": "#4c72b0", "kernel": "#2a9d55", "reported": "#dd5a2b"}
@@ -36,6 +37,13 @@ class Plot:
     filename: str  # written into the run directory; a plain name, no path
     title: str
     png: bytes
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A fresh figure (matplotlib imported here, on the first one drawn)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -55,7 +63,7 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
     if len(its) < 2:
         return None  # one window is one dot on a made-up axis: its figures are in the table
     x = list(range(1, len(its) + 1))
-    fig = Figure(figsize=(8, 4))
+    fig = new_figure(8, 4)
     ax = fig.add_subplot()
     # generated and kernel usually coincide: a big hollow marker under a small filled one
     # keeps both visible.
@@ -80,6 +88,8 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
     if not drawn:
         return None
     ax.set_xlabel("iteration")
+    from matplotlib.ticker import MaxNLocator
+
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"{metric} per window")
     ax.set_title(f"{point_label(point)}: generated / kernel / reported")
@@ -93,6 +103,8 @@ def counts_plot(point: dict[str, Any], metric: str) -> Plot | None:
 def percent_axis(ax: Any, top_pct: float) -> None:
     """A y axis of percents from 0: ticks say so ("5%"), and an all-zero series gets 0..1 %
     rather than matplotlib's default 0..0.05, which read as a ratio under a "loss %" label."""
+    from matplotlib.ticker import PercentFormatter
+
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=100))
     ax.set_ylim(bottom=0, top=max(1.0, top_pct * 1.05))
 
@@ -110,7 +122,7 @@ def loss_vs_nodes_plot(points: list[dict[str, Any]]) -> Plot | None:
     xs = [r[0] for r in rows]
     means = [r[1] for r in rows]
     err = [[r[1] - r[2] for r in rows], [r[3] - r[1] for r in rows]]
-    fig = Figure(figsize=(7, 4))
+    fig = new_figure(7, 4)
     ax = fig.add_subplot()
     ax.errorbar(xs, means, yerr=err, marker="o", capsize=4, color=COLORS["reported"], label="mean (min..max)")
     ax.set_xlabel("nodes")
@@ -135,7 +147,7 @@ def per_node_plot(point: dict[str, Any], metric: str) -> Plot | None:
     xs = list(range(len(names)))
     if len(names) <= BAR_NODES:
         width = 0.8 / len(series)
-        fig = Figure(figsize=(min(14.0, max(7.0, 0.4 * len(names) * len(series) + 2)), 4))
+        fig = new_figure(min(14.0, max(7.0, 0.4 * len(names) * len(series) + 2)), 4)
         ax = fig.add_subplot()
         for i, key in enumerate(series):
             ax.bar(
@@ -150,7 +162,7 @@ def per_node_plot(point: dict[str, Any], metric: str) -> Plot | None:
         ax.set_xticklabels(names, rotation=45 if many else 0, ha="right" if many else "center")
     else:
         # Too many nodes for readable bars: one marker line per number, every k-th name shown.
-        fig = Figure(figsize=(12, 4))
+        fig = new_figure(12, 4)
         ax = fig.add_subplot()
         for key in series:
             ys = [float("nan") if n.get(key) is None else n[key] for n in nodes]

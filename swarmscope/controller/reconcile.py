@@ -75,6 +75,7 @@ def reconcile(outcome: WindowOutcome, metric: str, expected_per_node: float | No
             "lost": tracer.lost,
             "sentinels_lost": tracer.sentinels_lost,
             "lost_by_node": tracer.lost_by_node,
+            "drained": tracer.drained,
             "other": tracer.other,
             "lines": tracer.lines,
             "unattributed": tracer.unattributed,

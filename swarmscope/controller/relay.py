@@ -293,8 +293,9 @@ class Relay:
             win = fleet._windows.get(cmd.window_id)
             if win is not None and win.closing:
                 return  # a close already under way answers for every probe, widened ones too
-            if win is not None:
-                fleet.begin_close(win)
+            if win is not None:  # a drain asked for goes on to the probes here
+                drain = (cmd.drain_prefix, cmd.drain_from, cmd.drain_rounds) if cmd.drain_prefix else None
+                fleet.begin_close(win, drain)
 
         def wait(win: Window | None) -> None:
             missing: list[str] = []

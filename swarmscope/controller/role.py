@@ -221,9 +221,17 @@ class ControllerRole:
         if silent:
             log.warning("window %s: no results from worker(s) %s", win.window_id, sorted(silent))
         win.closed_ns = time.time_ns()
+        # A tracer that streams each node apart (ig-cluster) has every node's probe run its drain.
+        drain_by = getattr(self.tracer, "node_drain", None)
+        drain = drain_by() if drain_by is not None else None
         readings, missing = self.fleet.close_window(
-            self.run.run_id, win.window_id, timeout_s=self.window_timeout_s
+            self.run.run_id,
+            win.window_id,
+            timeout_s=self.window_timeout_s,
+            **({"drain": drain} if drain is not None else {}),
         )
+        if drain is not None:
+            self.tracer.expect_drained({r.node: r.drained for r in readings if r.drained})  # type: ignore[union-attr]
         tracer_result = self.tracer.stop() if self.tracer is not None else None
         probe_spans = self.fleet.take_spans(win.window_id) if hasattr(self.fleet, "take_spans") else []
         if probe_spans:

@@ -111,6 +111,19 @@ def set_up_workers(
         time.sleep(0.05)
 
 
+def worker_alive(runner: Any, client_id: str) -> bool:
+    """Whether a worker may still send: connected to the master and not missing its heartbeats
+    (one quit, or gone silent, will not; a window's close stops waiting for it). A runner
+    without workers runs the users in its own process: alive."""
+    from locust.runners import STATE_MISSING
+
+    clients = getattr(runner, "clients", None)
+    if clients is None:
+        return True
+    c = clients.get(client_id)
+    return c is not None and c.state != STATE_MISSING
+
+
 def _setup_msg(cfg: RunConfig, index: int, workers: int, sim_nodes: int, prefix: str) -> dict[str, Any]:
     return {
         "kind": cfg.scenario,
@@ -133,12 +146,7 @@ class Sweep:
         self.cfg: RunConfig = proc.cfg
 
     def _worker_alive(self, client_id: str) -> bool:
-        from locust.runners import STATE_MISSING
-
-        if not self.distributed:
-            return True
-        c = self.runner.clients.get(client_id)
-        return c is not None and c.state != STATE_MISSING
+        return worker_alive(self.runner, client_id)
 
     def run(self) -> None:
         """Run every point; raises on failure (the caller closes the process either way)."""

@@ -19,12 +19,14 @@ another window reading it is open marks that other window's readings with an err
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swarmscope.core.errors import ConfigError, IncompleteSamplesError, SwarmscopeError
+from swarmscope.core.sys import sentinel
 from swarmscope.core.sys.cgroups import resolve_cgroup_id
 from swarmscope.probes import window_span
 from swarmscope.probes.programs.base import Program, Snapshot, delta_by_node
@@ -82,6 +84,7 @@ class ProbeWindows:
         # The options each program was last configured with ({} = start-up settings; None =
         # unknown after a failed configure, so the next window configures it again).
         self._applied: dict[str, dict[str, Any] | None] = {}
+        self._drain_stop = threading.Event()  # ends the rounds of the last window's drain
 
     def __bool__(self) -> bool:
         """True while a window is open."""
@@ -95,6 +98,7 @@ class ProbeWindows:
             return pb.WindowAck(
                 run_id=cmd.run_id, window_id=cmd.window_id, ok=not err, error=err, unix_ns=again.start_ns
             )
+        self._drain_stop.set()
         start = time.time_ns()
         # The window span is a child of the controller's window span (W3C traceparent).
         span = self.spans.start(
@@ -212,6 +216,22 @@ class ProbeWindows:
             return [self._not_open(cmd.run_id, cmd.window_id, now, "window is not open on this probe")]
         return self._readings(w, now, at_close=False)
 
+    def _drain(self, cmd: pb.CloseWindow, readings: list[pb.Reading]) -> None:
+        """The tracer under test's drain on this node: sentinels pinned to each CPU, after the
+        snapshot (this container is no node, so they are never counted); the numbers go in the
+        reading of this probe's own node, where the controller looks for them in that node's
+        stream. Its later rounds end when the next window opens here."""
+        self._drain_stop.set()  # an earlier window's rounds
+        self._drain_stop = threading.Event()
+        try:
+            done = sentinel.drain(cmd.drain_prefix, cmd.drain_from, cmd.drain_rounds, self._drain_stop)
+        except (SwarmscopeError, OSError) as e:  # the controller reports the node as undrained
+            log.warning("probe: window %s: drain sentinels failed: %s", cmd.window_id, e)
+            return
+        for r in readings:
+            if r.node == self.node_name:
+                r.drained.extend(done)
+
     def _not_open(self, run_id: str, window_id: str, now: int, why: str) -> pb.Reading:
         return pb.Reading(
             run_id=run_id,
@@ -228,6 +248,8 @@ class ProbeWindows:
         if w is None:
             return [self._not_open(cmd.run_id, cmd.window_id, end, "window was never opened on this probe")]
         readings = self._readings(w, end, at_close=True)
+        if cmd.drain_prefix:
+            self._drain(cmd, readings)
         window_span.annotate(w.span, readings, end)
         if any(r.error for r in readings):
             w.span.set_error("a reading has an error")

@@ -92,12 +92,18 @@ class OpenWindow(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., traceparent: _Optional[str] = ..., programs: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CloseWindow(_message.Message):
-    __slots__ = ("run_id", "window_id")
+    __slots__ = ("run_id", "window_id", "drain_prefix", "drain_from", "drain_rounds")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FROM_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ...) -> None: ...
+    drain_prefix: str
+    drain_from: int
+    drain_rounds: int
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., drain_prefix: _Optional[str] = ..., drain_from: _Optional[int] = ..., drain_rounds: _Optional[int] = ...) -> None: ...
 
 class ReadWindow(_message.Message):
     __slots__ = ("run_id", "window_id", "read_id")
@@ -177,7 +183,7 @@ class Sample(_message.Message):
     def __init__(self, series: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., value: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Reading(_message.Message):
-    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error", "samples", "pod")
+    __slots__ = ("run_id", "window_id", "probe_id", "node", "counters", "gauges", "start_unix_ns", "end_unix_ns", "error", "samples", "pod", "drained")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +209,7 @@ class Reading(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     window_id: str
     probe_id: str
@@ -214,7 +221,8 @@ class Reading(_message.Message):
     error: str
     samples: _containers.RepeatedCompositeFieldContainer[Sample]
     pod: str
-    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., pod: _Optional[str] = ...) -> None: ...
+    drained: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, run_id: _Optional[str] = ..., window_id: _Optional[str] = ..., probe_id: _Optional[str] = ..., node: _Optional[str] = ..., counters: _Optional[_Mapping[str, int]] = ..., gauges: _Optional[_Mapping[str, float]] = ..., start_unix_ns: _Optional[int] = ..., end_unix_ns: _Optional[int] = ..., error: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., pod: _Optional[str] = ..., drained: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WindowDone(_message.Message):
     __slots__ = ("run_id", "window_id", "readings", "batch", "trace", "missing", "probes", "table", "read_id")

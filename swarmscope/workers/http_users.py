@@ -236,7 +236,8 @@ class StepShape(LoadTestShape):
     closed: the step is the user count; open: ``open_users`` users and the step is the rate
     (each worker's users read the rate from the config the master sent). Locust's own options
     count (``use_common_options``): ``-u N`` is one step of N users (``-t`` long, if given),
-    ``-r`` its spawn rate (default: all at once), and ``-t`` bounds the whole test."""
+    ``-r`` its spawn rate (default: all at once), and ``-t`` bounds the load (from the window's
+    opening, docs/doors.md)."""
 
     use_common_options = True
 
@@ -244,16 +245,17 @@ class StepShape(LoadTestShape):
         from swarmscope.workers.step_sync import StepSync
 
         env: Any = self.runner.environment if self.runner is not None else None
+        # Steps and -t count from the window's opening, as the workers' recorders do, not from
+        # the shape's start: setting the target up (and its network baseline) comes in between,
+        # seconds on a busy machine, which a short -t counted from the start left without load.
+        start = StepSync.window_opened(env)
         limit = getattr(env.parsed_options, "run_time", None)
-        if limit and self.get_run_time() >= limit:
+        if limit and start is not None and time.time() - start >= limit:
             return None
         cfg = env.swarmscope.cfg  # the config swarmscope's plug-in loaded on this master
         if cfg.requests and cfg.model == "closed":  # boom's -n: a step ends on its count
             return StepSync.of(env).tick(env, cfg)
         steps = cfg.steps
-        # Steps count from the window's opening, as the workers' recorders do, not from the
-        # shape's start: setting the target up (and its network baseline) comes in between.
-        start = StepSync.window_opened(env)
         i = 0 if start is None else int((time.time() - start) // cfg.step_duration)
         if i >= len(steps):
             return None

@@ -12,8 +12,10 @@
  * Only packet headers are read (no kernel structs: see swarmscope.h).
  */
 #include <uapi/linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/ip.h>
+/* The uapi headers: struct ethhdr and iphdr only. linux/ip.h pulls in skbuff.h and most of the
+ * kernel's headers, which made this compile 7-10 s instead of 1-2 (the same bytecode). */
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/ip.h>
 #include "swarmscope.h"
 
 struct neigh_value {

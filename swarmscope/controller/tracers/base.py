@@ -30,6 +30,7 @@ from swarmscope.core.errors import ConfigError, Problem
 
 # bpftrace 0.17 prints "Lost 123 events"; ig prints {"type":"warn","message":"lost 123 samples"}.
 DEFAULT_LOST_REGEX = r"(?i)\blost (?P<n>\d+) (?:events?|samples?)\b"
+DEFAULT_DRAIN_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,14 @@ class TracerResult:
     # End-of-window sentinels the tracer dropped: they are part of ``lost``, not of any node,
     # so "reported + lost - sentinels_lost" is what to set against the kernel count.
     sentinels_lost: int = 0
-    # The loss records that named a node, summed by that node (as printed; the rest of ``lost``
-    # named none). None: this tracer's loss records name no node.
+    # The loss records that named a node, summed by that node (as printed, less the node's drain
+    # sentinels among them; the rest of ``lost`` named none). None: its loss records name no node.
     lost_by_node: dict[str, int] | None = None
+    # A drain run on every node by its probe (ig-cluster), per node: its CPUs, those with a drain
+    # sentinel back in that node's stream ("seen"), the sentinels its tracer dropped ("dropped",
+    # in sentinels_lost, not in lost_by_node) and when its last CPU was drained, in seconds from the
+    # close ("s"). None: no such drain.
+    drained: dict[str, dict[str, float]] | None = None
 
     @property
     def reported(self) -> int:
@@ -251,7 +257,7 @@ TRACER_FIELDS: list[Field] = [
     Field(
         "tracer_drain_timeout_s",
         float,
-        10.0,
+        DEFAULT_DRAIN_TIMEOUT_S,
         "wait this long for the end-of-window sentinels",
         min=0.1,
         max=3600,

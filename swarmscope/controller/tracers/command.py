@@ -14,6 +14,10 @@ How it knows the tracer is live and has printed everything:
   This also flushes the per-CPU "lost" records, which the kernel writes only at that CPU's
   next event (docs/platform.md#tracers-and-lost-events); swarmscope.core.sys.sentinel
   makes the execs. Only then is the tracer sent SIGINT (then SIGKILL).
+- **drain on every node** (``sentinel_node``: ig-cluster, one stream per node merged): each
+  node's probe execs the per-CPU sentinels in its own pod at the window's close (node_drain()
+  asks, expect_drained() is told their numbers) and stop() waits for one of each CPU in that
+  node's lines; sentinels dropped before a later one of the same CPU leave that node's loss.
 
 Sentinel lines are never counted. **Transport pressure** (issue 4): the tracer writes into a
 pipe that this adapter reads line by line; ``read_rate`` caps the lines read per second and
@@ -39,7 +43,7 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -55,10 +59,11 @@ from swarmscope.controller.tracers.base import (
 from swarmscope.controller.tracers.parse import LineParser
 from swarmscope.core.errors import ConfigError, Problem, TracerError
 from swarmscope.core.sys import owners
-from swarmscope.core.sys.sentinel import Sentinels, dropped, online_cpus
+from swarmscope.core.sys.sentinel import DRAIN_GAPS_S, Sentinels, dropped, online_cpus
 
 log = logging.getLogger(__name__)
 
+DRAIN_ROUNDS = len(DRAIN_GAPS_S) + 1  # of a node's drain, one each DRAIN_GAPS_S apart
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ exists only from Python 3.10 on some builds
 MAX_WARNINGS = 20
 TAIL_LINES = 30
@@ -103,7 +108,7 @@ class CommandTracer:
         pipe_bytes: int | None = None,
         env: Mapping[str, str] | None = None,
         argv_for: Callable[[list[NodeKey], str], list[str]] | None = None,
-        quiet_s: float = 0.0,
+        sentinel_node: str | None = None,
     ):
         if not argv:
             raise TracerError("the tracer command is empty")
@@ -124,10 +129,10 @@ class CommandTracer:
         # argv_for(nodes, sentinel_prefix): the command for one window, built at start() (a
         # preset filters its program to the window's cgroups); ``argv`` when it is None.
         self.argv_for = argv_for
-        # After the drain, wait until no line came for this long (bounded by ready_timeout_s):
-        # for a tracer that merges streams the sentinels do not all pass through (ig-cluster:
-        # the drain's sentinels reach one node's stream, the other nodes' may still be behind).
-        self.quiet_s = quiet_s
+        # A regex whose `node` group names the node a sentinel line came from: set for a tracer
+        # that merges streams of nodes it traces apart (ig-cluster), whose drain each node's
+        # probe runs (node_drain(), expect_drained()) instead of this process.
+        self.sentinel_node = sentinel_node
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = _original("_thread", "allocate_lock")()  # shared by the reader thread
         self._reset()
@@ -145,7 +150,6 @@ class CommandTracer:
         self._warnings: list[str] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._sentinels_seen: set[int] = set()
-        self._last_line = time.monotonic()
         self._sentinels: Sentinels | None = None
         self._ready = False
         self._eof = False
@@ -153,6 +157,11 @@ class CommandTracer:
         self._reader_done = True
         self._window_id = ""
         self._drain_sent: dict[int, list[int]] = {}
+        self._node_sentinels: dict[tuple[str, int], float] = {}  # (node, number) -> when seen
+        self._drain_asked = 0.0
+        # node -> CPU index -> the numbers its probe exec'd on that CPU, round by round
+        self._node_drain: dict[str, dict[int, list[int]]] | None = None
+        self._node_sentinels_lost = 0
         self._rfd = -1
 
     def so_far(self) -> int:
@@ -179,11 +188,12 @@ class CommandTracer:
             res = parser.feed(text)
             with self._lock:
                 self._lines += 1
-                self._last_line = time.monotonic()
                 self._tail.append(text)
                 if res.kind == "sentinel":
                     assert res.sentinel is not None
                     self._sentinels_seen.add(res.sentinel)
+                    if res.node is not None:
+                        self._node_sentinels.setdefault((res.node, res.sentinel), time.monotonic())
                     if not self._ready:
                         self._ready = True
                         if self.stall_s > 0:
@@ -266,6 +276,7 @@ class CommandTracer:
             json_field=self.json_field,
             lost_regex=self.lost_regex,
             sentinel_prefix=self._prefix,
+            sentinel_node=self.sentinel_node,
         )
         self._splits_lost = parser.lost is not None and "node" in parser.lost.groupindex
         bad = parser.unattributable(nodes)
@@ -383,6 +394,70 @@ class CommandTracer:
                     ks.append(self._exec_sentinel(cpu))
         return sorted(pending)
 
+    def node_drain(self) -> tuple[str, int, int] | None:
+        """(prefix, first number, rounds) of the drain every node's probe runs at window close;
+        None when this tracer drains from here. Numbers from the next one this process would
+        exec, so a node's drain sentinels are never taken for the readiness ones."""
+        if self.sentinel_node is None or self._sentinels is None:
+            return None
+        self._drain_asked = time.monotonic()
+        return self._prefix, self._sentinels.next, DRAIN_ROUNDS
+
+    def expect_drained(self, by_node: Mapping[str, Sequence[int]]) -> None:
+        """The drain sentinels each node's probe exec'd (its reading's ``drained``, round by round)."""
+        self._node_drain = {}
+        for n in (k.name for k in self._nodes):
+            ks = list(by_node.get(n, ()))
+            cpus = len(ks) // DRAIN_ROUNDS
+            self._node_drain[n] = {i: ks[i::cpus] for i in range(cpus)}
+
+    def _node_drained(self, node: str, numbers: list[int]) -> float | None:
+        """When the first of ``numbers`` came back in ``node``'s stream (lock held); None: none did."""
+        at = [self._node_sentinels[node, k] for k in numbers if (node, k) in self._node_sentinels]
+        return min(at) if at else None
+
+    def _wait_nodes_drained(self) -> None:
+        """Wait until, on every node, one drain sentinel of each CPU is in that node's stream: it
+        follows all that CPU's earlier events and loss records of the node's gadget. Bounded by
+        ``drain_timeout_s``; _drain_result() says which were not."""
+        want = self._node_drain or {}
+
+        def drained() -> bool:
+            return all(
+                self._node_drained(n, ks) is not None for n, cpus in want.items() for ks in cpus.values()
+            )
+
+        self._wait(lambda: self._eof or drained(), self.drain_timeout_s)
+
+    def _drain_result(self) -> dict[str, dict[str, float]]:
+        """Per node (lock held, the output read to its end): its CPUs, those drained (``seen``),
+        the drain's sentinels the node's gadget dropped (taken out of its ``lost_by_node``: they
+        are no events of the window) and ``s``, from asking for the drain until the node's last
+        CPU was drained. A node not drained is warned of."""
+        want = self._node_drain or {n.name: {} for n in self._nodes}
+        out: dict[str, dict[str, float]] = {}
+        for n, cpus in sorted(want.items()):
+            at = [self._node_drained(n, ks) for ks in cpus.values()]
+            seen = {k for (node, k) in self._node_sentinels if node == n}
+            lost = dropped(cpus, seen)
+            if lost:
+                self._lost_by_node[n] = self._lost_by_node.get(n, 0) - lost
+                self._node_sentinels_lost += lost
+            c: dict[str, float] = {"cpus": len(cpus), "seen": sum(t is not None for t in at), "dropped": lost}
+            if at and all(t is not None for t in at):
+                c["s"] = round(max(t for t in at if t is not None) - self._drain_asked, 3)
+            out[n] = c
+            if not cpus:
+                self._warn(
+                    f"swarmscope: node {n}: its probe ran no drain sentinels; its last events may be missing"
+                )
+            elif c["seen"] < c["cpus"]:
+                self._warn(
+                    f"swarmscope: node {n}: no drain sentinel back from {c['cpus'] - c['seen']} of its "
+                    f"{c['cpus']} CPUs within {self.drain_timeout_s:g} s; its last events may be missing"
+                )
+        return out
+
     def _sentinels_lost(self) -> int:
         """Drain sentinels the tracer must have dropped (so they are inside its "lost" count).
 
@@ -423,8 +498,11 @@ class CommandTracer:
         error = ""
         self._pressure_lifted = True  # lift the stall / rate limit: read all the tracer delivered
         exited = self._proc.poll()
+        drained = None
         if exited is not None:
             error = f"tracer {self.name} exited early (status {exited}); counts are partial"
+        elif self.sentinel_node is not None:
+            self._wait_nodes_drained()
         else:
             unseen = self._drain()
             if unseen:
@@ -432,15 +510,10 @@ class CommandTracer:
                     f"swarmscope: drain sentinels on CPU {unseen} not seen within "
                     f"{self.drain_timeout_s:g} s; the last events may be missing"
                 )
-            if self.quiet_s and not self._wait(
-                lambda: self._eof or time.monotonic() - self._last_line >= self.quiet_s, self.ready_timeout_s
-            ):
-                self._warn(
-                    f"swarmscope: tracer {self.name} still printing {self.ready_timeout_s:g} s after "
-                    "the drain; the last events may be missing"
-                )
         self._terminate()
         with self._lock:
+            if self.sentinel_node is not None and exited is None:
+                drained = self._drain_result()
             return TracerResult(
                 per_node=dict(self._per_node),
                 lost=self._lost if self.lost_regex else None,
@@ -449,8 +522,9 @@ class CommandTracer:
                 warnings=list(self._warnings),
                 error=error,
                 other=self._other,
-                sentinels_lost=self._sentinels_lost(),
+                sentinels_lost=self._sentinels_lost() + self._node_sentinels_lost,
                 lost_by_node=dict(self._lost_by_node) if self._splits_lost else None,
+                drained=drained,
             )
 
 

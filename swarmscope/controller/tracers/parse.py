@@ -32,7 +32,9 @@ TASK_COMM_LEN = 15  # characters of comm the kernel keeps (16 bytes with the NUL
 @dataclass(frozen=True)
 class Line:
     kind: str  # "sentinel" | "lost" | "event" | "other" | "noise"
-    node: str | None = None  # "lost": the node the loss record named, as printed (maybe none)
+    # "lost": the node the loss record named, as printed (maybe none); "sentinel": the node the
+    # line came from (``sentinel_node``), as printed
+    node: str | None = None
     lost: int = 0
     sentinel: int | None = None
 
@@ -58,6 +60,7 @@ class LineParser:
         json_field: str | None = None,
         lost_regex: str | None = None,
         sentinel_prefix: str = "ss-sync-",
+        sentinel_node: str | None = None,
     ):
         if not match and not json_field:
             raise ValueError("need a match regex or a json field")
@@ -68,6 +71,7 @@ class LineParser:
         # cannot be confused.
         self.sentinel_prefix = sentinel_prefix
         self.sentinel = re.compile(re.escape(sentinel_prefix) + r"(\d+)")
+        self.sentinel_node = re.compile(sentinel_node) if sentinel_node else None
         # cgroup ids are inode numbers, never 0: a 0 (protobuf's "unset") means unknown.
         self.by_cgroup = {str(n.cgroup_id): n.name for n in nodes if n.cgroup_id}
         self.by_name = {n.name: n.name for n in nodes}
@@ -106,7 +110,8 @@ class LineParser:
     def feed(self, line: str) -> Line:
         m = self.sentinel.search(line) if self.sentinel_prefix in line else None  # `in` is cheap
         if m:
-            return Line("sentinel", sentinel=int(m.group(1)))
+            where = self.sentinel_node.search(line) if self.sentinel_node is not None else None
+            return Line("sentinel", sentinel=int(m.group(1)), node=where.group("node") if where else None)
         if self.lost is not None:
             m = self.lost.search(line)
             if m:

@@ -19,14 +19,15 @@ port-forward to each gadget pod. Each event names its node and pod (``k8s.node``
 ``k8s.podName``, the pod's labels): an event of a worker pod (the chart's label
 ``app.kubernetes.io/component: workers``) counts for the node it names. It traces
 the pods of the controller's own namespace (``POD_NAMESPACE``, the chart's: workers and the
-controller, whose sentinel execs mark readiness and the drain), or every namespace.
+controller, whose sentinel execs mark readiness, and the probes, whose sentinels drain each node), or
+every namespace.
 
 Caveats: ig v0.35's exec event carries no cgroup id, so it is attributed by ``comm`` — the
 node's exec storm must exec its binary under the node's own name (``NodeKey.comm``). ig needs
 its own pid namespace here (``unshare --pid --fork --mount-proc``: reading /proc/1/ns/mnt is
-denied otherwise, docs/platform.md#tracers-and-lost-events). ig-cluster's drain sentinels run
-on the controller's node only: a loss on another node is counted once that node's CPU has its
-next traced exec (docs/realcluster.md#inspektor-gadget-in-the-cluster).
+denied otherwise, docs/platform.md#tracers-and-lost-events). ig-cluster's drain is run by each
+node's probe, in the probe's pod: a node whose probe is missing is not drained, and says so
+(docs/realcluster.md#inspektor-gadget-in-the-cluster).
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ import os
 import shutil
 from pathlib import Path
 
-from swarmscope.controller.tracers.base import DEFAULT_LOST_REGEX, NodeKey, TracerConfig, register_tracer
+from swarmscope.controller.tracers.base import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_LOST_REGEX,
+    NodeKey,
+    TracerConfig,
+    register_tracer,
+)
 from swarmscope.controller.tracers.command import CommandTracer, build_command
 from swarmscope.core.errors import SetupError
 from swarmscope.targets.ebpf_tools import ig_binary
@@ -61,9 +68,12 @@ IG_CLUSTER_LOST_REGEX = (
     r"(?i)^(?=.*?" + _IG_LOST.replace("(?P<n>", "(?:") + r")"
     r'(?:.*?(?:(?P<json>"node":")|msg=")(?P<node>[^"|]*?)(?(json)"|\s*\|))?.*?' + _IG_LOST
 )
-# After the drain, the stream must be quiet this long before the client is stopped: the drain's
-# sentinels pass through the controller's node's stream only, the other nodes' may lag behind.
-IG_CLUSTER_QUIET_S = 3.0
+# The node an event came from, for the drain's sentinels: each node's probe execs them in its own
+# pod (traced, never a worker's), and they are awaited per node (CommandTracer.node_drain).
+IG_CLUSTER_SENTINEL_NODE = r'"k8s":\{"node":"(?P<node>[^"]*)"'
+# Its default bound on that wait: a node's stream can be many seconds behind the others (one
+# client, every node's stream through the API server; 5-7 s seen on this machine).
+IG_CLUSTER_DRAIN_TIMEOUT_S = 30.0
 # Where a pod finds the client: the chart mounts IG's image there (an image volume).
 IG_CLIENT_DIRS = (Path("/opt/inspektor-gadget/bin"),)
 # The client's in-cluster config (or a kubeconfig) is all it takes from the controller's environment.
@@ -162,7 +172,9 @@ def ig_cluster_argv(client: str | None = None) -> list[str]:
 def ig_cluster_tracer(cfg: TracerConfig, sentinel: str | None) -> CommandTracer:
     argv = None if cfg.tracer_command else ig_cluster_argv()
     env = {k: os.environ[k] for k in KUBE_ENV if k in os.environ}
-    how = {"match": IG_CLUSTER_MATCH, "env": env, "quiet_s": IG_CLUSTER_QUIET_S}
+    how = {"match": IG_CLUSTER_MATCH, "env": env, "sentinel_node": IG_CLUSTER_SENTINEL_NODE}
     if cfg.tracer_lost_regex == DEFAULT_LOST_REGEX:  # the scenario's own regex wins
         cfg = cfg.replace(tracer_lost_regex=IG_CLUSTER_LOST_REGEX)
+    if cfg.tracer_drain_timeout_s == DEFAULT_DRAIN_TIMEOUT_S:  # and its own bound
+        cfg = cfg.replace(tracer_drain_timeout_s=IG_CLUSTER_DRAIN_TIMEOUT_S)
     return build_command(cfg, sentinel, name="ig-cluster", argv=argv, **how)

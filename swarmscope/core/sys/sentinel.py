@@ -21,10 +21,12 @@ kernel: the prefix (11) leaves room for 4 digits, plenty for one window.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Container, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -52,11 +54,18 @@ def online_cpus() -> list[int]:
 class Sentinels:
     """Numbered sentinel execs of ``binary`` for one window; ``close()`` removes the symlinks."""
 
-    def __init__(self, binary: str | os.PathLike[str] = "/bin/true", prefix: str | None = None):
+    def __init__(
+        self, binary: str | os.PathLike[str] = "/bin/true", prefix: str | None = None, first: int = 0
+    ):
         self.binary = Path(binary)
         self.prefix = prefix or new_prefix()
         self._dir: Path | None = Path(tempfile.mkdtemp(prefix="swarmscope-sentinel-"))
-        self._next = 0
+        self._next = first
+
+    @property
+    def next(self) -> int:
+        """The number the next exec will get."""
+        return self._next
 
     def __enter__(self) -> Sentinels:
         return self
@@ -108,7 +117,48 @@ class Sentinels:
         d.rmdir()
 
 
-def dropped(sent_by_cpu: Mapping[int, Iterable[int]], seen: set[int]) -> int:
+# A node's drain (run by its probe): one round now, then rounds this long after the one before.
+DRAIN_GAPS_S = (0.5, 0.5, 1.0, 2.0, 4.0, 8.0)
+MAX_NUMBER = 9999  # comm keeps 15 bytes: the prefix (11) and 4 digits
+
+
+def drain(
+    prefix: str, first: int, rounds: int, stop: threading.Event, binary: str | os.PathLike[str] = "/bin/true"
+) -> list[int]:
+    """A node's drain for a tracer that streams each node apart: ``rounds`` rounds of one sentinel
+    pinned to each CPU, numbered from ``first`` round by round; a later round reaches a CPU whose
+    earlier sentinel the tracer dropped. Round 0 runs now, the others in a thread, DRAIN_GAPS_S
+    apart, until ``stop`` is set. Returns every round's numbers ([] when they would not fit)."""
+    cpus = online_cpus()
+    rounds = max(1, min(rounds, len(DRAIN_GAPS_S) + 1))
+    if first + rounds * len(cpus) - 1 > MAX_NUMBER:
+        raise TracerError(f"{rounds} rounds of {len(cpus)} drain sentinels from {first} do not fit in comm")
+    s = Sentinels(binary, prefix, first)
+
+    def one_round() -> None:
+        for cpu in cpus:  # a CPU that refuses the pin keeps its number, unseen
+            with contextlib.suppress(OSError, TracerError):
+                s.exec(cpu)
+
+    def later() -> None:
+        try:
+            for gap in DRAIN_GAPS_S[: rounds - 1]:
+                if stop.wait(gap):
+                    return
+                one_round()
+        finally:
+            s.close()
+
+    try:
+        one_round()
+    except BaseException:
+        s.close()
+        raise
+    threading.Thread(target=later, name="drain-rounds", daemon=True).start()
+    return list(range(first, first + rounds * len(cpus)))
+
+
+def dropped(sent_by_cpu: Mapping[int, Iterable[int]], seen: Container[int]) -> int:
     """Sentinels the tracer must have dropped (they are inside its own "lost" count).
 
     A CPU's events leave its buffer in order, so an unseen sentinel exec'd on a CPU *before* a

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from swarmscope.controller.plots import Plot, figure_png
+from swarmscope.controller.plots import Plot, figure_png, new_figure
 
 RATIO_LINE = 0.05
 
@@ -34,9 +34,7 @@ def _label(p: dict[str, Any]) -> str:
 
 
 def _fig(title: str, ylabel: str) -> tuple[Any, Any]:
-    from matplotlib.figure import Figure  # only when a report is drawn
-
-    fig = Figure(figsize=(8, 3.6))
+    fig = new_figure(8, 3.6)
     ax = fig.add_subplot()
     ax.set_title(title)
     ax.set_ylabel(ylabel)
