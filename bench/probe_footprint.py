@@ -118,7 +118,7 @@ def _start(address: str, node: str, metrics_port: int | None) -> subprocess.Pope
         cmd += ["--metrics-port", str(metrics_port)]
     env = dict(os.environ, SWARMSCOPE_TOKEN=TOKEN)
     return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=owners.die_with_parent
+        owners.dying_with_us(cmd, env), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
 

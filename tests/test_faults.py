@@ -137,31 +137,6 @@ print("READY", flush=True); time.sleep(600)
         subprocess.run(["ip", "link", "del", link], capture_output=True)
 
 
-def test_children_die_with_a_sigkilled_parent() -> None:
-    parent = """
-import subprocess, sys, time
-from swarmscope.core.sys import owners
-c = subprocess.Popen(["sleep", "600"], preexec_fn=owners.die_with_parent)
-print(c.pid, flush=True); time.sleep(600)
-"""
-    p = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    child = int(p.stdout.readline())
-    p.kill()
-    p.wait()
-    deadline = time.monotonic() + 5
-    while os.path.exists(f"/proc/{child}") and "Z" not in _state(child):
-        assert time.monotonic() < deadline, "the child outlived its SIGKILLed parent"
-        time.sleep(0.02)
-
-
-def _state(pid: int) -> str:
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "Z"
-
-
 def test_status_rule_no_kernel_count_anywhere_is_not_ok() -> None:
     """A run whose every node lacks its kernel count because a source was missing is not ok;
     a kind with no kernel column (ingress: kernel None, nothing missing) is."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,3 +67,61 @@ def test_a_claim_of_this_namespace_is_judged_by_pid_and_released(
     owners.release("netns", "ss-here")
     assert [n for n, _ in owners.claims("netns")] == ["ss-gone"]
     assert owners._held == {}
+
+
+# Threads that keep locks busy (malloc, the dynamic loader's, the GIL) while the main thread
+# spawns: what a preexec_fn child could inherit held. One child is spawned plainly: it must
+# outlive the parent, or the test would pass on a kill that takes every child anyway.
+THREADED_PARENT = """
+import ctypes, json, subprocess, threading, time
+from swarmscope.core.sys import owners
+def busy():
+    while True:
+        ctypes.CDLL("libc.so.6")
+        json.dumps([{"k": i} for i in range(500)])
+for _ in range(4):
+    threading.Thread(target=busy, daemon=True).start()
+kids = [subprocess.Popen(owners.dying_with_us(["sleep", "600"])) for _ in range(20)]
+plain = subprocess.Popen(["sleep", "601"])
+print(*(k.pid for k in kids), plain.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_children_die_with_a_sigkilled_threaded_parent() -> None:
+    p = subprocess.Popen([sys.executable, "-c", THREADED_PARENT], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    *kids, plain = map(int, p.stdout.readline().split())
+    try:
+        assert len(kids) == 20
+        deadline = time.monotonic() + 10
+        for k in kids:  # setpriv exec'd in place, after its prctl: the command's own argv
+            while pathlib.Path(f"/proc/{k}/cmdline").read_bytes() != b"sleep\x00600\x00":
+                assert time.monotonic() < deadline, f"child {k} never became sleep"
+                time.sleep(0.01)
+        p.kill()
+        p.wait()
+        deadline = time.monotonic() + 5
+        while left := [k for k in kids if owners.proc_start(k) is not None]:  # a zombie is gone
+            assert time.monotonic() < deadline, f"children {left} outlived their SIGKILLed parent"
+            time.sleep(0.02)
+        assert owners.proc_start(plain) is not None  # no pdeathsig: still there
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for pid in [*kids, plain]:
+            if owners.proc_start(pid) is not None:
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_missing_command_is_refused_before_the_spawn(tmp_path: pathlib.Path) -> None:
+    """As Popen would: FileNotFoundError, not setpriv's exit 127; looked up on the child's PATH."""
+    tool = tmp_path / "ss-tool"
+    tool.write_text("#!/bin/sh\necho from-tool\n")
+    tool.chmod(0o755)
+    with pytest.raises(FileNotFoundError):
+        owners.dying_with_us(["ss-tool"])  # not on our PATH
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ.get('PATH', '')}"}
+    cmd = owners.dying_with_us(["ss-tool"], env)
+    assert cmd[-2:] == ["--", "ss-tool"]
+    assert subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout == "from-tool\n"

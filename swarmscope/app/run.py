@@ -39,11 +39,10 @@ def _spawn_workers(kind: Any, cfg: RunConfig, port: int, log_dir: str) -> list[s
         ]  # fmt: skip
         procs.append(
             subprocess.Popen(
-                cmd,
+                owners.dying_with_us(cmd),  # a SIGKILLed master takes its workers
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=owners.die_with_parent,  # a SIGKILLed master takes its workers
             )
         )
         log.close()

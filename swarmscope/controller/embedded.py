@@ -60,12 +60,11 @@ class EmbeddedProbe:
         cmd += extra_args or []
         try:
             proc = subprocess.Popen(
-                cmd,
+                owners.dying_with_us(cmd, env),  # its BPF goes when we go, even on SIGKILL
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=owners.die_with_parent,  # its BPF goes when we go, even on SIGKILL
             )
         except OSError as e:
             fh.close()

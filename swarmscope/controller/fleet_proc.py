@@ -101,10 +101,12 @@ class FleetProcess:
         parent, child = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "swarmscope.controller.fleet_proc", str(child.fileno())],
+                # dying with us: no orphaned fleet holding the port
+                owners.dying_with_us(
+                    [sys.executable, "-m", "swarmscope.controller.fleet_proc", str(child.fileno())]
+                ),
                 pass_fds=(child.fileno(),),
                 start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
-                preexec_fn=owners.die_with_parent,  # no orphaned fleet holding the port
             )
         except OSError as e:
             parent.close()

@@ -167,9 +167,7 @@ def load(
     cmd = [sys.executable, "-m", "swarmscope.probes.loader", *loader_args, program, obj.path, "--", *cflags]
     try:
         try:
-            p = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout_s, preexec_fn=owners.die_with_parent
-            )
+            p = subprocess.run(owners.dying_with_us(cmd), capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             raise ProbeError(f"loading {program}: the loader took over {timeout_s:.0f} s") from e
         if p.returncode != 0:

@@ -128,7 +128,7 @@ def run_k6(
     # pipe nobody reads while it runs (a full pipe blocks k6).
     logf = open(out_dir / "k6.log", "w+", encoding="utf-8")
     proc = subprocess.Popen(
-        cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, text=True, preexec_fn=owners.die_with_parent
+        owners.dying_with_us(cmd, env), env=env, stdout=logf, stderr=subprocess.STDOUT, text=True
     )
     # Generator honesty: k6's own CPU, attributed to steps by wall time.
     ps = psutil.Process(proc.pid)

@@ -291,15 +291,15 @@ class CommandTracer:
         if self.pipe_bytes:
             with contextlib.suppress(OSError):  # the size is a pressure knob, not a must
                 fcntl.fcntl(w, F_SETPIPE_SZ, self.pipe_bytes)
+        env = tracer_env(self.env)  # explicit: none of the controller's secrets
         try:
             self._proc = subprocess.Popen(
-                argv,
+                owners.dying_with_us(argv, env),  # not orphaned if we are killed
                 stdin=subprocess.DEVNULL,
                 stdout=w,
                 stderr=w,
                 start_new_session=True,  # own process group: SIGINT/SIGKILL reach all its children
-                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
-                env=tracer_env(self.env),  # explicit: none of the controller's secrets
+                env=env,
             )
         except OSError as e:
             os.close(r)

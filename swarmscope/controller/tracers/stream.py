@@ -233,16 +233,16 @@ class StreamTracer:
         if self.scope == "nodes" and all(n.cgroup_id for n in nodes):
             for cg in sorted({int(n.cgroup_id or 0) for n in nodes} | {cgroup_id(pid_cgroup_path())}):
                 argv += ["--cgroup", str(cg)]
+        env = tracer_env()  # explicit: none of the controller's secrets
         try:
             self._proc = subprocess.Popen(
-                argv,
+                owners.dying_with_us(argv, env),  # not orphaned if we are killed
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
                 text=True,
                 start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
-                preexec_fn=owners.die_with_parent,  # not orphaned if we are killed
-                env=tracer_env(),  # explicit: none of the controller's secrets
+                env=env,
             )
         except OSError as e:
             self._cleanup()

@@ -4,7 +4,7 @@
     ...
     owners.release("netns", "ss-ingress-1a2b")        # after it is deleted
     for kind, name, data in owners.stale(): ...       # claims whose process is gone
-    subprocess.Popen(cmd, preexec_fn=owners.die_with_parent)   # SIGKILL when we die
+    subprocess.Popen(owners.dying_with_us(cmd))       # SIGKILLed when we die
 
 A claim is a file ``/run/swarmscope/owners/<kind>/<name>`` holding JSON: the owner's pid and
 its start time (so a reused pid is not mistaken for the owner) plus what the sweep needs
@@ -24,20 +24,20 @@ kernel drops it when the owner dies, whatever namespace looks).
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import errno
 import fcntl
+import functools
 import json
 import os
 import pathlib
 import re
-import signal
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 OWNERS_DIR = pathlib.Path("/run/swarmscope/owners")
 KINDS = ("run", "netns", "link", "pindir")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}$")
-_PR_SET_PDEATHSIG = 1
 _held: dict[pathlib.Path, int] = {}  # claim file -> the fd whose flock says its owner lives
 
 
@@ -141,8 +141,30 @@ def stale(kind: str) -> list[tuple[str, dict[str, Any]]]:
     return [(n, d) for n, d in claims(kind) if not _owner_alive(OWNERS_DIR / kind / n, d)]
 
 
-def die_with_parent() -> None:
-    """``preexec_fn`` for children: the kernel SIGKILLs them when this process dies, even by
-    SIGKILL (PR_SET_PDEATHSIG). It follows the forking *thread*: spawn from a long-lived one."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+def dying_with_us(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """``cmd`` prefixed so the kernel SIGKILLs it when this process dies, even by SIGKILL.
+
+    util-linux ``setpriv --pdeathsig KILL`` sets PR_SET_PDEATHSIG and execs ``cmd`` in place
+    (same pid, the command's own argv; the signal survives an exec that does not raise
+    privileges, so ``ip netns exec`` and ``nsenter`` keep it). Unlike a ``preexec_fn``, which
+    is unsafe in a threaded process (a lock another thread held at the fork stays held) and
+    forces fork() over vfork(), the stdlib Popen then runs no Python in the child. (gevent's
+    Popen, in a monkey-patched Locust process, forks and execs in Python whatever we pass.)
+    PR_SET_PDEATHSIG follows the spawning *thread*: spawn from a long-lived one.
+
+    ``env`` is the child's environment if it is not ours: ``cmd[0]`` is looked up on its PATH
+    here, so a missing command still raises FileNotFoundError from Popen's caller rather than
+    becoming setpriv's exit 127."""
+    if not cmd:
+        raise ValueError("an empty command")
+    if shutil.which(cmd[0], path=os.pathsep.join(os.get_exec_path(env))) is None:
+        raise FileNotFoundError(errno.ENOENT, "no such executable", cmd[0])
+    return [_setpriv(), "--pdeathsig", "KILL", "--", *cmd]
+
+
+@functools.cache
+def _setpriv() -> str:
+    path = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin")
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, "setpriv (util-linux) is not installed", "setpriv")
+    return path

@@ -330,9 +330,7 @@ class NeighborDriver:
                 "--out", str(timing_file),
             ]  # fmt: skip
             env = {**os.environ, TOKEN_ENV: token}  # the token never on a command line
-            subprocess.run(
-                cmd, check=True, timeout=float(p["timeout_s"]), env=env, preexec_fn=owners.die_with_parent
-            )
+            subprocess.run(owners.dying_with_us(cmd, env), check=True, timeout=float(p["timeout_s"]), env=env)
             timing = json.loads(timing_file.read_text())
             timing_file.unlink()
             last = timing["revisions"][-1]

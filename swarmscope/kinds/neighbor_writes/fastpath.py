@@ -119,9 +119,7 @@ def write_watch_program(
     ]  # fmt: skip
     env = {**os.environ, TOKEN_ENV: cp.token}  # the token never on a command line
     try:
-        subprocess.run(
-            cmd, check=True, timeout=float(p["timeout_s"]), env=env, preexec_fn=owners.die_with_parent
-        )
+        subprocess.run(owners.dying_with_us(cmd, env), check=True, timeout=float(p["timeout_s"]), env=env)
         timing = json.loads(timing_file.read_text())
         timing_file.unlink()
     except BaseException:

@@ -276,14 +276,13 @@ class LocalIngress:
             "-c",
             str(self.dir / f"{name}.conf"),
         ]
-        # ip netns exec execs nginx in place, so the Popen pid is the nginx master. Its own
-        # session makes master and workers one process group: a kill takes them all at once.
+        # setpriv and ip netns exec exec nginx in place, so the Popen pid is the nginx master. Its
+        # own session makes master and workers one process group: a kill takes them all at once.
         return subprocess.Popen(
-            cmd,
+            owners.dying_with_us(cmd),  # the master goes with us; the sweep takes the rest
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=owners.die_with_parent,  # the master goes with us; the sweep takes the rest
         )
 
     def _wait_ready(self, timeout: float = 10.0) -> None:

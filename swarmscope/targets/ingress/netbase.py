@@ -39,11 +39,10 @@ def network_baseline(netns: str, addr: str, seconds: int = 1, port: int = PORT) 
         # iperf3 reads -t as whole seconds, and 0 (or 0.5, read as 0) as "until killed"
         raise SetupError(f"iperf3 seconds must be a whole number from 1 to 60, not {seconds!r}")
     server = subprocess.Popen(
-        ["ip", "netns", "exec", netns, IPERF3, "-s", "-B", addr, "-p", str(port)],
+        owners.dying_with_us(["ip", "netns", "exec", netns, IPERF3, "-s", "-B", addr, "-p", str(port)]),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
-        preexec_fn=owners.die_with_parent,
     )
     try:
         t0 = time.time()

@@ -213,12 +213,11 @@ class AgentProcess:
         if native:  # native/agent_list.c built as a shared library (ipc_agent.py)
             cmd += ["--native", native]
         self.proc = subprocess.Popen(
-            cmd,
+            owners.dying_with_us(cmd),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
-            preexec_fn=owners.die_with_parent,
         )
         first = self._read()
         self.pid = int(first["ready"])

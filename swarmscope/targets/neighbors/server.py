@@ -223,13 +223,13 @@ def start_server(
         cmd += ["--socket", socket_path]
     if durability != "fsync":
         cmd += ["--durability", durability]
+    env = {**os.environ, TOKEN_ENV: token}
     p = subprocess.Popen(
-        cmd,
+        owners.dying_with_us(cmd, env),
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, TOKEN_ENV: token},
+        env=env,
         start_new_session=True,  # own session: Ctrl-C is swarmscope's to pass on
-        preexec_fn=owners.die_with_parent,
     )
     line = p.stdout.readline() if p.stdout else ""
     if not line.startswith("LISTENING"):
