@@ -7,7 +7,7 @@
 
 The manifests are the ones `kubectl-gadget deploy --print-only` renders (image built here by
 tools/build_igcluster_image.py, pull policy Never, hook mode podinformer), changed where this
-machine or several nodes on one kernel need it (docs/realcluster.md#inspektor-gadget-in-the-cluster):
+machine or several nodes on one kernel need it (docs/ig-cluster.md):
 - capability SYS_RESOURCE dropped: the machine's bounding set lacks it (docs/platform.md#cgroups);
   on kernel >= 5.11 BPF memory is charged to the cgroup, so IG's RemoveMemlock has nothing to do;
 - hook mode podinformer: the default (fanotify+ebpf) needs a kprobe (fsnotify_remove_first_event);

@@ -104,7 +104,7 @@ def _check_run(api: Any, rc: RealCluster, ns: str, names: list[str], t: float) -
         for n, c in tr["drained"].items():
             assert c["seen"] == c["cpus"] > 0, (n, tr["drained"], tr["warnings"])
         # Its own loss records (host-wide) do not always account for every missing event: one
-        # run here gave 87,577 reported + 73,786 lost = 161,363 of 167,249 (docs/realcluster.md).
+        # run here gave 87,577 reported + 73,786 lost = 161,363 of 167,249 (docs/ig-cluster.md).
         gap = it["kernel"] - (sum(r["reported"] for r in rows) + tr["lost"] - tr["sentinels_lost"])
         print(f"  window {it['iteration']}: not accounted for by IG's loss records: {gap}", flush=True)
         print(f"  window {it['iteration']}: drained {tr['drained']}", flush=True)

@@ -21,7 +21,7 @@ one window holding every step):
 
 Two backend replicas: Traefik's access log names the backend of each request, and both serve.
 The grid over backend replicas 1/2/4 and concurrency is bench/cluster_ingress.py (the same
-install, target.backends changed between runs; docs/realcluster.md), not run here for the
+install, target.backends changed between runs; docs/traefik.md), not run here for the
 suite's time.
 """
 

@@ -27,7 +27,7 @@ node's exec storm must exec its binary under the node's own name (``NodeKey.comm
 its own pid namespace here (``unshare --pid --fork --mount-proc``: reading /proc/1/ns/mnt is
 denied otherwise, docs/platform.md#tracers-and-lost-events). ig-cluster's drain is run by each
 node's probe, in the probe's pod: a node whose probe is missing is not drained, and says so
-(docs/realcluster.md#inspektor-gadget-in-the-cluster).
+(docs/ig-cluster.md).
 """
 
 from __future__ import annotations
