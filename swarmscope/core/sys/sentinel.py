@@ -128,7 +128,8 @@ def drain(
     """A node's drain for a tracer that streams each node apart: ``rounds`` rounds of one sentinel
     pinned to each CPU, numbered from ``first`` round by round; a later round reaches a CPU whose
     earlier sentinel the tracer dropped. Round 0 runs now, the others in a thread, DRAIN_GAPS_S
-    apart, until ``stop`` is set. Returns every round's numbers ([] when they would not fit)."""
+    apart, until ``stop`` is set. Returns every round's numbers; raises TracerError when
+    they would not fit in comm."""
     cpus = online_cpus()
     rounds = max(1, min(rounds, len(DRAIN_GAPS_S) + 1))
     if first + rounds * len(cpus) - 1 > MAX_NUMBER:
