@@ -86,7 +86,10 @@ def test_a_close_with_a_drain_runs_sentinels_on_each_cpu_of_the_probes_node() ->
     prefix, cpus = new_prefix(), online_cpus()
     prog = (
         f'tracepoint:sched:sched_process_exec /strncmp(comm, "{prefix}", {len(prefix)}) == 0/ '
-        '{ printf("%s %d\\n", comm, cpu); }'
+        '{ printf("%s %d\\n", comm, cpu); } '
+        # bpftrace checks for its stop signal only when a poll of its output returns: without an
+        # event after the signal it sat in epoll_wait past the 30 s below, 1 run in 3.
+        'interval:ms:100 { printf(""); }'
     )
     bpftrace = shutil.which("bpftrace")
     assert bpftrace, "bpftrace is installed by tools/setup.sh"
