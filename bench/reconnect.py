@@ -32,6 +32,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
+from simprobes import end
+
 from swarmscope.controller.fleet import Fleet
 from swarmscope.v1 import probe_pb2 as pb
 
@@ -143,15 +145,7 @@ class Bench:
         }
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.stdin is not None:
-                p.stdin.close()  # its probes stop, then it exits
-        for p in self.procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        end(self.procs, 60)  # each host stops its probes at its stdin's end, then exits
         self.fleet.stop()
 
 

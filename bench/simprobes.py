@@ -300,6 +300,18 @@ class _Stop:
                 pass  # already gone: its pipe is broken
 
 
+def end(procs: list[subprocess.Popen[str]], grace_s: float) -> None:
+    """Close every process's stdin (each exits at its end), kill what is left after ``grace_s``."""
+    _Stop(procs).set()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
 class SimProcesses:
     """OS processes of simulated probes, ``per_process`` each, of either kind (``spawn``'s
     ``command``): ``procs`` (Popen), ``registered.value`` (the probes whose first Session is
@@ -376,14 +388,7 @@ class SimProcesses:
     def stop(self, grace_s: float = 5.0) -> None:
         """Close every process's stdin (each exits), kill what is left after ``grace_s`` (in all):
         closing thousands of channels can take a process longer than the bench cares to wait."""
-        self.stop_event.set()
-        deadline = time.monotonic() + grace_s
-        for p in self.procs:
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        end(self.procs, grace_s)
         for t in self._readers:
             t.join(5)  # they end at their pipe's end, now the processes have
 
