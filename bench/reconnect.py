@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import random
+import select
 import statistics
+import subprocess
 import sys
 import threading
 import time
+from subprocess import PIPE
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from simprobes import end
 
 from swarmscope.controller.fleet import Fleet
 from swarmscope.v1 import probe_pb2 as pb
@@ -36,22 +40,23 @@ from swarmscope.v1 import probe_pb2 as pb
 TOKEN = "reconnect-bench-token"
 
 
-def _probe_host(address: str, names: list[str], cmds: Any, acks: Any) -> None:
+def _probe_host() -> None:
+    """One process of probes (``--host``): the address and its names as one JSON line on stdin,
+    then a command a line (["silence" or "reconnect", names]), each answered "ack N" on stdout;
+    stdin's end stops them."""
     from fakeprobe import FakeProbe
 
+    address, names = json.loads(sys.stdin.readline())
     probes = {n: FakeProbe(address, TOKEN, n, {"exec": 1000}).start() for n in names}
-    while True:
-        cmd = cmds.get()
-        if cmd is None:
-            break
-        what, which = cmd
+    for line in sys.stdin:
+        what, which = json.loads(line)
         for n in which:
             if what == "silence":  # the next commands are received but not answered
                 probes[n].silent = True
             else:
                 probes[n].silent = False
                 probes[n].reconnect()
-        acks.put(len(which))
+        print(f"ack {len(which)}", flush=True)
     for p in probes.values():
         p.stop()
 
@@ -68,18 +73,17 @@ class Bench:
         self.n = n
         self.fleet = Fleet(TOKEN, liveness_s=30.0)
         self.fleet.start()
-        ctx = mp.get_context("spawn")  # never fork a process that has gRPC running
         self.names = [f"node-{i:05d}" for i in range(n)]
         chunks = [self.names[i : i + per_proc] for i in range(0, n, per_proc)]
-        self.acks = ctx.Queue()
-        self.cmds = [ctx.Queue() for _ in chunks]
         self.owner = {name: i for i, c in enumerate(chunks) for name in c}
+        # Plain subprocesses (never a fork of a process that has gRPC running), not
+        # multiprocessing's spawn: that starts a resource tracker here, alive as long as we are.
         self.procs = [
-            ctx.Process(target=_probe_host, args=(self.fleet.address, c, q, self.acks), daemon=True)
-            for c, q in zip(chunks, self.cmds, strict=True)
+            subprocess.Popen([sys.executable, __file__, "--host"], stdin=PIPE, stdout=PIPE, text=True)
+            for _ in chunks
         ]
-        for p in self.procs:
-            p.start()
+        for p, c in zip(self.procs, chunks, strict=True):
+            self._send(p, [self.fleet.address, c])
         self.fleet.wait_for_probes(n, timeout_s=600)
         self.nodes = {h: [pb.NodeInfo(name=h, cgroup_id=1)] for h in self.names}
 
@@ -88,9 +92,26 @@ class Bench:
         for name in names:
             by_proc.setdefault(self.owner[name], []).append(name)
         for i, which in by_proc.items():
-            self.cmds[i].put((what, which))
-        done = sum(self.acks.get(timeout=300) for _ in by_proc)
+            self._send(self.procs[i], [what, which])
+        done = sum(self._ack(self.procs[i]) for i in by_proc)
         assert done == len(names)
+
+    @staticmethod
+    def _send(p: subprocess.Popen[str], msg: list[Any]) -> None:
+        assert p.stdin is not None
+        p.stdin.write(json.dumps(msg) + "\n")
+        p.stdin.flush()
+
+    @staticmethod
+    def _ack(p: subprocess.Popen[str], timeout_s: float = 300) -> int:
+        assert p.stdout is not None
+        # One line per command, read whole: nothing waits in the reader's buffer for select().
+        if not select.select([p.stdout], [], [], timeout_s)[0]:
+            raise TimeoutError(f"probe host {p.pid} did not answer within {timeout_s:g} s")
+        line = p.stdout.readline()
+        if not line.startswith("ack "):
+            raise RuntimeError(f"probe host {p.pid} said {line!r} (exit status {p.poll()})")
+        return int(line.split()[1])
 
     def window(self, wid: str, reconnect: list[str], during_close: bool) -> dict[str, Any]:
         problems = self.fleet.open_window("bench", wid, self.nodes, timeout_s=120)
@@ -124,10 +145,7 @@ class Bench:
         }
 
     def close(self) -> None:
-        for q in self.cmds:
-            q.put(None)
-        for p in self.procs:
-            p.join(60)
+        end(self.procs, 60)  # each host stops its probes at its stdin's end, then exits
         self.fleet.stop()
 
 
@@ -160,6 +178,8 @@ def run(n: int, windows: int, fraction: float, per_proc: int, seed: int) -> dict
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--host"]:
+        return _probe_host()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--probes", type=int, default=1000)
     ap.add_argument("--windows", type=int, default=6)

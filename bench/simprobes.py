@@ -12,16 +12,22 @@ handshake (both HMAC proofs checked), one Session stream, a heartbeat at the int
 returns, an ack per OpenWindow and one WindowDone (a Reading per node asked, ``{"exec": 1000}``)
 per CloseWindow. Unlike FakeProbe (a thread and a channel each), they are coroutines on one
 event loop per process, and ``per_channel`` of them share one HTTP/2 connection, so 10,000 fit on
-one core. Caveat: shared connections cost the server less per probe than one each would (the
-per-message cost, which dominates a window, is the same).
+one core. Each process is this file run as a script, driven as bench/simprobes_go's are
+(``SimProcesses``, shared by both kinds): its slice as one JSON line on stdin, the token in
+its environment, "registered N" on stdout; it stops when its stdin ends. Caveat: shared
+connections cost the server less per probe than one each would (the per-message cost, which
+dominates a window, is the same).
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
+import json
 import os
 import random
+import subprocess
+import sys
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -207,10 +213,9 @@ async def _host(
     token: str,
     names: list[str],
     per_channel: int,
-    registered: Any,
-    stop: Any,
+    stop: threading.Event,
 ) -> None:
-    count, failed, errors = [0], [], Counter[str]()
+    count, failed, errors = [0], list[str](), Counter[str]()
     joining = asyncio.Semaphore(JOINS_IN_FLIGHT)
     # A local subchannel pool: each channel its own TCP connection (grpc shares them otherwise).
     # Channels connect at their first call: one per upstream and group costs nothing unused.
@@ -236,14 +241,13 @@ async def _host(
     while not stop.is_set():
         if errors != said and time.monotonic() - t_said > 10:  # what a slow join is made of
             what = f"{count[0]}/{len(names)} up, handshake errors {dict(errors)}"
-            print(f"simprobes {first}: {what}", flush=True)
+            print(f"simprobes {first}: {what}", file=sys.stderr, flush=True)
             said, t_said = Counter(errors), time.monotonic()
         if failed:
-            print(f"simprobes: {len(failed)} failed to join, e.g. {failed[0]}", flush=True)
+            print(f"simprobes: {len(failed)} failed to join, e.g. {failed[0]}", file=sys.stderr, flush=True)
             failed.clear()
         if count[0] != last:
-            with registered.get_lock():
-                registered.value += count[0] - max(last, 0)
+            print(f"registered {count[0]}", flush=True)
             last = count[0]
         await asyncio.sleep(0.2)
     for t in tasks:
@@ -253,45 +257,89 @@ async def _host(
             await ch.close()
 
 
-def _main(
-    upstreams: list[str],
-    spread: int,
-    first: int,
-    token: str,
-    names: list[str],
-    per_channel: int,
-    cpus: set[int] | None,
-    registered: Any,
-    stop: Any,
-) -> None:
-    if cpus:
-        os.sched_setaffinity(0, cpus)
+def main() -> None:
+    """One process of simulated probes: SWARMSCOPE_TOKEN, its slice as one JSON line on stdin;
+    "registered N" on stdout as N changes; it stops when stdin ends (bench/simprobes_go's protocol)."""
+    token = os.environ["SWARMSCOPE_TOKEN"].strip()
+    part = json.loads(sys.stdin.readline())
+    stop = threading.Event()
+
+    def until_stdin_ends() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=until_stdin_ends, daemon=True).start()
     raise_nofile()  # thousands of client connections per process (per_channel=1: one per probe)
-    asyncio.run(_host(upstreams, spread, first, token, names, per_channel, registered, stop))
+    names, per_channel = part["names"], part["per_channel"]
+    asyncio.run(_host(part["upstreams"], part["spread"], part["first"], token, names, per_channel, stop))
 
 
-class Registering:
-    """What both kinds of simulated probes share: ``wait_registered`` over ``registered.value``
-    (the probes whose first Session is up) and ``n`` (how many were spawned)."""
+class _Count:
+    """``registered.value``: the probes whose first Session is up, over every process."""
 
-    registered: Any
-    n: int
+    def __init__(self, n: int):
+        self.per_proc = [0] * n
 
-    def wait_registered(self, n: int | None = None, timeout_s: float = 120.0) -> None:
-        """Until ``n`` (default: all) have their first Session up; TimeoutError past ``timeout_s``."""
-        n = self.n if n is None else n
-        deadline = time.monotonic() + timeout_s
-        while self.registered.value < n:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.registered.value}/{n} simulated probes registered in {timeout_s}s")
-            time.sleep(0.1)
+    @property
+    def value(self) -> int:
+        return sum(self.per_proc)
 
 
-class SimProbes(Registering):
-    """Processes of simulated probes; ``registered`` counts those whose Session is up."""
+class _Stop:
+    """``stop_event.set()``: the processes' stdin closed, so each one exits."""
 
-    def __init__(self, procs: list[Any], registered: Any, stop: Any, n: int = 0):
-        self.procs, self.registered, self.stop_event, self.n = procs, registered, stop, n
+    def __init__(self, procs: list[subprocess.Popen[str]]):
+        self.procs = procs
+
+    def set(self) -> None:
+        for p in self.procs:
+            try:
+                if p.stdin is not None:
+                    p.stdin.close()
+            except OSError:
+                pass  # already gone: its pipe is broken
+
+
+def end(procs: list[subprocess.Popen[str]], grace_s: float) -> None:
+    """Close every process's stdin (each exits at its end), kill what is left after ``grace_s``."""
+    _Stop(procs).set()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+class SimProcesses:
+    """OS processes of simulated probes, ``per_process`` each, of either kind (``spawn``'s
+    ``command``): ``procs`` (Popen), ``registered.value`` (the probes whose first Session is
+    up), ``wait_registered``, ``n`` (how many were spawned), ``stop``, ``stop_event.set()``.
+    Plain subprocesses, not multiprocessing's: its spawn starts a resource tracker in the
+    caller that lives as long as the caller does (in a test run: past the test, to the end)."""
+
+    def __init__(self, procs: list[subprocess.Popen[str]], n: int):
+        self.procs, self.n = procs, n
+        self.registered = _Count(len(procs))
+        self.stop_event = _Stop(procs)
+        self._readers = [
+            threading.Thread(target=self._read, args=(i,), daemon=True) for i, _ in enumerate(procs)
+        ]
+        for t in self._readers:
+            t.start()
+
+    def _read(self, i: int) -> None:
+        out = self.procs[i].stdout
+        assert out is not None
+        for line in out:
+            if line.startswith("registered "):
+                self.registered.per_proc[i] = int(line.split()[1])
+
+    @classmethod
+    def command(cls) -> tuple[list[str], dict[str, str]]:
+        """The argv of one process and what its environment adds."""
+        raise NotImplementedError
 
     @classmethod
     def spawn(
@@ -303,41 +351,55 @@ class SimProbes(Registering):
         per_channel: int = 50,
         cpus: set[int] | None = None,
         spread: int = 1,
-    ) -> SimProbes:
+    ) -> Any:
         """``address``: one upstream, or a list: probe i starts at upstream ``i % spread`` of the
         first ``spread`` (relays), then tries the others, then the rest (``upstreams_of``)."""
+        argv, env = cls.command()
         upstreams = [address] if isinstance(address, str) else list(address)
-        ctx = mp.get_context("spawn")  # never fork a process that has gRPC running
-        registered, stop = ctx.Value("q", 0), ctx.Event()
+        env = dict(os.environ, SWARMSCOPE_TOKEN=token, **env)  # the token never in argv
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         procs = []
         for i in range(0, len(names), per_process):
-            p = ctx.Process(
-                target=_main,
-                args=(
-                    upstreams,
-                    spread,
-                    i,
-                    token,
-                    names[i : i + per_process],
-                    per_channel,
-                    cpus,
-                    registered,
-                    stop,
-                ),
-                daemon=True,
+            part = {
+                "upstreams": upstreams,
+                "spread": spread,
+                "first": i,
+                "names": names[i : i + per_process],
+                "per_channel": per_channel,
+            }
+            p = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=pin
             )
-            p.start()
+            assert p.stdin is not None
+            p.stdin.write(json.dumps(part) + "\n")
+            p.stdin.flush()  # and kept open: its end is the stop
             procs.append(p)
-        return cls(procs, registered, stop, len(names))
+        return cls(procs, len(names))
+
+    def wait_registered(self, n: int | None = None, timeout_s: float = 120.0) -> None:
+        """Until ``n`` (default: all) have their first Session up; TimeoutError past ``timeout_s``."""
+        n = self.n if n is None else n
+        deadline = time.monotonic() + timeout_s
+        while self.registered.value < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.registered.value}/{n} simulated probes registered in {timeout_s}s")
+            time.sleep(0.1)
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Ask every process to end, then kill what is left after ``grace_s`` (in all): closing
-        thousands of channels can take a process longer than the bench cares to wait."""
-        self.stop_event.set()
-        deadline = time.monotonic() + grace_s
-        for p in self.procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        """Close every process's stdin (each exits), kill what is left after ``grace_s`` (in all):
+        closing thousands of channels can take a process longer than the bench cares to wait."""
+        end(self.procs, grace_s)
+        for t in self._readers:
+            t.join(5)  # they end at their pipe's end, now the processes have
+
+
+class SimProbes(SimProcesses):
+    """Processes of these (grpc.aio) simulated probes: this file run as a script."""
+
+    @classmethod
+    def command(cls) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, __file__], {}
+
+
+if __name__ == "__main__":
+    main()

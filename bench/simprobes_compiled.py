@@ -16,16 +16,11 @@ each Python one is one event loop, so their CPU figures compare.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from simprobes import Registering, SimProbes
+from simprobes import SimProbes, SimProcesses
 
 from swarmscope.core.errors import SetupError
 from swarmscope.core.sys.gobuild import go_binary
@@ -59,95 +54,9 @@ def sim_probes(kind: str) -> Any:
     return {"go": GoSimProbes, "python": SimProbes}[kind]
 
 
-class _Count:
-    """``registered.value``: the probes whose first Session is up, over every process."""
-
-    def __init__(self, n: int):
-        self.per_proc = [0] * n
-
-    @property
-    def value(self) -> int:
-        return sum(self.per_proc)
-
-
-class _Stop:
-    """``stop_event.set()``: the processes' stdin closed, so each one exits."""
-
-    def __init__(self, procs: list[subprocess.Popen[str]]):
-        self.procs = procs
-
-    def set(self) -> None:
-        for p in self.procs:
-            try:
-                if p.stdin is not None:
-                    p.stdin.close()
-            except OSError:
-                pass  # already gone: its pipe is broken
-
-
-class GoSimProbes(Registering):
+class GoSimProbes(SimProcesses):
     """Processes of compiled simulated probes; ``registered.value`` counts those whose Session is up."""
 
-    def __init__(self, procs: list[subprocess.Popen[str]], n: int):
-        self.procs, self.n = procs, n
-        self.registered = _Count(len(procs))
-        self.stop_event = _Stop(procs)
-        self._readers = [
-            threading.Thread(target=self._read, args=(i,), daemon=True) for i, _ in enumerate(procs)
-        ]
-        for t in self._readers:
-            t.start()
-
-    def _read(self, i: int) -> None:
-        out = self.procs[i].stdout
-        assert out is not None
-        for line in out:
-            if line.startswith("registered "):
-                self.registered.per_proc[i] = int(line.split()[1])
-
     @classmethod
-    def spawn(
-        cls,
-        address: str | list[str],
-        token: str,
-        names: list[str],
-        per_process: int = 2500,
-        per_channel: int = 50,
-        cpus: set[int] | None = None,
-        spread: int = 1,
-    ) -> GoSimProbes:
-        """As SimProbes.spawn: probe i starts at upstream ``i % spread`` of the first ``spread``."""
-        binary = build()
-        upstreams = [address] if isinstance(address, str) else list(address)
-        env = dict(os.environ, SWARMSCOPE_TOKEN=token, GOMAXPROCS="1")  # the token never in argv
-        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-        procs = []
-        for i in range(0, len(names), per_process):
-            part = {
-                "upstreams": upstreams,
-                "spread": spread,
-                "first": i,
-                "names": names[i : i + per_process],
-                "per_channel": per_channel,
-            }
-            p = subprocess.Popen(
-                [binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=pin
-            )
-            assert p.stdin is not None
-            p.stdin.write(json.dumps(part) + "\n")
-            p.stdin.flush()  # and kept open: its end is the stop
-            procs.append(p)
-        return cls(procs, len(names))
-
-    def stop(self, grace_s: float = 5.0) -> None:
-        """Close every process's stdin (each exits), kill what is left after ``grace_s``."""
-        self.stop_event.set()
-        deadline = time.monotonic() + grace_s
-        for p in self.procs:
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        for t in self._readers:
-            t.join(5)  # they end at their pipe's end, now the processes have
+    def command(cls) -> tuple[list[str], dict[str, str]]:
+        return [build()], {"GOMAXPROCS": "1"}

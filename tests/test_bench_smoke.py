@@ -83,3 +83,38 @@ def test_bench_runs_and_prints_its_table(
     assert p.returncode == 0, f"{' '.join(argv[1:])} exited {p.returncode}:\n{p.stderr[-3000:]}"
     missing = [line for line in table if line not in p.stdout]
     assert not missing, f"{' '.join(argv[1:])}: its table lacks {missing}:\n{p.stdout[-3000:]}"
+
+
+# The benches' simulated probes as tests/test_relay.py, test_nofile.py and test_fleet_load_held.py
+# drive them, in a fresh interpreter that then lists its children still running: none. (Through
+# multiprocessing's spawn they left its resource tracker, alive as long as the caller: in a test
+# run, to the end, where the reaper found it.)
+DRIVER = """
+import os, sys
+sys.path.insert(0, "bench")
+import reconnect
+from simprobes import SimProbes
+from swarmscope.controller.fleet import Fleet
+fleet = Fleet("t", liveness_s=30)
+fleet.start()
+sims = SimProbes.spawn(fleet.address, "t", ["a", "b", "c"], per_process=2)
+sims.wait_registered(timeout_s=60)
+sims.stop()
+fleet.stop()
+reconnect.run(n=4, windows=1, fraction=0.5, per_proc=2, seed=1)
+for p in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        ppid = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+        cmd = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+    except OSError:
+        continue
+    if ppid == str(os.getpid()):
+        print("left running:", p, cmd)
+"""
+
+
+@pytest.mark.slow
+def test_simulated_probes_leave_no_process_behind() -> None:
+    p = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [line for line in p.stdout.splitlines() if line.startswith("left running:")] == [], p.stdout

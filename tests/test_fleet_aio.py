@@ -8,6 +8,7 @@ FleetError instead of a hang.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import subprocess
@@ -85,6 +86,11 @@ def test_fleet_process_serves_the_same_api() -> None:
         a.stop()
         b.stop()
         fleet.stop()
+
+
+def test_both_fleets_close_a_window_with_one_signature() -> None:
+    # ControllerRole passes drain= to whichever make_fleet gave it, plainly.
+    assert inspect.signature(FleetProcess.close_window) == inspect.signature(Fleet.close_window)
 
 
 def test_dead_fleet_process_is_a_fleet_error() -> None:

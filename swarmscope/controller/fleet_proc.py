@@ -29,6 +29,7 @@ import threading
 from typing import Any, cast
 
 from swarmscope.controller.fleet import Fleet, ProbeState, gevent_patched
+from swarmscope.controller.model import ProbeReading
 from swarmscope.core.errors import FleetError
 from swarmscope.core.sys import owners
 from swarmscope.core.tls import TLSFiles
@@ -151,9 +152,11 @@ class FleetProcess:
     def open_window(self, *args: Any, **kw: Any) -> dict[str, str]:
         return dict(self._call("open_window", *args, wait_s=float(kw.get("timeout_s", 30.0)) + 30, **kw))
 
-    def close_window(self, *args: Any, **kw: Any) -> tuple[list[Any], list[str]]:
-        wait_s = float(kw.get("timeout_s", 30.0)) + 30
-        readings, missing = self._call("close_window", *args, wait_s=wait_s, **kw)
+    def close_window(
+        self, run_id: str, window_id: str, timeout_s: float = 30.0, drain: tuple[str, int, int] | None = None
+    ) -> tuple[list[ProbeReading], list[str]]:
+        wait_s = timeout_s + 30
+        readings, missing = self._call("close_window", run_id, window_id, timeout_s, drain, wait_s=wait_s)
         return readings, missing
 
     def read_window(self, window_id: str, timeout_s: float = 2.0) -> tuple[list[Any], list[str]]:

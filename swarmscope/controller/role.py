@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmscope.controller.model import (
     IterationResult,
@@ -33,6 +33,10 @@ from swarmscope.controller.reconcile import name_pods
 from swarmscope.core.errors import FleetError
 from swarmscope.core.events import RunEvents
 from swarmscope.v1 import probe_pb2 as pb
+
+if TYPE_CHECKING:  # the fleet modules bring gRPC: the role needs only their types
+    from swarmscope.controller.fleet import Fleet
+    from swarmscope.controller.fleet_proc import FleetProcess
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ class ControllerRole:
     def __init__(
         self,
         run: RunInfo,
-        fleet: Any,
+        fleet: Fleet | FleetProcess,
         events: RunEvents,
         reconcile: Reconcile,
         tracer: Any | None = None,
@@ -228,12 +232,12 @@ class ControllerRole:
             self.run.run_id,
             win.window_id,
             timeout_s=self.window_timeout_s,
-            **({"drain": drain} if drain is not None else {}),
+            drain=drain,
         )
         if drain is not None:
             self.tracer.expect_drained({r.node: r.drained for r in readings if r.drained})  # type: ignore[union-attr]
         tracer_result = self.tracer.stop() if self.tracer is not None else None
-        probe_spans = self.fleet.take_spans(win.window_id) if hasattr(self.fleet, "take_spans") else []
+        probe_spans = self.fleet.take_spans(win.window_id)
         if probe_spans:
             self.events.spans_received.fire(run=self.run, window_id=win.window_id, spans=probe_spans)
         with self._lock:
@@ -246,12 +250,10 @@ class ControllerRole:
         if silent:
             result.extra["silent_workers"] = sorted(silent)
         # Probes that reconnected while the window was open (their readings were kept).
-        take = getattr(self.fleet, "take_reconnects", None)
-        reconnects = take(win.window_id) if take is not None else {}
+        reconnects = self.fleet.take_reconnects(win.window_id)
         if reconnects:
             result.extra["probe_reconnects"] = reconnects
-        take_refused = getattr(self.fleet, "take_refusals", None)
-        refused += take_refused() if take_refused is not None else []
+        refused += self.fleet.take_refusals()
         if refused:
             result.extra["refused"] = refused
         unopened = self._unopened.pop(win.window_id, {})
