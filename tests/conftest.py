@@ -35,6 +35,7 @@ import os
 import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -155,6 +156,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"tests over {SLOW_S:.0f} s without the slow marker")
         for nodeid, secs in sorted(slow, key=lambda s: -s[1]):
             terminalreporter.write_line(f"{secs:7.1f} s  {nodeid}")
+
+
+@pytest.fixture
+def private_owners(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Owner claims (swarmscope.core.sys.owners) of this test and the processes it starts, in a
+    directory of their own (SWARMSCOPE_OWNERS_DIR): a test that kills an owner and checks what
+    *its* sweep removes, or audits what a run left, is then not raced by the sweeps of other runs
+    on the machine (the other lane of the suite; a probe pod's start-up sweep)."""
+    from swarmscope.core.sys import owners
+
+    d = tmp_path_factory.mktemp("owners")
+    monkeypatch.setenv("SWARMSCOPE_OWNERS_DIR", str(d))
+    monkeypatch.setattr(owners, "OWNERS_DIR", d)
+    return d
 
 
 @dataclass
