@@ -416,8 +416,14 @@ def test_kill_lb_downtime_matches_restart_delay(
     )  # fmt: skip
     (f,) = r["faults"]  # struck on the target's worker, sent back with its results
     assert f["name"] == "kill-lb-local" and len(f["restarts"]) == 1
-    # Client-observed outage: the restart delay, nginx's start and the clients reconnecting.
-    assert 1.0 <= f["downtime_s"] <= 1.0 + 0.5, f
+    # The supervisor's own record: it saw the LB die after the kill and had the new one
+    # answering a connect after the delay and nginx's start (on a busy machine, seconds).
+    ((died, ready),) = f["restarts"]
+    killed = f["detail"]["killed_at"]
+    assert killed <= died and ready - died >= 1.0, f
+    # Client-observed outage: the restart delay and nginx's start, as the supervisor saw them
+    # (however busy the machine), plus at most 0.45 s for the clients to reconnect.
+    assert 1.0 <= f["downtime_s"] <= (ready - killed) + 0.45, f
     assert f["failed_requests"] > 0 and f["first_success_after"] is not None
     assert f["recovery_s"] is not None and f["recovery_s"] >= f["downtime_s"] - 0.5
     # It struck in step 0's window, though its record (which waits for the recovery) may come
