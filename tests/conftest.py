@@ -10,8 +10,9 @@
 - ``cluster``: needs the kube/node/image/Jaeger builds of `make tools` (selection only:
   ``make test-fast`` is ``-m "not cluster and not slow"``).
 - ``serial``: selection only: the test's figures are the machine's (an exec rate, every syscall
-  on the host), so it runs where no other test run shares the machine (``-m serial`` apart from
-  the lanes ``-m "cluster and not serial"`` and ``-m "not cluster and not serial"``).
+  on the host) or what it tests needs the CPUs to itself (a tracer's stream that drops messages
+  when they are short), so it runs where no other test run shares the machine (``-m serial``,
+  apart from the lanes ``-m "cluster and not serial"`` and ``-m "not cluster and not serial"``).
 - ``slow``: selection only (``-m "not slow"``): every test measured over ~2 s (all phases, on
   this 2-core machine), so ``make test-fast`` stays under 3 minutes. An unmarked test that takes
   longer than SLOW_S is listed at the end of the run, so the marker stays true (SLOW_S leaves
