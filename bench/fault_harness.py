@@ -215,7 +215,9 @@ class _Watch:
         out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
         with contextlib.suppress(ValueError):
             for prog in json.loads(out or "[]"):
-                if any(p.get("pid") in self.procs for p in prog.get("pids", [])):
+                holders = [h.get("pid") for h in prog.get("pids", [])]
+                # One of the tree's processes itself, not whoever has its pid by now.
+                if any((h, owners.proc_start(h)) in self.idents for h in holders if isinstance(h, int)):
                     self.progs.add(int(prog["id"]))
 
     def find(self, match: str) -> psutil.Process | None:
