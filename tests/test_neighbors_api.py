@@ -155,3 +155,26 @@ def test_kernel_ends_by_pid_or_by_the_maps_id_only() -> None:
     assert kernel_ends(readings, "w1-n1", 7, 57) == []  # the pod's pid: nothing
     assert kernel_ends(readings, "w1-n1", 4242, 57) == [[100, 10], [150, 30]]
     assert kernel_ends(readings, "other", None, 57) == []
+
+
+def test_a_starter_gone_before_the_listening_line_stops_it_quietly(tmp_path: Path) -> None:
+    """A Ctrl-C while a run starts closes the pipe the control plane announces its port on: the
+    control plane then stops by itself, exit 0, no traceback (it printed a BrokenPipeError)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SWARMSCOPE_NEIGHBORS_TOKEN": "t" * 32}
+    cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", str(tmp_path / "n.db")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # before its imports are done: the line meets a closed pipe
+    try:
+        err = p.stderr.read().decode()
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert "Traceback" not in err, err
+    assert "BrokenPipe" not in err, err
+    assert rc == 0, err

@@ -272,10 +272,16 @@ def main(argv: list[str] | None = None) -> int:
 
         ipc = IpcServer(store, ns.socket, token, RateLimit(WRITES_PER_S, 2 * WRITES_PER_S))
     host = ns.listen.rsplit(":", 1)[0]
-    print(f"LISTENING {host}:{port}", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
+    try:
+        print(f"LISTENING {host}:{port}", flush=True)
+    except BrokenPipeError:
+        # Whoever started it stopped before reading the line (a Ctrl-C while the run starts): stop
+        # too, quietly; stdout goes to /dev/null so the interpreter's exit flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        done.set()
     done.wait()
     if ipc is not None:
         ipc.close()
