@@ -33,14 +33,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import psutil
 
-from swarmscope.core.sys import owners
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
+OWNERS = pathlib.Path("/run/swarmscope/owners")
 SIMNODES = pathlib.Path("/run/swarmscope/simnodes")
 
 
@@ -155,10 +153,6 @@ class _Watch:
     def __init__(self, root: int):
         self.root = root
         self.procs: dict[int, tuple[float, str]] = {}
-        # (pid, start ticks) of every process seen: what a claim records of its owner, so a claim
-        # is the tree's only if its owner is one of these very processes (pids wrap: 32768 here,
-        # in seconds under an exec storm, and another run on the machine may get one of them).
-        self.idents: set[tuple[int, str]] = set()
         self.claims: set[tuple[str, str]] = set()
         self.groups: set[str] = set()
         self.progs: set[int] = set()
@@ -183,9 +177,6 @@ class _Watch:
         for p in tree:
             with contextlib.suppress(psutil.Error):
                 self.procs.setdefault(p.pid, (p.create_time(), " ".join(p.cmdline())[:120]))
-            start = owners.proc_start(p.pid)
-            if start is not None:
-                self.idents.add((p.pid, start))
             with contextlib.suppress(OSError):
                 self.netns_inodes.add(os.stat(f"/proc/{p.pid}/ns/net").st_ino)
             self.cgroups.update(_cgroups_of(p.pid))
@@ -194,30 +185,23 @@ class _Watch:
                 ino = os.stat(d).st_ino
                 if ino in self.netns_inodes and ino != self.host_netns:
                     self.netns_names[d.name] = ino
+        pids = set(self.procs)
         for kind in ("netns", "link", "pindir"):
-            for name, data in owners.claims(kind):
-                if self.owns(data):
-                    self.claims.add((kind, name))
+            d = OWNERS / kind
+            for f in d.iterdir() if d.is_dir() else []:
+                with contextlib.suppress(OSError, ValueError):
+                    if json.loads(f.read_text()).get("pid") in pids:
+                        self.claims.add((kind, f.name))
         for f in SIMNODES.glob("*.owner"):  # not a writer's temporary file (renamed over it whole)
             with contextlib.suppress(OSError, ValueError):
-                pid, start = f.read_text().split()
-                if (int(pid), start) in self.idents:
+                if int(f.read_text().split()[0]) in pids:
                     self.groups.add(f.name.removesuffix(".owner"))
-
-    def owns(self, claim: dict[str, Any]) -> bool:
-        """Whether an owner claim's data names one of the tree's processes (its pid namespace,
-        pid and start time: a probe pod's pid is of its own namespace)."""
-        if claim.get("pidns") not in (None, owners.pid_namespace()):
-            return False
-        return (claim.get("pid"), claim.get("start")) in self.idents
 
     def sample_progs(self) -> None:
         out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
         with contextlib.suppress(ValueError):
             for prog in json.loads(out or "[]"):
-                holders = [h.get("pid") for h in prog.get("pids", [])]
-                # One of the tree's processes itself, not whoever has its pid by now.
-                if any((h, owners.proc_start(h)) in self.idents for h in holders if isinstance(h, int)):
+                if any(p.get("pid") in self.procs for p in prog.get("pids", [])):
                     self.progs.add(int(prog["id"]))
 
     def find(self, match: str) -> psutil.Process | None:
@@ -268,7 +252,7 @@ def leftovers(w: _Watch) -> list[str]:
             and subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
         ):
             left.append(f"link {name} (with its XDP program)")
-        if kind == "pindir" and (owners.OWNERS_DIR / kind / name).exists():
+        if kind == "pindir" and (OWNERS / kind / name).exists():
             left.append(f"pinned dir {name}")
     from swarmscope.core.sys import cgroups
 

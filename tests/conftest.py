@@ -9,10 +9,6 @@
   loads a two-instruction socket filter through bpf(2) really fails.
 - ``cluster``: needs the kube/node/image/Jaeger builds of `make tools` (selection only:
   ``make test-fast`` is ``-m "not cluster and not slow"``).
-- ``serial``: selection only: the test's figures are the machine's (an exec rate, every syscall
-  on the host) or what it tests needs the CPUs to itself (a tracer's stream that drops messages
-  when they are short), so it runs where no other test run shares the machine (``-m serial``,
-  apart from the lanes ``-m "cluster and not serial"`` and ``-m "not cluster and not serial"``).
 - ``slow``: selection only (``-m "not slow"``): every test measured over ~2 s (all phases, on
   this 2-core machine), so ``make test-fast`` stays under 3 minutes. An unmarked test that takes
   longer than SLOW_S is listed at the end of the run, so the marker stays true (SLOW_S leaves
@@ -39,7 +35,6 @@ import os
 import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -160,20 +155,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"tests over {SLOW_S:.0f} s without the slow marker")
         for nodeid, secs in sorted(slow, key=lambda s: -s[1]):
             terminalreporter.write_line(f"{secs:7.1f} s  {nodeid}")
-
-
-@pytest.fixture
-def private_owners(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Owner claims (swarmscope.core.sys.owners) of this test and the processes it starts, in a
-    directory of their own (SWARMSCOPE_OWNERS_DIR): a test that kills an owner and checks what
-    *its* sweep removes, or audits what a run left, is then not raced by the sweeps of other runs
-    on the machine (the other lane of the suite; a probe pod's start-up sweep)."""
-    from swarmscope.core.sys import owners
-
-    d = tmp_path_factory.mktemp("owners")
-    monkeypatch.setenv("SWARMSCOPE_OWNERS_DIR", str(d))
-    monkeypatch.setattr(owners, "OWNERS_DIR", d)
-    return d
 
 
 @dataclass

@@ -21,14 +21,12 @@ k at most 2).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 MAX_NODES = 8
-LOCK = "/run/ssnodenet.lock"  # held while a bridge's N is chosen and its address added
 
 
 def run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -86,27 +84,19 @@ class Bridge:
     def up(cls) -> Iterator[Bridge]:
         """A new bridge on the first N (from the pid on) that no address or route here uses:
         a run may hold several (the session's nodes and a test's own node)."""
-        # Chosen and taken (the bridge holds its address) under a machine-wide lock: two runs
-        # on this machine at once (the suite's lanes) would otherwise both find one N free.
-        with open(LOCK, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            addrs = run("ip", "-o", "addr", "show").stdout + run("ip", "route", "show").stdout
-            for k in range(250):
-                n = (os.getpid() + k) % 250 + 1
-                used = [f" 10.231.{n}."] + [f"10.{232 + i}.{n}.0/24" for i in range(MAX_NODES)]
-                name = f"ssbr{os.getpid()}" + (f"-{k}" if k else "")
-                if not any(u in addrs for u in used) and not os.path.exists(f"/sys/class/net/{name}"):
-                    break
-            else:
-                raise RuntimeError("nodenet: every 10.231.N.0/24 here is in use")
-            br = cls(name, f"10.231.{n}", n)
-            run("ip", "link", "add", br.name, "type", "bridge")
-            try:
-                run("ip", "addr", "add", f"{br.prefix}.1/24", "dev", br.name)
-            except BaseException:
-                run("ip", "link", "del", br.name, check=False)
-                raise
+        addrs = run("ip", "-o", "addr", "show").stdout + run("ip", "route", "show").stdout
+        for k in range(250):
+            n = (os.getpid() + k) % 250 + 1
+            used = [f" 10.231.{n}."] + [f"10.{232 + i}.{n}.0/24" for i in range(MAX_NODES)]
+            name = f"ssbr{os.getpid()}" + (f"-{k}" if k else "")
+            if not any(u in addrs for u in used) and not os.path.exists(f"/sys/class/net/{name}"):
+                break
+        else:
+            raise RuntimeError("nodenet: every 10.231.N.0/24 here is in use")
+        br = cls(name, f"10.231.{n}", n)
+        run("ip", "link", "add", br.name, "type", "bridge")
         try:
+            run("ip", "addr", "add", f"{br.prefix}.1/24", "dev", br.name)
             run("ip", "link", "set", br.name, "up")
             yield br
         finally:

@@ -16,10 +16,6 @@ BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench" / "probes.py"
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.bpf
-# Its figures are the machine's: the exec rate with and without the probes (one 0.3 s round
-# each: a burst of another test run in one of them moves the ratio past 2), and syscall_count's
-# runs, every syscall on the host, checked against bpftool's read of a moment later (5 %).
-@pytest.mark.serial
 def test_bench_probes_short() -> None:
     before = _bench_netns()
     out = subprocess.run(

@@ -18,6 +18,8 @@ distributed, and the controller (its worker exits with it; the probe gets its ow
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -42,15 +44,11 @@ from helpers import (
 )
 
 sys.path.insert(0, str(ROOT / "bench"))
-from fault_harness import _wait_tree_gone, _Watch, leftovers  # bench/: shared with bench/faults.py
-
-from swarmscope.core.sys import owners
+from fault_harness import OWNERS, _wait_tree_gone, _Watch, leftovers  # bench/: shared with bench/faults.py
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    # Claims the runs leave are audited, so no other run's sweep may take them first.
-    pytest.mark.usefixtures("private_owners"),
 ]
 
 
@@ -350,6 +348,9 @@ def test_ctrl_c_every_kind_every_door(tmp_path: pathlib.Path, door: str, kind: s
     # Nothing left, seen from the processes themselves (bench/fault_harness.py): their processes,
     # the namespaces and cgroups they were in, the BPF programs they held, their pins and links.
     left = [x for w in watches for x in leftovers(w)]
-    for kind in owners.KINDS:
-        left += [f"owner claim {kind}/{n}" for n, d in owners.claims(kind) if any(w.owns(d) for w in watches)]
+    pids = {pid for w in watches for pid in w.procs}
+    for claim in OWNERS.glob("*/*"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(claim.read_text()).get("pid") in pids:
+                left.append(f"owner claim {claim}")
     assert left == [], texts

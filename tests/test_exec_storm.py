@@ -222,27 +222,16 @@ def test_pids_limit_is_enforced_by_the_kernel(tools: NativeTools, group: str) ->
     assert res["execs"] > 0, res
 
 
-def test_cleanup_stale_only_removes_dead_owners(group: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Under a root of its own: another run's start-of-run sweep on the machine (the suite's other
-    # lane) would otherwise take the "crashed" group before this sweep does.
-    root = f"swarmscope-{group}"
-    monkeypatch.setattr(nodes, "ROOT_NAME", root)
+def test_cleanup_stale_only_removes_dead_owners(group: str) -> None:
     dead = f"{group}-dead"
-    try:
-        create_sim_nodes(dead, ["x"], pids_max=10)
-        live = create_sim_nodes(group, ["y"], pids_max=10)
-        # Pretend the creator of `dead` crashed: a pid/start-time pair no live process has.
-        nodes._owner_file(dead).write_text("999999999 1\n")
-        removed = nodes.cleanup_stale()
-        assert removed == [dead]
-        assert not (cgroup2_mount() / root / dead).exists()
-        assert live[0].cgroup_path is not None and live[0].cgroup_path.is_dir()
-    finally:
-        destroy_sim_nodes(group)
-        destroy_sim_nodes(dead)
-        for h in (cgroup2_mount(), cgroups.pids_v1_mount()):
-            if h is not None and (h / root).is_dir():
-                (h / root).rmdir()
+    create_sim_nodes(dead, ["x"], pids_max=10)
+    live = create_sim_nodes(group, ["y"], pids_max=10)
+    # Pretend the creator of `dead` crashed: a pid/start-time pair no live process has.
+    nodes._owner_file(dead).write_text("999999999 1\n")
+    removed = nodes.cleanup_stale()
+    assert dead in removed and group not in removed
+    assert not (cgroup2_mount() / nodes.ROOT_NAME / dead).exists()
+    assert live[0].cgroup_path is not None and live[0].cgroup_path.is_dir()
 
 
 def test_pure_v2_host_uses_v2_pids_controller(

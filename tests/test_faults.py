@@ -29,8 +29,6 @@ from fault_harness import CASES, run_fault  # bench/: shared with bench/faults.p
 pytestmark = [
     pytest.mark.root,
     pytest.mark.bpf,
-    # What the killed runs left is swept and audited here, so no other run's sweep takes it first.
-    pytest.mark.usefixtures("private_owners"),
 ]
 
 

@@ -233,7 +233,6 @@ def test_reference_agent_cache_sweep(tmp_path: pathlib.Path) -> None:
 
 
 @root  # makes network namespaces
-@pytest.mark.usefixtures("private_owners")  # its sweep, not another run's, takes the claims
 def test_killed_flow_storm_leaves_namespaces_that_the_next_run_sweeps() -> None:
     """A worker SIGKILLed inside FlowNetns leaves both namespaces and their claims; the next
     run's sweep (lifecycle.sweep_stale) deletes exactly those two."""

@@ -25,16 +25,7 @@ from realcluster import RealCluster, all_ready, controller_report, pods_in, pods
 from realnode import wait_for
 from test_realcluster import IMAGE_REPO, JAEGER_REPO, RUNNING_TIMEOUT
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-    # IG is the system under test, and its one client stream drops messages when the machine's
-    # two CPUs are short (981 in a run beside another test run's exec storms): a node's
-    # sentinels among them, so its drain is never seen (`seen == cpus` fails).
-    pytest.mark.serial,
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parent.parent
 # One user per worker pod; one window (iteration) of a short burst.

@@ -7,10 +7,8 @@ the rest of the suite.
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import json
-import os
 import pathlib
 import random
 import re
@@ -212,10 +210,6 @@ def test_fault_registry_and_kill_pod_with_fake_api() -> None:
 
 def test_procstat_sees_a_busy_process() -> None:
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    # Ahead of other work on the machine (nice -10: ~9 times a nice-0 task's share), so a core's
-    # worth of it is there to see with another test run beside this one.
-    with contextlib.suppress(PermissionError):  # not root: as it comes
-        os.setpriority(os.PRIO_PROCESS, busy.pid, -10)
     try:
         s = ProcSampler(pids=[busy.pid], interval_s=0.5).start()
         time.sleep(1.8)
@@ -422,14 +416,8 @@ def test_kill_lb_downtime_matches_restart_delay(
     )  # fmt: skip
     (f,) = r["faults"]  # struck on the target's worker, sent back with its results
     assert f["name"] == "kill-lb-local" and len(f["restarts"]) == 1
-    # The supervisor's own record: it saw the LB die after the kill and had the new one
-    # answering a connect after the delay and nginx's start (on a busy machine, seconds).
-    ((died, ready),) = f["restarts"]
-    killed = f["detail"]["killed_at"]
-    assert killed <= died and ready - died >= 1.0, f
-    # Client-observed outage: the restart delay and nginx's start, as the supervisor saw them
-    # (however busy the machine), plus at most 0.45 s for the clients to reconnect.
-    assert 1.0 <= f["downtime_s"] <= (ready - killed) + 0.45, f
+    # Client-observed outage: the restart delay, nginx's start and the clients reconnecting.
+    assert 1.0 <= f["downtime_s"] <= 1.0 + 0.5, f
     assert f["failed_requests"] > 0 and f["first_success_after"] is not None
     assert f["recovery_s"] is not None and f["recovery_s"] >= f["downtime_s"] - 0.5
     # It struck in step 0's window, though its record (which waits for the recovery) may come
@@ -491,12 +479,9 @@ def test_first_k6_run_builds_before_the_first_window(tmp_path: pathlib.Path, k6_
     )
     rep = load_report(only_run_dir(out))
     (it,) = rep["points"][0]["iterations"]
-    # The build was over before the window opened: its last act (the cp) made the binary. Seen
-    # from the build itself, however long a busy machine makes the window's close.
-    built_ns = (tmp_path / "k6").stat().st_mtime_ns
-    assert built_ns <= it["started_ns"] and rep["started_ns"] < it["started_ns"]
     span_s = (it["ended_ns"] - it["started_ns"]) / 1e9
-    assert 2.0 <= span_s < 2.0 + 4, span_s  # the step (2 s) and its close, shorter than the build
+    assert 2.0 <= span_s < 2.0 + 1.5, span_s  # the step (2 s) and its close; the 4 s build is not in it
+    assert it["started_ns"] > rep["started_ns"]
     assert rep["steps"][0]["requests"] > 50  # the real k6 ran the step
 
 

@@ -30,10 +30,6 @@ from swarmscope.core.tls import TLSFiles
 from swarmscope.probes import pinned
 from swarmscope.v1 import probe_pb2 as pb
 
-# The probes' pin claims are looked up by pid and swept here: in a directory no other run on the
-# machine sweeps (nor reuses a dead probe's pid in).
-pytestmark = pytest.mark.usefixtures("private_owners")
-
 TOKEN = "fleet-probe-token-0123"
 ROOT = Path(__file__).resolve().parent.parent
 EXEC_FN = "tracepoint__sched__sched_process_exec"  # its BTF name (the kernel's is truncated)

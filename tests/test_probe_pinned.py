@@ -22,10 +22,6 @@ from swarmscope.core.sys import bpf, owners
 from swarmscope.core.sys.cgroups import cgroup_id
 from swarmscope.v1 import probe_pb2 as pb
 
-# The probes' pin claims are looked up by pid and swept here: in a directory no other run on the
-# machine sweeps (nor reuses a dead probe's pid in).
-pytestmark = pytest.mark.usefixtures("private_owners")
-
 
 @pytest.fixture
 def controller() -> Iterator[tuple[TestController, str]]:

@@ -19,10 +19,6 @@ Claims are shared across PID namespaces (the chart's probe pods mount the node's
 namespace, and its owner holds an flock on the claim file for as long as it lives. A claim of
 this PID namespace is judged by pid and start time; one of another by the lock alone (the
 kernel drops it when the owner dies, whatever namespace looks).
-
-``SWARMSCOPE_OWNERS_DIR`` moves the directory (read at import): a process tree with claims of its
-own that no other run's sweep sees (the tests that kill an owner and check what *their* sweep
-removes, beside other runs on the machine).
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-OWNERS_DIR = pathlib.Path(os.environ.get("SWARMSCOPE_OWNERS_DIR") or "/run/swarmscope/owners")
+OWNERS_DIR = pathlib.Path("/run/swarmscope/owners")
 KINDS = ("run", "netns", "link", "pindir")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}$")
 _held: dict[pathlib.Path, int] = {}  # claim file -> the fd whose flock says its owner lives
