@@ -79,6 +79,14 @@ case "$MODE" in
       useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swarmscope
     # --no-mounts: BPF filesystems are the pod's (the chart mounts them), not the image's.
     PYTHON=$PY tools/setup.sh --no-apt --no-dev --no-mounts
+    # setup.sh's header tree is symlinks into /usr/src, and the chart's hostHeaders mounts the
+    # node's /usr/src over the image's: on a node whose Debian headers are another version than
+    # the image's, every link dangled and the probe's compile found no kconfig.h. Real files
+    # (about 80 MB) make the image's tree its own, whatever the node mounts.
+    tree=$(readlink -f /var/lib/swarmscope/kernel-headers/current || true)
+    if [ -n "$tree" ] && [ -d "$tree" ]; then
+      cp -rL "$tree" "$tree.files" && rm -rf "$tree" && mv "$tree.files" "$tree"
+    fi
     # Nothing here may read the code: only pyproject.toml, constraints.txt, README.md and tools/
     # are copied before this runs (the image's base layer, cached apart from the code). The exec
     # helpers are built from the code in the Dockerfile's step after `COPY .`.
