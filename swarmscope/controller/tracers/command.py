@@ -473,9 +473,8 @@ class CommandTracer:
     def _wait_exit(self, proc: subprocess.Popen[bytes], limit: float) -> int | None:
         """Its exit status once it exits after SIGINT, None after ``limit`` seconds; a sentinel is
         exec'd every NUDGE_S meanwhile. bpftrace 0.17 misses a SIGINT that arrives between two
-        polls of its output (or while it waits for a CPU) until its next event: on a quiet
-        program it runs on (docs/platform.md#tracers-and-lost-events). Every tracer here traces
-        the sentinels (its readiness is one)."""
+        polls of its output (or while it waits for a CPU) until its next event: without one it
+        never exits (docs/platform.md#tracers-and-lost-events). Its program traces sentinels."""
         end = time.monotonic() + limit
         while True:
             try:
