@@ -47,11 +47,9 @@ if [ "$PRINT" = 1 ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # the real test node (docs/realnode.md) -- its pause/busybox images and a seccomp-enabled runc.
 # mmdebstrap: the image built without a Docker engine (tools/build_image.py). nftables: the
 # `nft` that kube-proxy (nftables mode) runs inside the real node's network namespace. openssl:
-# the CLI the test cluster's certificates are made with (tests/cluster.py). strace: holds a real
-# bpftrace between its polls, where it misses a SIGINT (tests/test_tracers.py).
+# the CLI the test cluster's certificates are made with (tests/cluster.py).
 if [ -n "$EXTRAS" ]; then
-  PKGS+=(golang-go chromium umoci busybox-static libseccomp-dev pkg-config mmdebstrap nftables openssl
-         strace)
+  PKGS+=(golang-go chromium umoci busybox-static libseccomp-dev pkg-config mmdebstrap nftables openssl)
 fi
 if [ "$APT" = 1 ]; then
   missing=()

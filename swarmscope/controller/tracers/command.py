@@ -13,9 +13,7 @@ How it knows the tracer is live and has printed everything:
 - **drain**: at stop it execs one sentinel pinned to *each CPU* and waits for all of them.
   This also flushes the per-CPU "lost" records, which the kernel writes only at that CPU's
   next event (docs/platform.md#tracers-and-lost-events); swarmscope.core.sys.sentinel
-  makes the execs. Only then is the tracer sent SIGINT, and a sentinel exec'd every 0.2 s until
-  it exits (bpftrace notices a SIGINT that came between two polls only at its next event),
-  SIGKILL after 10 s.
+  makes the execs. Only then is the tracer sent SIGINT (then SIGKILL).
 - **drain on every node** (``sentinel_node``: ig-cluster, one stream per node merged): each
   node's probe execs the per-CPU sentinels in its own pod at the window's close (node_drain()
   asks, expect_drained() is told their numbers) and stop() waits for one of each CPU in that
@@ -68,8 +66,6 @@ log = logging.getLogger(__name__)
 DRAIN_ROUNDS = len(DRAIN_GAPS_S) + 1  # of a node's drain, one each DRAIN_GAPS_S apart
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ exists only from Python 3.10 on some builds
 MAX_WARNINGS = 20
-NUDGE_S = 0.2  # between the sentinels that wake a tracer which missed its SIGINT (_wait_exit)
-STOP_TIMEOUT_S = 10.0  # from SIGINT to SIGKILL
 TAIL_LINES = 30
 
 
@@ -470,22 +466,6 @@ class CommandTracer:
         """
         return dropped(self._drain_sent, self._sentinels_seen)
 
-    def _wait_exit(self, proc: subprocess.Popen[bytes], limit: float) -> int | None:
-        """Its exit status once it exits after SIGINT, None after ``limit`` seconds; a sentinel is
-        exec'd every NUDGE_S meanwhile. bpftrace 0.17 misses a SIGINT that arrives between two
-        polls of its output (or while it waits for a CPU) until its next event: without one it
-        never exits (docs/platform.md#tracers-and-lost-events). Its program traces sentinels."""
-        end = time.monotonic() + limit
-        while True:
-            try:
-                return proc.wait(timeout=max(0.0, min(NUDGE_S, end - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= end:
-                    return None
-            if self._sentinels is not None:
-                with contextlib.suppress(TracerError):
-                    self._sentinels.exec()
-
     def _terminate(self) -> int | None:
         proc = self._proc
         if proc is None:
@@ -495,12 +475,13 @@ class CommandTracer:
         if code is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
-            code = self._wait_exit(proc, STOP_TIMEOUT_S)
-            if code is None:
+            try:
+                code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 code = proc.wait(timeout=10)
-                self._warn(f"swarmscope: tracer {self.name} ignored SIGINT for {STOP_TIMEOUT_S:g} s; killed")
+                self._warn(f"swarmscope: tracer {self.name} ignored SIGINT for 10 s; killed")
         # Children left in the group (e.g. under unshare) hold the pipe open: end them too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
