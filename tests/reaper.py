@@ -34,29 +34,39 @@ def reap(pid: int, basetemp: Path | None = None) -> list[str]:
     """Remove what the run of pytest ``pid`` left; one line per thing removed."""
     prefix = f"ssrn{pid}"
     done = _processes(pid, prefix)
-    roots = [str(p) for p in Path("/run").glob(f"{prefix}*")] + ([str(basetemp)] if basetemp else [])
-    for m in sorted((m for m in _mounts() if m.startswith(tuple(roots))), key=len, reverse=True):
+    roots = [str(p) for p in _named(Path("/run"), prefix)] + ([str(basetemp)] if basetemp else [])
+    for m in sorted((m for m in _mounts() if any(_under(m, r) for r in roots)), key=len, reverse=True):
         if subprocess.run(["umount", m], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", m], capture_output=True)
         done.append(f"mount {m}")
-    for ns in Path("/run/netns").glob(f"{prefix}*"):
+    for ns in _named(Path("/run/netns"), prefix):
         subprocess.run(["ip", "netns", "del", ns.name], capture_output=True)
         done.append(f"netns {ns.name}")
-    for link in Path("/sys/class/net").glob(f"ssbr{pid}*"):
+    for link in _named(Path("/sys/class/net"), f"ssbr{pid}"):
         subprocess.run(["ip", "link", "del", link.name], capture_output=True)
         done.append(f"bridge {link.name}")
     for h in _cgroup_hierarchies():
-        for cg in h.glob(f"{prefix}*"):
+        for cg in _named(h, prefix):
             for sub in sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
                 with contextlib.suppress(OSError):
                     sub.rmdir()
             with contextlib.suppress(OSError):
                 cg.rmdir()
             done.append(f"cgroup {cg}")
-    for d in Path("/run").glob(f"{prefix}*"):
+    for d in _named(Path("/run"), prefix):
         subprocess.run(["rm", "-rf", "--one-file-system", str(d)], capture_output=True)
         done.append(f"dir {d}")
     return done
+
+
+def _named(d: Path, prefix: str) -> list[Path]:
+    """The entries of ``d`` named ``prefix`` or ``prefix-…``: this run's, not those of a run whose
+    pid merely starts with this one's digits (ssrn123 is not ssrn1234's)."""
+    return [p for p in d.glob(f"{prefix}*") if p.name == prefix or p.name.startswith(f"{prefix}-")]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _processes(pid: int, prefix: str) -> list[str]:
@@ -68,7 +78,7 @@ def _processes(pid: int, prefix: str) -> list[str]:
         with contextlib.suppress(OSError):
             cgroups = [ln.split(":", 2)[2] for ln in (p / "cgroup").read_text().splitlines()]
             if mark in (p / "environ").read_bytes().split(b"\0") or any(
-                c.startswith(f"/{prefix}") for c in cgroups
+                _under(c, f"/{prefix}") or c.startswith(f"/{prefix}-") for c in cgroups
             ):
                 found[int(p.name)] = (
                     (p / "cmdline").read_bytes().replace(b"\0", b" ")[:100].decode(errors="replace")

@@ -30,6 +30,9 @@ def test_reaps_a_lost_process_and_a_nodes_state_and_nothing_else() -> None:
     subprocess.run(["mount", "-t", "tmpfs", "ss-reaper-test", str(state)], check=True)
     keep = Path(f"/run/ssrn{PID + 1}-0")
     keep.mkdir()
+    # A run whose pid starts with this one's digits (pids wrap at 32768 here: 3127 and 31270).
+    longer = Path(f"/run/ssrn{PID}0-0")
+    longer.mkdir()
     cgroup = next(p for p in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")) if p.is_dir())
     (cgroup / f"ssrn{PID}-0" / "kubepods").mkdir(parents=True)
     try:
@@ -44,14 +47,15 @@ def test_reaps_a_lost_process_and_a_nodes_state_and_nothing_else() -> None:
         ]
         assert not state.parent.exists() and not (cgroup / f"ssrn{PID}-0").exists()
         assert str(state) not in Path("/proc/self/mountinfo").read_text()
-        assert keep.is_dir()
+        assert keep.is_dir() and longer.is_dir()
         assert reaper.reap(PID) == []  # a clean run reaps nothing
     finally:
         for p in (lost, other, bare):
             p.kill()
             p.wait()
         subprocess.run(["umount", str(state)], capture_output=True)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(state.parent), str(keep)], check=True)
+        dirs = [str(state.parent), str(keep), str(longer)]
+        subprocess.run(["rm", "-rf", "--one-file-system", *dirs], check=True)
         for d in (cgroup / f"ssrn{PID}-0" / "kubepods", cgroup / f"ssrn{PID}-0"):
             if d.exists():
                 d.rmdir()
