@@ -11,6 +11,7 @@ in that node's events, so a node's late loss record is still in its row.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -111,6 +112,26 @@ def test_ig_lost_records_are_split_per_node_into_the_rows(tmp_path: Path) -> Non
     assert rows == {"rn-0": (1533, 6, 1527), "rn-1": (837, 3, 834)}
     assert out.tracer_lost == 2374 and out.extra["tracer"]["lost_by_node"] == res.lost_by_node
     assert out.flags == []
+
+
+def test_a_tracer_stops_on_its_sigint_when_we_were_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """Started in the background (``nohup … &``: a non-interactive shell starts it with SIGINT
+    ignored), the controller's tracer still stops on the stop's SIGINT: the stand-in's ``sleep``
+    sets no handler and would inherit the ignore (then sit out 10 s and be SIGKILLed)."""
+    rec = tmp_path / "kubectl-gadget.out"
+    rec.write_text("\n".join(RECORDED) + "\n")
+    t = replay(rec)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job starts
+    try:
+        t.start("w1", NODES)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    t0 = time.monotonic()
+    res = t.stop()
+    stopped_s = time.monotonic() - t0
+    assert not any("ignored SIGINT" in w for w in res.warnings), res.warnings
+    assert res.error == "" and res.per_node == {"rn-0": 6, "rn-1": 3}, res
+    assert stopped_s < 5, stopped_s  # SIGINT, not the 10 s bound and SIGKILL
 
 
 def test_a_tracer_whose_loss_records_name_no_node_leaves_reported_lost_null(tmp_path: Path) -> None:

@@ -294,7 +294,9 @@ class CommandTracer:
         env = tracer_env(self.env)  # explicit: none of the controller's secrets
         try:
             self._proc = subprocess.Popen(
-                owners.dying_with_us(argv, env),  # not orphaned if we are killed
+                # not orphaned if we are killed; stopped by SIGINT even when we were started
+                # with it ignored (in the background)
+                owners.dying_with_us(argv, env, default_sigint=True),
                 stdin=subprocess.DEVNULL,
                 stdout=w,
                 stderr=w,

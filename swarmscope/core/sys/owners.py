@@ -141,7 +141,9 @@ def stale(kind: str) -> list[tuple[str, dict[str, Any]]]:
     return [(n, d) for n, d in claims(kind) if not _owner_alive(OWNERS_DIR / kind / n, d)]
 
 
-def dying_with_us(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+def dying_with_us(
+    cmd: Sequence[str], env: Mapping[str, str] | None = None, default_sigint: bool = False
+) -> list[str]:
     """``cmd`` prefixed so the kernel SIGKILLs it when this process dies, even by SIGKILL.
 
     util-linux ``setpriv --pdeathsig KILL`` sets PR_SET_PDEATHSIG and execs ``cmd`` in place
@@ -154,12 +156,28 @@ def dying_with_us(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> l
 
     ``env`` is the child's environment if it is not ours: ``cmd[0]`` is looked up on its PATH
     here, so a missing command still raises FileNotFoundError from Popen's caller rather than
-    becoming setpriv's exit 127."""
+    becoming setpriv's exit 127.
+
+    ``default_sigint``: ``cmd`` starts with SIGINT at its default action even if this process
+    ignores it, for a child that is stopped with SIGINT. A process started in the background by
+    a non-interactive shell (``nohup swarmscope run … &``, some CI runners) inherits SIGINT
+    ignored and passes that on through fork and exec; a child that sets no handler of its own (a
+    script, Python) would then ignore its stop. coreutils ``env --default-signal`` resets it
+    (coreutils 8.31+; Debian 12 has 9.1)."""
     if not cmd:
         raise ValueError("an empty command")
     if shutil.which(cmd[0], path=os.pathsep.join(os.get_exec_path(env))) is None:
         raise FileNotFoundError(errno.ENOENT, "no such executable", cmd[0])
-    return [_setpriv(), "--pdeathsig", "KILL", "--", *cmd]
+    reset = [_env(), "--default-signal=INT", "--"] if default_sigint else []
+    return [_setpriv(), "--pdeathsig", "KILL", "--", *reset, *cmd]
+
+
+@functools.cache
+def _env() -> str:
+    path = shutil.which("env") or shutil.which("env", path="/usr/bin:/bin")
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, "env (coreutils) is not installed", "env")
+    return path
 
 
 @functools.cache
