@@ -171,6 +171,24 @@ class Release:
             out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
         return "\n".join(out)
 
+    def log_problems(self, containers: tuple[str, ...], limit: int = 4000) -> str:
+        """Every warning, error and traceback in the release's logs of ``containers`` (whole
+        files, not a tail: Locust's stats tables every 2 s push them out of any tail), for a
+        failure's own message."""
+        keep = ("Traceback", "ERROR", "WARNING", "Error", "Exception", "swarmscope:")
+        out = []
+        for f in sorted((self.node.pod_logs).glob(f"{self.ns}_*/*/*.log")):
+            if f.parent.name not in containers:
+                continue
+            trace = 0  # lines left of a traceback being copied
+            for line in f.read_text(errors="replace").splitlines():
+                text = line.split(" ", 3)[-1]  # the kubelet's "<time> <stream> <F|P> " prefix off
+                trace = 40 if "Traceback" in text else max(0, trace - 1)
+                if trace or any(k in text for k in keep):
+                    out.append(f"{f.parent.name}: {text[:300]}")
+        text = "\n".join(out)
+        return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
     def remove(self, stale_before: set[str]) -> list[str]:
         """Uninstall, delete the namespace, wait until both are gone; what the release left."""
         t = time.monotonic()

@@ -27,7 +27,7 @@ from swarmscope.core.errors import ConfigError
 from swarmscope.kinds.ingress_flood import KIND
 from swarmscope.kinds.ingress_flood.config import preflight
 from swarmscope.probes.procstat import ProcSampler
-from swarmscope.targets.faults import make_fault, names
+from swarmscope.targets.faults import API_TIMEOUT_S, make_fault, names
 from swarmscope.workers.http_stats import PERCENTILES, StepRecorder, downtime, new_histogram, pct_key
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -191,19 +191,24 @@ def test_fault_registry_and_kill_pod_with_fake_api() -> None:
         metadata = Meta()
 
     class Api:
-        def list_namespaced_pod(self, ns: str, label_selector: str) -> object:
-            calls.append(("list", ns, label_selector))
+        def list_namespaced_pod(self, ns: str, label_selector: str, _request_timeout: float) -> object:
+            calls.append(("list", ns, label_selector, _request_timeout))
             return type("L", (), {"items": [Pod()]})()
 
-        def delete_namespaced_pod(self, name: str, ns: str, grace_period_seconds: int) -> None:
-            calls.append(("delete", name, ns, grace_period_seconds))
+        def delete_namespaced_pod(
+            self, name: str, ns: str, grace_period_seconds: int, _request_timeout: float
+        ) -> None:
+            calls.append(("delete", name, ns, grace_period_seconds, _request_timeout))
 
     inj = make_fault("kill-pod", at_s=0.0, namespace="ing", api=Api(), grace_period_s=30)
     inj.arm(time.time())
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while not inj.records and time.monotonic() < deadline:  # the fault's own thread records it
+        time.sleep(0.01)
     inj.cancel()
     assert inj.records and inj.records[0]["detail"]["pod"] == "ingress-nginx-controller-abc"
-    assert ("delete", "ingress-nginx-controller-abc", "ing", 30) in calls
+    assert ("delete", "ingress-nginx-controller-abc", "ing", 30, API_TIMEOUT_S) in calls
+    assert calls[0][-1] == API_TIMEOUT_S  # the listing is bounded too
     with pytest.raises(ConfigError, match="unknown fault"):
         make_fault("unplug-everything", at_s=1)
 

@@ -205,9 +205,11 @@ def _run_headless(r: Release, values: Path, sets: list[str]) -> dict[str, Any]:
 
     try:
         rep = dict(json.loads(wait_for("the run's report", report, TIMEOUT).read_text()))
-    except AssertionError:
+    except AssertionError as e:
         print(r.logs(lines=80, containers=("controller", "worker")), flush=True)
-        raise
+        claims = [c.read_text() for c in results.glob(".run-once-*.json")]
+        problems = r.log_problems(("controller", "worker"))
+        raise AssertionError(f"{e}\nrun-once claim: {claims}\nwarnings and errors logged:\n{problems}") from e
     # Once per upgrade (--run-once <release>-r<revision>): after its run the controller idles in
     # the same container, its claim recording the run's exit, instead of exiting to be restarted
     # and run (and kill) again.

@@ -26,6 +26,7 @@ from typing import Any, cast
 from swarmscope.controller.model import RunInfo, new_run_id
 from swarmscope.controller.options import RunConfig
 from swarmscope.core import auth
+from swarmscope.core.errors import SwarmscopeError
 from swarmscope.core.events import RunEvents
 from swarmscope.core.sys import owners
 from swarmscope.core.sys.heap import freeze_setup_heap
@@ -202,13 +203,27 @@ class SwarmscopeProcess:
         return self.worker
 
     # -- teardown -------------------------------------------------------------------------------
-    def _store_kind_sections(self) -> None:
-        """The kind's report sections from every window measured (also in a failed run)."""
+    def _store_kind_sections(self) -> list[dict[str, str]]:
+        """The kind's report sections from every window measured (also in a failed run).
+
+        Returns what could not be built or stored, one row per problem: a kind's section that
+        raises (a bug, a value JSON cannot hold) costs that section, never the run's report,
+        whose windows are already in the store."""
         assert self.run is not None
-        self.kind.register_renderers()
-        sections = self.kind.sections(self.cfg, list(self.controller.results), self.run.run_dir)
+        errors: list[dict[str, str]] = []
+        try:
+            self.kind.register_renderers()
+            sections = self.kind.sections(self.cfg, list(self.controller.results), self.run.run_dir)
+        except Exception as e:  # any bug of a kind's code: reported, not raised
+            log.exception("the %s kind's report sections could not be built", self.kind.name)
+            return [{"section": "*", "error": f"{type(e).__name__}: {e}"}]
         for name, data in sections.items():
-            self.store.add_section(self.run.run_id, name, data)
+            try:
+                self.store.add_section(self.run.run_id, name, data)
+            except SwarmscopeError as e:
+                log.error("report section %r not stored: %s", name, e)
+                errors.append({"section": name, "error": str(e)})
+        return errors
 
     def _store_checks(self) -> None:
         """Evaluate the run's checks (validated when the config was loaded) over its report;
@@ -248,7 +263,10 @@ class SwarmscopeProcess:
             elif self.run is not None:
                 try:
                     if write_report and self.store is not None and self.controller is not None:
-                        self._store_kind_sections()
+                        errors = self._store_kind_sections()
+                        if errors:  # the report says what is missing from it, and the run failed
+                            self.store.add_section(self.run.run_id, "section_errors", errors)
+                            status = "failed"
                 finally:
                     self.events.run_finished.fire(run=self.run, status=status)
                     owners.release("run", self.run.run_id)

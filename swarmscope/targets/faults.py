@@ -33,6 +33,10 @@ from swarmscope.core.errors import ConfigError, Problem, SwarmscopeError
 
 log = logging.getLogger(__name__)
 
+# Each API request of kill-pod (list, delete) gives up after this long: a stalled API server
+# fails the fault with an error in its record instead of holding its thread for ever.
+API_TIMEOUT_S = 10.0
+
 
 class FaultInjector(Protocol):
     name: str
@@ -215,7 +219,9 @@ class KillPod(_Scheduled):
     def inject(self) -> dict[str, Any]:
         api = self.api()
         try:
-            pods = api.list_namespaced_pod(self.namespace, label_selector=self.label_selector).items
+            pods = api.list_namespaced_pod(
+                self.namespace, label_selector=self.label_selector, _request_timeout=API_TIMEOUT_S
+            ).items
         except Exception as e:
             raise SwarmscopeError(f"kill-pod: listing pods in {self.namespace} failed: {e}") from e
         if not pods:
@@ -224,7 +230,12 @@ class KillPod(_Scheduled):
         live = [p for p in pods if getattr(p.metadata, "deletion_timestamp", None) is None] or pods
         victim = live[0].metadata.name
         try:
-            api.delete_namespaced_pod(victim, self.namespace, grace_period_seconds=self.grace_period_s)
+            api.delete_namespaced_pod(
+                victim,
+                self.namespace,
+                grace_period_seconds=self.grace_period_s,
+                _request_timeout=API_TIMEOUT_S,
+            )
         except Exception as e:
             raise SwarmscopeError(f"kill-pod: deleting {victim} failed: {e}") from e
         return {"pod": victim, "namespace": self.namespace, "grace_period_s": self.grace_period_s}
