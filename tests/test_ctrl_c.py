@@ -127,6 +127,7 @@ def test_ctrl_c_headless(tmp_path: pathlib.Path, sig: int) -> None:
     _check_interrupted(out, stderr)
 
 
+@pytest.mark.slow  # 7-9 s: a master and a worker, stopped
 @SIGNALS
 def test_ctrl_c_master_worker(tmp_path: pathlib.Path, sig: int) -> None:
     """The signal to the master; it stops its worker, which exits with it."""

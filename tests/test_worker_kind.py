@@ -60,6 +60,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow  # a real master+worker run per kind: 13-14 s each
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_a_worker_without_kind_takes_the_controllers(tmp_path: pathlib.Path, kind: str) -> None:
     values, locust = CASES[kind]

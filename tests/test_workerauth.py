@@ -152,6 +152,7 @@ def _token_derived_master_secret(token: str) -> bytes:
     return z85.encode(hmac.new(token.encode(), b"swarmscope/v1 locust master", hashlib.sha256).digest())
 
 
+@pytest.mark.slow  # 13 s: a real master and an impostor's worker
 def test_a_worker_token_holder_cannot_act_as_the_master(tmp_path: Path) -> None:
     """Issue 27 finding 3: an impostor holding the worker token (as every worker pod does) listens
     as the master with the key it can derive from the token and pushes ``swarmscope:setup`` to a
@@ -190,6 +191,7 @@ def test_a_worker_token_holder_cannot_act_as_the_master(tmp_path: Path) -> None:
     assert "did not prove the master key this worker holds" in log, log
 
 
+@pytest.mark.slow  # 7 s: a real master and two workers
 def test_a_worker_cannot_send_as_another(tmp_path: Path) -> None:
     """The master takes a message's sender from the authenticated connection: a peer with the
     token that names another worker in its message is taken as itself (and the log says so)."""
