@@ -178,3 +178,22 @@ def test_a_starter_gone_before_the_listening_line_stops_it_quietly(tmp_path: Pat
     assert "Traceback" not in err, err
     assert "BrokenPipe" not in err, err
     assert rc == 0, err
+
+
+def test_a_database_it_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Its database's directory gone (a starter that stopped while it started removes it): one
+    line saying so, exit 2, no traceback (a Ctrl-C cell of the worker's run printed
+    sqlite3's OperationalError traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SWARMSCOPE_NEIGHBORS_TOKEN": "t" * 32}
+    db = tmp_path / "gone" / "n.db"
+    cmd = [sys.executable, "-m", "swarmscope.targets.neighbors.server", "--db", str(db)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    assert p.stderr == (
+        f"neighbor control plane: cannot open its database {db}: unable to open database file\n"
+    ), p.stderr

@@ -26,6 +26,7 @@ import logging
 import os
 import queue
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -198,7 +199,10 @@ def serve(
 ) -> tuple[grpc.Server, Store, int]:
     if not token:
         raise SwarmscopeError("the neighbor control plane needs a token (it serves no anonymous calls)")
-    store = Store(db, durability=durability)
+    try:
+        store = Store(db, durability=durability)
+    except sqlite3.Error as e:  # e.g. its directory removed by a starter stopping meanwhile
+        raise LoadGenError(f"cannot open its database {db}: {e}") from e
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers),
         options=GRPC_OPTIONS,
