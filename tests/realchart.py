@@ -160,13 +160,17 @@ class Release:
                 return done[0]
         return None
 
+    def _log_files(self, containers: tuple[str, ...]) -> list[Path]:
+        """The release's container log files in the kubelet's podLogsDir (only ``containers``, if
+        given)."""
+        files = sorted(self.node.pod_logs.glob(f"{self.ns}_*/*/*.log"))
+        return [f for f in files if not containers or f.parent.name in containers]
+
     def logs(self, lines: int = 40, containers: tuple[str, ...] = ()) -> str:
         """The last lines of the release's container logs (only ``containers``, if given), from
         the kubelet's own podLogsDir: for a failure's diagnosis."""
         out = []
-        for f in sorted((self.node.pod_logs).glob(f"{self.ns}_*/*/*.log")):
-            if containers and f.parent.name not in containers:
-                continue
+        for f in self._log_files(containers):
             tail = [x[:300] for x in f.read_text(errors="replace").splitlines()]
             out.append(f"== {f.parent.parent.name}/{f.parent.name}/{f.name}\n" + "\n".join(tail[-lines:]))
         return "\n".join(out)
@@ -177,9 +181,7 @@ class Release:
         failure's own message."""
         keep = ("Traceback", "ERROR", "WARNING", "Error", "Exception", "swarmscope:")
         out = []
-        for f in sorted((self.node.pod_logs).glob(f"{self.ns}_*/*/*.log")):
-            if f.parent.name not in containers:
-                continue
+        for f in self._log_files(containers):
             trace = 0  # lines left of a traceback being copied
             for line in f.read_text(errors="replace").splitlines():
                 text = line.split(" ", 3)[-1]  # the kubelet's "<time> <stream> <F|P> " prefix off

@@ -168,21 +168,14 @@ def dying_with_us(
         raise ValueError("an empty command")
     if shutil.which(cmd[0], path=os.pathsep.join(os.get_exec_path(env))) is None:
         raise FileNotFoundError(errno.ENOENT, "no such executable", cmd[0])
-    reset = [_env(), "--default-signal=INT", "--"] if default_sigint else []
-    return [_setpriv(), "--pdeathsig", "KILL", "--", *reset, *cmd]
+    reset = [_system_tool("env", "coreutils"), "--default-signal=INT", "--"] if default_sigint else []
+    return [_system_tool("setpriv", "util-linux"), "--pdeathsig", "KILL", "--", *reset, *cmd]
 
 
 @functools.cache
-def _env() -> str:
-    path = shutil.which("env") or shutil.which("env", path="/usr/bin:/bin")
+def _system_tool(name: str, package: str) -> str:
+    """The path of a base-system command (looked up on PATH, then /usr/bin:/bin)."""
+    path = shutil.which(name) or shutil.which(name, path="/usr/bin:/bin")
     if path is None:
-        raise FileNotFoundError(errno.ENOENT, "env (coreutils) is not installed", "env")
-    return path
-
-
-@functools.cache
-def _setpriv() -> str:
-    path = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin")
-    if path is None:
-        raise FileNotFoundError(errno.ENOENT, "setpriv (util-linux) is not installed", "setpriv")
+        raise FileNotFoundError(errno.ENOENT, f"{name} ({package}) is not installed", name)
     return path
